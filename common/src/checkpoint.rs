@@ -1,0 +1,342 @@
+//! The checkpoint of each query, on shared storage.
+//!
+//! ```text
+//! <root>/queries/<name>/
+//!   metadata        {"id", "name", "created_ms"}              create-only
+//!   spec.json       the spec as submitted                      create-only
+//!   stopped         exists once the user has stopped it        create-only
+//!   offsets/<N>     the plan of batch N                        create-only
+//!   commits/<N>     what batch N committed                     create-only
+//!   sources/rate    the rate source's start time               create-only
+//! <root>/epochs/<E> the standalone driver's epoch claims       create-only
+//! ```
+//!
+//! `N` and `E` are zero-padded to 20 digits so that a listing's lexical
+//! order is the numeric order. Every record carries a `version` field, and
+//! every decode error names the file.
+
+use bytes::Bytes;
+use object_store::path::Path;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::spec::QuerySpec;
+use crate::storage::{Created, Storage};
+
+pub const RECORD_VERSION: u32 = 1;
+
+/// A batch or epoch number as a file name.
+pub fn padded(n: u64) -> String {
+    format!("{n:020}")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryMetadata {
+    pub version: u32,
+    pub id: uuid::Uuid,
+    pub name: String,
+    pub created_ms: i64,
+}
+
+/// The plan of one batch. Invariant (DESIGN.md, 1): written before any task
+/// of the batch runs, and a replay uses exactly this record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetRecord {
+    pub version: u32,
+    pub batch_id: u64,
+    pub epoch: u64,
+    pub batch_timestamp_ms: i64,
+    pub watermark_ms: i64,
+    pub source: SourceOffsets,
+}
+
+/// The input range of a batch. For the rate source, the batch covers the
+/// global values `[start_value, end_value)`; partition `p` of `P` reads
+/// the values `v` in that range with `v % P == p`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceOffsets {
+    Rate { start_value: u64, end_value: u64 },
+}
+
+impl SourceOffsets {
+    pub fn end_value(&self) -> u64 {
+        match self {
+            SourceOffsets::Rate { end_value, .. } => *end_value,
+        }
+    }
+    pub fn rows(&self) -> u64 {
+        match self {
+            SourceOffsets::Rate {
+                start_value,
+                end_value,
+            } => end_value - start_value,
+        }
+    }
+}
+
+/// What a batch committed. Invariant (DESIGN.md, 2): written only after the
+/// sink manifest of the batch is durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    pub version: u32,
+    pub batch_id: u64,
+    pub epoch: u64,
+    pub num_rows: u64,
+    pub end_value: u64,
+    pub committed_ms: i64,
+}
+
+/// The rate source's fixed start, so that a replay produces the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateSourceMeta {
+    pub version: u32,
+    pub start_ms: i64,
+}
+
+/// The stop marker's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopRecord {
+    pub version: u32,
+    pub stopped_ms: i64,
+    pub epoch: u64,
+}
+
+/// Encodes a record as pretty JSON.
+pub fn encode<T: Serialize>(value: &T) -> Result<Bytes> {
+    serde_json::to_vec_pretty(value)
+        .map(Bytes::from)
+        .map_err(|e| Error::Encoding(e.to_string()))
+}
+
+/// The checkpoint root: every query's files and the epoch claims.
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    storage: Storage,
+}
+
+impl Checkpoint {
+    pub fn open(location: &str) -> Result<Self> {
+        Ok(Checkpoint {
+            storage: Storage::open(location)?,
+        })
+    }
+
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The names of every query with a checkpoint directory.
+    pub async fn query_names(&self) -> Result<Vec<String>> {
+        self.storage.list_dirs(&Path::from("queries")).await
+    }
+
+    pub fn query(&self, name: &str) -> QueryCheckpoint {
+        QueryCheckpoint {
+            storage: self.storage.clone(),
+            dir: Path::from_iter(["queries", name]),
+        }
+    }
+
+    /// Claims the next standalone epoch: one more than the highest claimed
+    /// so far, created create-only so that two drivers never share one.
+    pub async fn claim_epoch(&self, driver_id: &str) -> Result<u64> {
+        let dir = Path::from("epochs");
+        loop {
+            let files = self.storage.list_files(&dir).await?;
+            let highest = files
+                .iter()
+                .filter_map(|m| m.location.filename()?.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0);
+            let epoch = highest + 1;
+            let body = serde_json::json!({ "version": RECORD_VERSION, "driver": driver_id,
+                "claimed_ms": crate::time::now_ms() });
+            let path = dir.clone().join(padded(epoch));
+            if let Created::New = self.storage.create(&path, encode(&body)?).await? {
+                return Ok(epoch);
+            }
+        }
+    }
+
+    /// The highest epoch claimed so far (0 when none).
+    pub async fn highest_epoch(&self) -> Result<u64> {
+        let files = self.storage.list_files(&Path::from("epochs")).await?;
+        Ok(files
+            .iter()
+            .filter_map(|m| m.location.filename()?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0))
+    }
+}
+
+/// The files of one query.
+#[derive(Clone, Debug)]
+pub struct QueryCheckpoint {
+    storage: Storage,
+    dir: Path,
+}
+
+impl QueryCheckpoint {
+    fn path(&self, rel: &str) -> Path {
+        rel.split('/')
+            .fold(self.dir.clone(), |p, part| p.join(part))
+    }
+
+    /// Human-readable location of a file of this query, for errors.
+    pub fn describe(&self, rel: &str) -> String {
+        self.storage.describe(&self.path(rel))
+    }
+
+    pub async fn read<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>> {
+        let path = self.path(rel);
+        match self.storage.get(&path).await? {
+            None => Ok(None),
+            Some(bytes) => decode(&bytes, &self.storage.describe(&path)).map(Some),
+        }
+    }
+
+    /// Creates `rel` with `value`, or adopts the record already there.
+    /// Returns the record that is now on storage and whether this call wrote it.
+    pub async fn create<T>(&self, rel: &str, value: &T) -> Result<(T, bool)>
+    where
+        T: Serialize + DeserializeOwned + Clone,
+    {
+        let path = self.path(rel);
+        match self.storage.create(&path, encode(value)?).await? {
+            Created::New => Ok((value.clone(), true)),
+            Created::Existing(b) => Ok((decode(&b, &self.storage.describe(&path))?, false)),
+        }
+    }
+
+    pub async fn exists(&self, rel: &str) -> Result<bool> {
+        self.storage.exists(&self.path(rel)).await
+    }
+
+    pub async fn metadata(&self) -> Result<Option<QueryMetadata>> {
+        self.read("metadata").await
+    }
+
+    pub async fn spec(&self) -> Result<Option<QuerySpec>> {
+        let path = self.path("spec.json");
+        match self.storage.get(&path).await? {
+            None => Ok(None),
+            Some(b) => {
+                let text = std::str::from_utf8(&b).map_err(|e| Error::Corrupt {
+                    path: self.storage.describe(&path),
+                    reason: e.to_string(),
+                })?;
+                QuerySpec::parse(text)
+                    .map(Some)
+                    .map_err(|e| Error::Corrupt {
+                        path: self.storage.describe(&path),
+                        reason: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    pub async fn offsets(&self, batch: u64) -> Result<Option<OffsetRecord>> {
+        self.read(&format!("offsets/{}", padded(batch))).await
+    }
+
+    pub async fn commit(&self, batch: u64) -> Result<Option<CommitRecord>> {
+        self.read(&format!("commits/{}", padded(batch))).await
+    }
+
+    /// The highest batch id under `offsets` or `commits`. A name that is not
+    /// a batch id is damage, reported by file name.
+    pub async fn latest(&self, log: &str) -> Result<Option<u64>> {
+        Ok(self.batches(log).await?.last().copied())
+    }
+
+    /// Every batch id under `offsets` or `commits`, ascending.
+    pub async fn batches(&self, log: &str) -> Result<Vec<u64>> {
+        let files = self.storage.list_files(&self.path(log)).await?;
+        let mut ids = Vec::with_capacity(files.len());
+        for f in files {
+            let name = f.location.filename().unwrap_or_default();
+            match name.parse::<u64>() {
+                Ok(n) if name.len() == 20 => ids.push(n),
+                _ => {
+                    return Err(Error::Corrupt {
+                        path: self.storage.describe(&f.location),
+                        reason: "not a batch file (expected a 20-digit batch id)".into(),
+                    });
+                }
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Deletes `offsets/N` and `commits/N` for every N below `keep_from`.
+    /// Only committed batches are ever passed here.
+    pub async fn purge_before(&self, keep_from: u64) -> Result<usize> {
+        let mut removed = 0;
+        for log in ["commits", "offsets"] {
+            for n in self.batches(log).await? {
+                if n >= keep_from {
+                    break;
+                }
+                self.storage
+                    .delete(&self.path(&format!("{log}/{}", padded(n))))
+                    .await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| Error::Corrupt {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn logs_list_in_numeric_order_and_name_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
+        let q = cp.query("q");
+        for n in [10u64, 2, 1] {
+            let rec = CommitRecord {
+                version: 1,
+                batch_id: n,
+                epoch: 1,
+                num_rows: 1,
+                end_value: n,
+                committed_ms: 0,
+            };
+            q.create(&format!("commits/{}", padded(n)), &rec)
+                .await
+                .unwrap();
+        }
+        assert_eq!(q.batches("commits").await.unwrap(), vec![1, 2, 10]);
+        assert_eq!(q.latest("offsets").await.unwrap(), None);
+        std::fs::write(
+            dir.path().join("queries/q/commits").join(padded(11)),
+            b"{trunc",
+        )
+        .unwrap();
+        let err = q.commit(11).await.unwrap_err().to_string();
+        assert!(err.contains("00000000000000000011"), "{err}");
+        assert_eq!(cp.query_names().await.unwrap(), vec!["q".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn epochs_only_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
+        assert_eq!(cp.claim_epoch("a").await.unwrap(), 1);
+        assert_eq!(cp.claim_epoch("b").await.unwrap(), 2);
+        assert_eq!(cp.highest_epoch().await.unwrap(), 2);
+    }
+}

@@ -1,0 +1,15 @@
+//! Shared building blocks of Sluice: the query spec, storage through
+//! `object_store`, the checkpoint logs, the rate source, the file sink, the
+//! exactly-once checker, errors and telemetry.
+
+pub mod checkpoint;
+pub mod error;
+pub mod rate;
+pub mod sink;
+pub mod spec;
+pub mod storage;
+pub mod telemetry;
+pub mod time;
+pub mod verify;
+
+pub use error::{Error, Result};

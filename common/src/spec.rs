@@ -1,0 +1,359 @@
+//! The query spec: what a user submits, in YAML, JSON or as the proto
+//! message. Parsing rejects unknown fields by name; [`QuerySpec::validate`]
+//! checks every range and names the field that is out of it.
+
+use serde::{Deserialize, Serialize};
+use sluice_proto as pb;
+
+use crate::error::{Error, Result};
+
+pub const MAX_PARTITIONS: u32 = 1024;
+pub const MAX_ROWS_PER_SECOND: u64 = 1_000_000_000_000;
+pub const MAX_INTERVAL_MS: u64 = 86_400_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuerySpec {
+    pub name: String,
+    #[serde(with = "serde_yaml_ng::with::singleton_map")]
+    pub source: SourceSpec,
+    #[serde(default)]
+    pub trigger: TriggerSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows_per_batch: Option<u64>,
+    #[serde(with = "serde_yaml_ng::with::singleton_map")]
+    pub sink: SinkSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceSpec {
+    Rate(RateSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSpec {
+    pub partitions: u32,
+    pub rows_per_second: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_rows: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSpec {
+    #[serde(default)]
+    pub interval_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SinkSpec {
+    Files(FileSinkSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkSpec {
+    pub path: String,
+    #[serde(default = "default_format")]
+    pub format: String,
+}
+
+fn default_format() -> String {
+    "jsonl".to_string()
+}
+
+impl QuerySpec {
+    /// Parses YAML or JSON text and validates it.
+    pub fn parse(text: &str) -> Result<Self> {
+        let trimmed = text.trim_start();
+        let spec: QuerySpec = if trimmed.starts_with('{') {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut de)
+                .map_err(|e| Error::invalid(field_of(e.path()), e.into_inner().to_string()))?
+        } else {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de)
+                .map_err(|e| Error::invalid(field_of(e.path()), e.into_inner().to_string()))?
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks every field's range. The error names the first bad field.
+    pub fn validate(&self) -> Result<()> {
+        validate_name(&self.name)?;
+        match &self.source {
+            SourceSpec::Rate(r) => {
+                if r.partitions == 0 || r.partitions > MAX_PARTITIONS {
+                    return Err(Error::invalid(
+                        "source.rate.partitions",
+                        format!("must be in 1..={MAX_PARTITIONS}, got {}", r.partitions),
+                    ));
+                }
+                if r.rows_per_second == 0 || r.rows_per_second > MAX_ROWS_PER_SECOND {
+                    return Err(Error::invalid(
+                        "source.rate.rows_per_second",
+                        format!(
+                            "must be in 1..={MAX_ROWS_PER_SECOND}, got {}",
+                            r.rows_per_second
+                        ),
+                    ));
+                }
+                if r.total_rows == Some(0) {
+                    return Err(Error::invalid(
+                        "source.rate.total_rows",
+                        "must be at least 1",
+                    ));
+                }
+            }
+        }
+        if self.trigger.interval_ms > MAX_INTERVAL_MS {
+            return Err(Error::invalid(
+                "trigger.interval_ms",
+                format!(
+                    "must be at most {MAX_INTERVAL_MS}, got {}",
+                    self.trigger.interval_ms
+                ),
+            ));
+        }
+        if self.max_rows_per_batch == Some(0) {
+            return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
+        }
+        match &self.sink {
+            SinkSpec::Files(f) => {
+                if f.format != "jsonl" {
+                    return Err(Error::invalid(
+                        "sink.files.format",
+                        format!("unsupported format {:?}; supported: \"jsonl\"", f.format),
+                    ));
+                }
+                crate::storage::validate_location(&f.path)
+                    .map_err(|reason| Error::invalid("sink.files.path", reason))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rate source settings (the only source today).
+    pub fn rate(&self) -> &RateSpec {
+        match &self.source {
+            SourceSpec::Rate(r) => r,
+        }
+    }
+
+    /// The sink location.
+    pub fn sink_path(&self) -> &str {
+        match &self.sink {
+            SinkSpec::Files(f) => &f.path,
+        }
+    }
+
+    /// Field-by-field differences from `other`, as `field: old -> new`.
+    pub fn diff(&self, other: &QuerySpec) -> Vec<String> {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        flatten("", &serde_json::to_value(self).unwrap_or_default(), &mut a);
+        flatten("", &serde_json::to_value(other).unwrap_or_default(), &mut b);
+        let keys: std::collections::BTreeSet<&String> =
+            a.iter().chain(b.iter()).map(|(k, _)| k).collect();
+        let get = |v: &Vec<(String, String)>, k: &str| {
+            v.iter()
+                .find(|(x, _)| x == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or("(unset)".into())
+        };
+        keys.into_iter()
+            .filter_map(|k| {
+                let (x, y) = (get(&a, k), get(&b, k));
+                (x != y).then(|| format!("{k}: {x} -> {y}"))
+            })
+            .collect()
+    }
+}
+
+fn field_of(path: &serde_path_to_error::Path) -> String {
+    let s = path.to_string();
+    if s == "." { "(root)".to_string() } else { s }
+}
+
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "name",
+            format!("must match [a-z0-9-]{{1,63}}, got {name:?}"),
+        ))
+    }
+}
+
+impl From<&QuerySpec> for pb::QuerySpec {
+    fn from(s: &QuerySpec) -> Self {
+        let r = s.rate();
+        pb::QuerySpec {
+            name: s.name.clone(),
+            source: Some(pb::Source {
+                kind: Some(pb::source::Kind::Rate(pb::RateSource {
+                    partitions: r.partitions,
+                    rows_per_second: r.rows_per_second,
+                    total_rows: r.total_rows,
+                })),
+            }),
+            trigger: Some(pb::Trigger {
+                interval_ms: s.trigger.interval_ms,
+            }),
+            max_rows_per_batch: s.max_rows_per_batch,
+            sink: Some(s.sink.to_proto()),
+        }
+    }
+}
+
+impl SinkSpec {
+    pub fn to_proto(&self) -> pb::Sink {
+        match self {
+            SinkSpec::Files(f) => pb::Sink {
+                kind: Some(pb::sink::Kind::Files(pb::FileSink {
+                    path: f.path.clone(),
+                    format: f.format.clone(),
+                })),
+            },
+        }
+    }
+
+    pub fn from_proto(s: Option<&pb::Sink>) -> Result<Self> {
+        match s.and_then(|s| s.kind.as_ref()) {
+            Some(pb::sink::Kind::Files(f)) => Ok(SinkSpec::Files(FileSinkSpec {
+                path: f.path.clone(),
+                format: if f.format.is_empty() {
+                    default_format()
+                } else {
+                    f.format.clone()
+                },
+            })),
+            None => Err(Error::invalid("sink", "missing; expected `files`")),
+        }
+    }
+}
+
+impl TryFrom<&pb::QuerySpec> for QuerySpec {
+    type Error = Error;
+
+    fn try_from(p: &pb::QuerySpec) -> Result<Self> {
+        let source = match p.source.as_ref().and_then(|s| s.kind.as_ref()) {
+            Some(pb::source::Kind::Rate(r)) => SourceSpec::Rate(RateSpec {
+                partitions: r.partitions,
+                rows_per_second: r.rows_per_second,
+                total_rows: r.total_rows,
+            }),
+            None => return Err(Error::invalid("source", "missing; expected `rate`")),
+        };
+        let spec = QuerySpec {
+            name: p.name.clone(),
+            source,
+            trigger: TriggerSpec {
+                interval_ms: p.trigger.as_ref().map(|t| t.interval_ms).unwrap_or(0),
+            },
+            max_rows_per_batch: p.max_rows_per_batch,
+            sink: SinkSpec::from_proto(p.sink.as_ref())?,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name: demo\nsource:\n  rate:\n    partitions: 4\n    rows_per_second: 100\n    total_rows: 1000\ntrigger:\n  interval_ms: 1000\nsink:\n  files:\n    path: /tmp/out\n    format: jsonl\n";
+
+    fn field(text: &str) -> String {
+        match QuerySpec::parse(text) {
+            Err(Error::InvalidSpec { field, .. }) => field,
+            other => panic!("expected invalid spec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_yaml_and_json_alike() {
+        let y = QuerySpec::parse(GOOD).unwrap();
+        let j = QuerySpec::parse(&serde_json::to_string(&y).unwrap()).unwrap();
+        assert_eq!(y, j);
+        assert_eq!(y.rate().partitions, 4);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let text = GOOD.replace("    partitions: 4", "    partitions: 4\n    colour: red");
+        let err = QuerySpec::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+        assert_eq!(field(&text), "source.rate.colour");
+    }
+
+    #[test]
+    fn out_of_range_values_are_named() {
+        assert_eq!(
+            field(&GOOD.replace("partitions: 4", "partitions: 0")),
+            "source.rate.partitions"
+        );
+        assert_eq!(
+            field(&GOOD.replace("partitions: 4", "partitions: 2000")),
+            "source.rate.partitions"
+        );
+        assert_eq!(field(&GOOD.replace("name: demo", "name: Demo_1")), "name");
+        assert_eq!(
+            field(&GOOD.replace("format: jsonl", "format: csv")),
+            "sink.files.format"
+        );
+        assert_eq!(
+            field(&GOOD.replace("path: /tmp/out", "path: rel/out")),
+            "sink.files.path"
+        );
+        assert_eq!(
+            field(&GOOD.replace("partitions: 4", "partitions: many")),
+            "source.rate.partitions"
+        );
+    }
+
+    #[test]
+    fn proto_round_trip() {
+        let s = QuerySpec::parse(GOOD).unwrap();
+        let p = pb::QuerySpec::from(&s);
+        assert_eq!(QuerySpec::try_from(&p).unwrap(), s);
+    }
+
+    #[test]
+    fn diff_names_changed_fields() {
+        let a = QuerySpec::parse(GOOD).unwrap();
+        let b = QuerySpec::parse(&GOOD.replace("partitions: 4", "partitions: 8")).unwrap();
+        assert_eq!(
+            a.diff(&b),
+            vec!["source.rate.partitions: 4 -> 8".to_string()]
+        );
+        assert!(a.diff(&a).is_empty());
+    }
+}

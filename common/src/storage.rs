@@ -1,0 +1,259 @@
+//! Storage for checkpoints and sinks, through `object_store`.
+//!
+//! A location is an absolute path or a `file://` URL: a local or shared
+//! filesystem (NFS, a ReadWriteMany volume). Writes are durable before they
+//! return (`LocalFileSystem::with_fsync(true)` syncs the file and its
+//! directory).
+//!
+//! Invariant (DESIGN.md, 3): every file is written atomically and
+//! create-only. [`Storage::create`] never replaces a file; when the name is
+//! taken it returns the existing bytes so that the caller can adopt them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::error::{Error, Result};
+
+/// The outcome of a create-only write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// This call wrote the file.
+    New,
+    /// The file already existed; these are its bytes.
+    Existing(Bytes),
+}
+
+/// A storage root with create-only, durable writes.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    display: String,
+}
+
+/// Checks that `location` is an absolute path or a `file://` URL.
+pub fn validate_location(location: &str) -> std::result::Result<(), String> {
+    local_path(location).map(|_| ())
+}
+
+fn local_path(location: &str) -> std::result::Result<std::path::PathBuf, String> {
+    let path = match location.strip_prefix("file://") {
+        Some(rest) => rest,
+        None if location.contains("://") => {
+            return Err(format!(
+                "unsupported location {location:?}: use an absolute path or a file:// URL"
+            ));
+        }
+        None => location,
+    };
+    let p = std::path::PathBuf::from(path);
+    if !p.is_absolute() {
+        return Err(format!("{location:?} is not an absolute path"));
+    }
+    Ok(p)
+}
+
+impl Storage {
+    /// Opens (and creates when missing) the root at `location`.
+    pub fn open(location: &str) -> Result<Self> {
+        let dir = local_path(location).map_err(Error::Config)?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::storage(
+                dir.display(),
+                object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                },
+            )
+        })?;
+        let fs = LocalFileSystem::new_with_prefix(&dir)
+            .map_err(|e| Error::storage(dir.display(), e))?
+            .with_fsync(true);
+        Ok(Storage {
+            store: Arc::new(fs),
+            display: dir.display().to_string(),
+        })
+    }
+
+    /// A human-readable name for `path` under this root, for errors.
+    pub fn describe(&self, path: &Path) -> String {
+        format!("{}/{}", self.display.trim_end_matches('/'), path)
+    }
+
+    /// Reads a file, or `None` when it does not exist.
+    pub async fn get(&self, path: &Path) -> Result<Option<Bytes>> {
+        match self.store.get(path).await {
+            Ok(r) => Ok(Some(
+                r.bytes()
+                    .await
+                    .map_err(|e| Error::storage(self.describe(path), e))?,
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        }
+    }
+
+    /// True when `path` exists.
+    pub async fn exists(&self, path: &Path) -> Result<bool> {
+        match self.store.head(path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        }
+    }
+
+    /// Writes `bytes` to `path` atomically, only if `path` does not exist.
+    pub async fn create(&self, path: &Path, bytes: Bytes) -> Result<Created> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(path, PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(_) => Ok(Created::New),
+            Err(object_store::Error::AlreadyExists { .. }) => self.adopt(path).await,
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        }
+    }
+
+    /// Like [`Storage::create`], but the bytes are first written under a
+    /// temporary name that starts with `.`, so that readers of the directory
+    /// skip it, and then renamed into place if the name is free.
+    pub async fn create_visible(&self, path: &Path, bytes: Bytes) -> Result<Created> {
+        let name = path.filename().unwrap_or("file");
+        let tmp_name = format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple());
+        let mut parts: Vec<object_store::path::PathPart<'_>> = path.parts().collect();
+        parts.pop();
+        parts.push(tmp_name.as_str().into());
+        let tmp = Path::from_iter(parts);
+        self.store
+            .put(&tmp, PutPayload::from(bytes))
+            .await
+            .map_err(|e| Error::storage(self.describe(&tmp), e))?;
+        let res = self.store.rename_if_not_exists(&tmp, path).await;
+        match res {
+            Ok(()) => Ok(Created::New),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let _ = self.store.delete(&tmp).await;
+                self.adopt(path).await
+            }
+            Err(e) => {
+                let _ = self.store.delete(&tmp).await;
+                Err(Error::storage(self.describe(path), e))
+            }
+        }
+    }
+
+    async fn adopt(&self, path: &Path) -> Result<Created> {
+        match self.get(path).await? {
+            Some(b) => Ok(Created::Existing(b)),
+            None => Err(Error::Corrupt {
+                path: self.describe(path),
+                reason: "reported as existing but cannot be read".into(),
+            }),
+        }
+    }
+
+    /// Lists the files directly under `prefix`, in lexical order. Names that
+    /// start with `.` (temporary files) are skipped.
+    pub async fn list_files(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        let res = self
+            .store
+            .list_with_delimiter(Some(prefix))
+            .await
+            .map_err(|e| Error::storage(self.describe(prefix), e))?;
+        let mut files: Vec<ObjectMeta> = res
+            .objects
+            .into_iter()
+            .filter(|m| !m.location.filename().unwrap_or(".").starts_with('.'))
+            .collect();
+        files.sort_by(|a, b| a.location.cmp(&b.location));
+        Ok(files)
+    }
+
+    /// Lists the names of the directories directly under `prefix`.
+    pub async fn list_dirs(&self, prefix: &Path) -> Result<Vec<String>> {
+        let res = self
+            .store
+            .list_with_delimiter(Some(prefix))
+            .await
+            .map_err(|e| Error::storage(self.describe(prefix), e))?;
+        let mut dirs: Vec<String> = res
+            .common_prefixes
+            .into_iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        dirs.sort();
+        Ok(dirs)
+    }
+
+    /// Lists every file below `prefix`, recursively.
+    pub async fn list_recursive(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        self.store
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage(self.describe(prefix), e))
+    }
+
+    /// Deletes a file; a missing file is not an error.
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn create_is_create_only_and_adopts() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let p = Path::from("a/b/x");
+        assert_eq!(
+            s.create(&p, Bytes::from("one")).await.unwrap(),
+            Created::New
+        );
+        assert_eq!(
+            s.create(&p, Bytes::from("two")).await.unwrap(),
+            Created::Existing(Bytes::from("one"))
+        );
+        let q = Path::from("sink/part-1");
+        assert_eq!(
+            s.create_visible(&q, Bytes::from("x")).await.unwrap(),
+            Created::New
+        );
+        assert_eq!(
+            s.create_visible(&q, Bytes::from("y")).await.unwrap(),
+            Created::Existing(Bytes::from("x"))
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sink"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["part-1".to_string()],
+            "temporary files are cleaned up"
+        );
+    }
+
+    #[test]
+    fn locations_must_be_absolute() {
+        assert!(validate_location("/a/b").is_ok());
+        assert!(validate_location("file:///a/b").is_ok());
+        assert!(validate_location("a/b").is_err());
+        assert!(validate_location("s3://bucket/x").is_err());
+    }
+}
