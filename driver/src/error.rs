@@ -1,0 +1,67 @@
+//! The one error type of `sluice-driver`, and its one conversion into a
+//! gRPC status.
+
+use sluice_common::Error as CommonError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("query {0:?} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("not the leader")]
+    NotLeader { leader: Option<String> },
+    #[error("driver is shutting down")]
+    ShuttingDown,
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Common(#[from] CommonError),
+}
+
+impl DriverError {
+    /// True when the same request may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
+            DriverError::Io(_) | DriverError::Transport(_) => true,
+            DriverError::Common(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+}
+
+impl From<DriverError> for tonic::Status {
+    fn from(e: DriverError) -> Self {
+        use tonic::Code;
+        let code = match &e {
+            DriverError::Invalid(_) => Code::InvalidArgument,
+            DriverError::Common(CommonError::InvalidSpec { .. }) => Code::InvalidArgument,
+            DriverError::NotFound(_) => Code::NotFound,
+            DriverError::AlreadyExists(_) => Code::AlreadyExists,
+            DriverError::FailedPrecondition(_) => Code::FailedPrecondition,
+            DriverError::NotLeader { .. } | DriverError::ShuttingDown => Code::Unavailable,
+            DriverError::Config(_) => Code::Internal,
+            DriverError::Common(CommonError::Corrupt { .. }) => Code::DataLoss,
+            e if e.is_retryable() => Code::Unavailable,
+            _ => Code::Internal,
+        };
+        let mut status = tonic::Status::new(code, e.to_string());
+        if let DriverError::NotLeader { leader: Some(addr) } = &e {
+            if let Ok(v) = addr.parse() {
+                status
+                    .metadata_mut()
+                    .insert(sluice_proto::LEADER_METADATA_KEY, v);
+            }
+        }
+        status
+    }
+}
