@@ -17,6 +17,14 @@ pub enum DriverError {
     NotLeader { leader: Option<String> },
     #[error("driver is shutting down")]
     ShuttingDown,
+    #[error("deposed: a newer epoch than {epoch} leads")]
+    Deposed { epoch: u64 },
+    #[error("cancelled")]
+    Cancelled,
+    #[error("task failed: {0}")]
+    TaskFailed(String),
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("i/o error: {0}")]
@@ -32,6 +40,7 @@ impl DriverError {
     pub fn is_retryable(&self) -> bool {
         match self {
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
+            DriverError::Deposed { .. } | DriverError::Cancelled => true,
             DriverError::Io(_) | DriverError::Transport(_) => true,
             DriverError::Common(e) => e.is_retryable(),
             _ => false,
@@ -49,18 +58,19 @@ impl From<DriverError> for tonic::Status {
             DriverError::AlreadyExists(_) => Code::AlreadyExists,
             DriverError::FailedPrecondition(_) => Code::FailedPrecondition,
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => Code::Unavailable,
+            DriverError::Deposed { .. } | DriverError::Cancelled => Code::Unavailable,
             DriverError::Config(_) => Code::Internal,
             DriverError::Common(CommonError::Corrupt { .. }) => Code::DataLoss,
             e if e.is_retryable() => Code::Unavailable,
             _ => Code::Internal,
         };
         let mut status = tonic::Status::new(code, e.to_string());
-        if let DriverError::NotLeader { leader: Some(addr) } = &e {
-            if let Ok(v) = addr.parse() {
-                status
-                    .metadata_mut()
-                    .insert(sluice_proto::LEADER_METADATA_KEY, v);
-            }
+        if let DriverError::NotLeader { leader: Some(addr) } = &e
+            && let Ok(v) = addr.parse()
+        {
+            status
+                .metadata_mut()
+                .insert(sluice_proto::LEADER_METADATA_KEY, v);
         }
         status
     }

@@ -1,17 +1,126 @@
 //! The Sluice driver: the query API, executor membership, the scheduler and
 //! the micro-batch runner.
+//!
+//! ```text
+//!  run ─┬─ gRPC server (QueryService, ClusterService, health, reflection)
+//!       ├─ HTTP server (/healthz, /readyz, /metrics)
+//!       └─ leadership ─► Term { scheduler, query runners }
+//! ```
+//! Every task is owned: the servers by `run`, the rest by the term's
+//! tracker. One `CancellationToken` shuts everything down, and a component
+//! that fails cancels the rest.
 
+pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod http;
+pub mod lifecycle;
+pub mod metrics;
+pub mod planner;
+pub mod query;
+pub mod recovery;
+pub mod state;
+
+use std::sync::Arc;
 
 pub use config::{Cli, DriverConfig};
 pub use error::DriverError;
-
+use sluice_common::checkpoint::Checkpoint;
+use sluice_proto::cluster_service_server::ClusterServiceServer;
+use sluice_proto::query_service_server::QueryServiceServer;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::state::{Driver, Role, Term};
 
 /// Runs a driver until `shutdown` is cancelled or a component fails.
 pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<(), DriverError> {
-    let _ = config;
-    shutdown.cancelled().await;
+    let checkpoint = Checkpoint::open(&config.checkpoint_root)?;
+    let driver = Arc::new(Driver::new(config, checkpoint, metrics::Metrics::new()));
+    let cancel = shutdown.child_token();
+    let mut components: JoinSet<(&'static str, Result<(), DriverError>)> = JoinSet::new();
+
+    let grpc = grpc_server(driver.clone(), cancel.clone()).await?;
+    components.spawn(async move { ("grpc", grpc.await) });
+    if let Some(addr) = driver.config.http {
+        let (d, c) = (driver.clone(), cancel.clone());
+        components.spawn(async move { ("http", http::serve(addr, d, c).await) });
+    }
+    let (d, c) = (driver.clone(), cancel.clone());
+    components.spawn(async move { ("leadership", lead_standalone(d, c).await) });
+
+    let mut result = Ok(());
+    while let Some(joined) = components.join_next().await {
+        match joined {
+            Ok((name, Err(e))) => {
+                error!(component = name, error = %e, "driver component failed; shutting down");
+                if result.is_ok() {
+                    result = Err(e);
+                }
+                cancel.cancel();
+            }
+            Ok((name, Ok(()))) => {
+                info!(component = name, "driver component stopped");
+                cancel.cancel();
+            }
+            Err(e) => {
+                error!(error = %e, "driver component panicked; shutting down");
+                cancel.cancel();
+            }
+        }
+    }
+    result
+}
+
+async fn grpc_server(
+    driver: Arc<Driver>,
+    cancel: CancellationToken,
+) -> Result<impl Future<Output = Result<(), DriverError>>, DriverError> {
+    let listener = tokio::net::TcpListener::bind(driver.config.listen).await?;
+    let driver_addr = listener.local_addr()?;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<QueryServiceServer<api::QueryApi>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(sluice_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| DriverError::Internal(format!("reflection: {e}")))?;
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(QueryServiceServer::new(api::QueryApi {
+            driver: driver.clone(),
+        }))
+        .add_service(ClusterServiceServer::new(cluster::service::ClusterApi {
+            driver,
+        }));
+    info!(listen = %driver_addr, "gRPC server listening");
+    Ok(async move {
+        router
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+            .await?;
+        Ok(())
+    })
+}
+
+/// Standalone leadership: claim the next epoch under `<root>/epochs/` and
+/// lead until shutdown.
+async fn lead_standalone(
+    driver: Arc<Driver>,
+    cancel: CancellationToken,
+) -> Result<(), DriverError> {
+    let epoch = driver.checkpoint.claim_epoch(&driver.config.id).await?;
+    let term = Term::new(epoch, &driver, cancel.child_token());
+    info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "leading (standalone)");
+    query::load_all(&driver, &term).await?;
+    driver.set_role(Role::Leader(term.clone()));
+    cancel.cancelled().await;
+    driver.set_role(Role::Starting);
+    term.shutdown().await;
     Ok(())
 }

@@ -1,0 +1,172 @@
+//! `QueryService`: the users' API. Every call needs the leadership; a
+//! standby answers `UNAVAILABLE` with the leader's address in the
+//! `sluice-leader` metadata (see [`crate::error`]).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use sluice_common::spec::QuerySpec;
+use sluice_proto as pb;
+use sluice_proto::query_service_server::QueryService;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::error::DriverError;
+use crate::query;
+use crate::state::Driver;
+
+pub struct QueryApi {
+    pub driver: Arc<Driver>,
+}
+
+type ProgressStream = Pin<Box<dyn Stream<Item = Result<pb::BatchProgress, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl QueryService for QueryApi {
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let term = self.driver.term()?;
+        let req = request.into_inner();
+        let spec = match (req.spec.as_ref(), req.spec_text.trim()) {
+            (_, text) if !text.is_empty() => QuerySpec::parse(text).map_err(DriverError::from)?,
+            (Some(spec), _) => QuerySpec::try_from(spec).map_err(DriverError::from)?,
+            (None, _) => {
+                return Err(DriverError::Invalid("spec: set `spec` or `spec_text`".into()).into());
+            }
+        };
+        let entry = query::submit(&self.driver, &term, spec).await?;
+        Ok(Response::new(pb::SubmitResponse {
+            id: entry.id.clone(),
+            name: entry.name.clone(),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::QueryRef>,
+    ) -> Result<Response<pb::QueryStatus>, Status> {
+        let term = self.driver.term()?;
+        let entry = term.queries.find(&request.into_inner().query)?;
+        Ok(Response::new(entry.to_proto()))
+    }
+
+    async fn list(
+        &self,
+        _request: Request<pb::ListQueriesRequest>,
+    ) -> Result<Response<pb::ListQueriesResponse>, Status> {
+        let term = self.driver.term()?;
+        let queries = term.queries.list().iter().map(|e| e.to_proto()).collect();
+        Ok(Response::new(pb::ListQueriesResponse { queries }))
+    }
+
+    async fn stop(
+        &self,
+        request: Request<pb::QueryRef>,
+    ) -> Result<Response<pb::QueryStatus>, Status> {
+        let term = self.driver.term()?;
+        let entry = query::stop(&self.driver, &term, &request.into_inner().query).await?;
+        Ok(Response::new(entry.to_proto()))
+    }
+
+    async fn wait(
+        &self,
+        request: Request<pb::WaitRequest>,
+    ) -> Result<Response<pb::QueryStatus>, Status> {
+        let term = self.driver.term()?;
+        let req = request.into_inner();
+        let entry = term.queries.find(&req.query)?;
+        let mut rx = entry.watch();
+        let done = async {
+            loop {
+                if rx.borrow_and_update().state.is_terminal() {
+                    return Ok(());
+                }
+                if rx.changed().await.is_err() {
+                    return Err(DriverError::ShuttingDown);
+                }
+            }
+        };
+        let cancel = term.cancel.clone();
+        let timeout = if req.timeout_ms == 0 {
+            Duration::MAX
+        } else {
+            Duration::from_millis(req.timeout_ms)
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(DriverError::NotLeader { leader: None }.into()),
+            r = tokio::time::timeout(timeout, done) => {
+                if let Ok(Err(e)) = r {
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(Response::new(entry.to_proto()))
+    }
+
+    type ProgressStream = ProgressStream;
+
+    async fn progress(
+        &self,
+        request: Request<pb::ProgressRequest>,
+    ) -> Result<Response<Self::ProgressStream>, Status> {
+        let term = self.driver.term()?;
+        let req = request.into_inner();
+        let entry = term.queries.find(&req.query)?;
+        let (past, mut live) = entry.progress();
+        let (tx, rx) = mpsc::channel(64);
+        let cancel = term.cancel.clone();
+        term.tasks.spawn(async move {
+            let mut last = None;
+            for p in past {
+                last = Some(p.batch_id);
+                if tx.send(Ok(p)).await.is_err() {
+                    return;
+                }
+            }
+            if !req.follow {
+                return;
+            }
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = tx.closed() => break,
+                    n = live.recv() => n,
+                };
+                match next {
+                    Ok(p) if last.is_some_and(|l| p.batch_id <= l) => {}
+                    Ok(p) => {
+                        last = Some(p.batch_id);
+                        if tx.send(Ok(p)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn cluster(
+        &self,
+        _request: Request<pb::ClusterRequest>,
+    ) -> Result<Response<pb::ClusterInfo>, Status> {
+        let term = self.driver.term()?;
+        let executors = term.scheduler.executors().await;
+        Ok(Response::new(pb::ClusterInfo {
+            leader: self.driver.config.advertise.clone(),
+            epoch: term.epoch,
+            standbys: Vec::new(),
+            executors,
+            driver_id: self.driver.config.id.clone(),
+        }))
+    }
+}

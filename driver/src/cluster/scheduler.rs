@@ -1,0 +1,346 @@
+//! The scheduler: one actor per leader term that owns executor membership
+//! and every task attempt in flight. Runners submit attempts and await their
+//! outcome; attach streams feed it heartbeats and results.
+//!
+//! ```text
+//!  runner ──Submit(task, reply)──►┐
+//!  attach stream ──Attached/──────┤   scheduler actor ──TaskAssignment──► executor stream
+//!     Heartbeat/Result/Detached ──┘    (placement, timeouts)
+//!                                     reply: Done | Failed(kind) | Lost
+//! ```
+//!
+//! Invariants: an attempt is running on at most one executor; an executor
+//! never holds more attempts than its slots; when an executor is lost (its
+//! stream closed or no heartbeat within the timeout) every attempt it held
+//! is answered `Lost` at once, so the runner can retry it elsewhere.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_proto as pb;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::placement::{Capacity, place};
+use crate::metrics::Metrics;
+
+pub type ExecutorTx = mpsc::Sender<Result<pb::DriverMessage, tonic::Status>>;
+
+/// How one task attempt ended.
+#[derive(Debug, Clone)]
+pub enum TaskOutcome {
+    Done(pb::TaskOutput),
+    Failed(pb::TaskError),
+    /// The executor went away before it answered.
+    Lost(String),
+}
+
+enum Event {
+    Attached {
+        key: u64,
+        id: String,
+        slots: u32,
+        tx: ExecutorTx,
+    },
+    Heartbeat {
+        key: u64,
+    },
+    Result {
+        key: u64,
+        result: pb::TaskResult,
+    },
+    Detached {
+        key: u64,
+        reason: String,
+    },
+    Submit {
+        task: pb::TaskAssignment,
+        reply: oneshot::Sender<TaskOutcome>,
+    },
+    Cancel {
+        task_id: String,
+    },
+    Snapshot {
+        reply: oneshot::Sender<Vec<pb::ExecutorInfo>>,
+    },
+}
+
+/// A handle to the scheduler actor.
+#[derive(Clone)]
+pub struct Scheduler {
+    tx: mpsc::UnboundedSender<Event>,
+    next_key: Arc<AtomicU64>,
+}
+
+struct Executor {
+    id: String,
+    slots: u32,
+    tx: ExecutorTx,
+    running: Vec<String>,
+    last_heartbeat: Instant,
+}
+
+struct Running {
+    key: u64,
+    reply: oneshot::Sender<TaskOutcome>,
+}
+
+struct Actor {
+    epoch: u64,
+    timeout: Duration,
+    metrics: Metrics,
+    executors: HashMap<u64, Executor>,
+    pending: VecDeque<(pb::TaskAssignment, oneshot::Sender<TaskOutcome>)>,
+    running: HashMap<String, Running>,
+}
+
+impl Scheduler {
+    /// Starts the actor; it runs until `cancel` fires.
+    pub fn spawn(
+        epoch: u64,
+        timeout: Duration,
+        metrics: Metrics,
+        cancel: CancellationToken,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Scheduler {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Actor {
+            epoch,
+            timeout,
+            metrics,
+            executors: HashMap::new(),
+            pending: VecDeque::new(),
+            running: HashMap::new(),
+        };
+        tracker.spawn(actor.run(rx, cancel));
+        Scheduler {
+            tx,
+            next_key: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Registers an attached executor; returns its connection key.
+    pub fn attach(&self, id: String, slots: u32, tx: ExecutorTx) -> u64 {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let _ = self.tx.send(Event::Attached { key, id, slots, tx });
+        key
+    }
+
+    pub fn heartbeat(&self, key: u64) {
+        let _ = self.tx.send(Event::Heartbeat { key });
+    }
+
+    pub fn result(&self, key: u64, result: pb::TaskResult) {
+        let _ = self.tx.send(Event::Result { key, result });
+    }
+
+    pub fn detach(&self, key: u64, reason: impl Into<String>) {
+        let _ = self.tx.send(Event::Detached {
+            key,
+            reason: reason.into(),
+        });
+    }
+
+    /// Runs one attempt and waits for its outcome.
+    pub async fn run_task(&self, task: pb::TaskAssignment) -> TaskOutcome {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Event::Submit { task, reply }).is_err() {
+            return TaskOutcome::Lost("scheduler stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| TaskOutcome::Lost("scheduler stopped".into()))
+    }
+
+    /// Withdraws an attempt: dropped if queued, cancelled on its executor if running.
+    pub fn cancel(&self, task_id: String) {
+        let _ = self.tx.send(Event::Cancel { task_id });
+    }
+
+    /// The executors attached now.
+    pub async fn executors(&self) -> Vec<pb::ExecutorInfo> {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Event::Snapshot { reply }).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval((self.timeout / 4).max(Duration::from_millis(50)));
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                ev = rx.recv() => match ev {
+                    Some(ev) => self.handle(ev),
+                    None => break,
+                },
+                _ = tick.tick() => self.expire(),
+            }
+            self.dispatch();
+        }
+        self.metrics.executors.set(0);
+        debug!(epoch = self.epoch, "scheduler stopped");
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Attached { key, id, slots, tx } => {
+                let stale: Vec<u64> = self
+                    .executors
+                    .iter()
+                    .filter(|(_, e)| e.id == id)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for old in stale {
+                    self.lose(old, "replaced by a new connection");
+                }
+                info!(executor = %id, slots, epoch = self.epoch, "executor attached");
+                let ex = Executor {
+                    id,
+                    slots,
+                    tx,
+                    running: Vec::new(),
+                    last_heartbeat: Instant::now(),
+                };
+                self.executors.insert(key, ex);
+            }
+            Event::Heartbeat { key } => {
+                if let Some(e) = self.executors.get_mut(&key) {
+                    e.last_heartbeat = Instant::now();
+                }
+            }
+            Event::Result { key, result } => self.complete(key, result),
+            Event::Detached { key, reason } => self.lose(key, &reason),
+            Event::Submit { task, reply } => self.pending.push_back((task, reply)),
+            Event::Cancel { task_id } => self.withdraw(&task_id),
+            Event::Snapshot { reply } => {
+                let now = Instant::now();
+                let list = self
+                    .executors
+                    .values()
+                    .map(|e| pb::ExecutorInfo {
+                        id: e.id.clone(),
+                        slots: e.slots,
+                        running_tasks: e.running.len() as u32,
+                        heartbeat_age_ms: now.duration_since(e.last_heartbeat).as_millis() as u64,
+                    })
+                    .collect();
+                let _ = reply.send(list);
+            }
+        }
+        self.metrics.executors.set(self.executors.len() as i64);
+    }
+
+    fn complete(&mut self, key: u64, result: pb::TaskResult) {
+        if result.epoch != self.epoch {
+            debug!(task = %result.task_id, epoch = result.epoch, "result from another epoch ignored");
+            return;
+        }
+        let Some(run) = self.running.remove(&result.task_id) else {
+            return;
+        };
+        if run.key != key {
+            self.running.insert(result.task_id, run);
+            return;
+        }
+        if let Some(e) = self.executors.get_mut(&key) {
+            e.running.retain(|t| t != &result.task_id);
+        }
+        let outcome = match result.outcome {
+            Some(pb::task_result::Outcome::Ok(out)) => TaskOutcome::Done(out),
+            Some(pb::task_result::Outcome::Error(err)) => TaskOutcome::Failed(err),
+            None => TaskOutcome::Failed(pb::TaskError {
+                kind: pb::ErrorKind::Retryable as i32,
+                message: "executor sent an empty result".into(),
+            }),
+        };
+        let _ = run.reply.send(outcome);
+    }
+
+    fn lose(&mut self, key: u64, reason: &str) {
+        let Some(e) = self.executors.remove(&key) else {
+            return;
+        };
+        warn!(executor = %e.id, reason, running = e.running.len(), "executor lost");
+        for task_id in e.running {
+            if let Some(run) = self.running.remove(&task_id) {
+                let _ = run.reply.send(TaskOutcome::Lost(format!(
+                    "executor {} lost: {reason}",
+                    e.id
+                )));
+            }
+        }
+        self.metrics.executors.set(self.executors.len() as i64);
+    }
+
+    fn withdraw(&mut self, task_id: &str) {
+        self.pending.retain(|(t, _)| t.task_id != task_id);
+        if let Some(run) = self.running.remove(task_id)
+            && let Some(e) = self.executors.get_mut(&run.key)
+        {
+            e.running.retain(|t| t != task_id);
+            let cancel = pb::CancelTask {
+                task_id: task_id.to_string(),
+            };
+            let msg = pb::DriverMessage {
+                kind: Some(pb::driver_message::Kind::Cancel(cancel)),
+            };
+            let _ = e.tx.try_send(Ok(msg));
+        }
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .executors
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_heartbeat) > self.timeout)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in late {
+            self.lose(key, "no heartbeat within the executor timeout");
+        }
+    }
+
+    fn dispatch(&mut self) {
+        self.pending.retain(|(_, reply)| !reply.is_closed());
+        if self.pending.is_empty() {
+            return;
+        }
+        let caps: Vec<Capacity> = self
+            .executors
+            .iter()
+            .map(|(k, e)| Capacity {
+                key: *k,
+                slots: e.slots,
+                running: e.running.len() as u32,
+            })
+            .collect();
+        for key in place(self.pending.len(), &caps) {
+            let Some((task, reply)) = self.pending.pop_front() else {
+                break;
+            };
+            let Some(e) = self.executors.get_mut(&key) else {
+                break;
+            };
+            let task_id = task.task_id.clone();
+            let msg = pb::DriverMessage {
+                kind: Some(pb::driver_message::Kind::Task(task)),
+            };
+            if e.tx.try_send(Ok(msg)).is_err() {
+                let _ = reply.send(TaskOutcome::Lost(format!("executor {} unreachable", e.id)));
+                self.lose(key, "its stream is closed or full");
+                return;
+            }
+            debug!(task = %task_id, executor = %e.id, "task dispatched");
+            e.running.push(task_id.clone());
+            self.running.insert(task_id, Running { key, reply });
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The HTTP endpoints: `/healthz` (the process is up), `/readyz` (200 only
+//! on the leader, so that a Kubernetes Service routes to the leader alone)
+//! and `/metrics` (Prometheus text format).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::DriverError;
+use crate::lifecycle::QueryState;
+use crate::state::Driver;
+
+pub async fn serve(
+    addr: SocketAddr,
+    driver: Arc<Driver>,
+    shutdown: CancellationToken,
+) -> Result<(), DriverError> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(driver);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}
+
+async fn readyz(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
+    if driver.is_leader() {
+        (StatusCode::OK, "leader\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not the leader\n")
+    }
+}
+
+async fn metrics(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
+    let m = &driver.metrics;
+    for s in QueryState::ALL {
+        m.queries.with_label_values(&[s.as_str()]).set(0);
+    }
+    if let Ok(term) = driver.term() {
+        for q in term.queries.list() {
+            m.queries.with_label_values(&[q.state().as_str()]).inc();
+        }
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        m.render(),
+    )
+}

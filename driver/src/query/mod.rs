@@ -1,0 +1,184 @@
+//! Queries: submitting, loading from the checkpoint, stopping, and running.
+//!
+//! ```text
+//!  submit ─► sources/rate ─► spec.json ─► metadata ─► runner
+//!  (all create-only; `metadata` is written last and marks a complete submit)
+//!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
+//! ```
+
+pub mod batch;
+pub mod entry;
+pub mod registry;
+pub mod retry;
+pub mod runner;
+
+use std::sync::Arc;
+
+use sluice_common::Error as CommonError;
+use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, RateSourceMeta, StopRecord};
+use sluice_common::spec::QuerySpec;
+use sluice_common::time::now_ms;
+use tracing::{error, info, warn};
+
+use crate::error::DriverError;
+use crate::lifecycle::QueryState;
+use crate::state::{Driver, Term};
+use entry::QueryEntry;
+
+/// Loads every query under the checkpoint root into `term` and starts the
+/// runners of those that are not stopped. A query whose files cannot be
+/// read is listed as FAILED with the file named; the others run on.
+pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), DriverError> {
+    for name in driver.checkpoint.query_names().await? {
+        let qc = driver.checkpoint.query(&name);
+        let loaded = async {
+            let meta = qc.metadata().await?;
+            let spec = qc.spec().await;
+            let stopped = qc.exists("stopped").await?;
+            Ok::<_, CommonError>((meta, spec, stopped))
+        }
+        .await;
+        let stop = term.cancel.child_token();
+        let entry = match loaded {
+            Ok((None, _, _)) => {
+                warn!(query = %name, "no metadata: an interrupted submit; skipped");
+                continue;
+            }
+            Ok((Some(meta), Ok(Some(spec)), stopped)) => {
+                let state = if stopped {
+                    QueryState::Stopped
+                } else {
+                    QueryState::Running
+                };
+                QueryEntry::new(
+                    meta.id.to_string(),
+                    name,
+                    Some(spec),
+                    term.epoch,
+                    state,
+                    stop,
+                )
+            }
+            Ok((Some(meta), spec, _)) => {
+                let err = match spec {
+                    Err(e) => e.to_string(),
+                    _ => format!("missing checkpoint file {}", qc.describe("spec.json")),
+                };
+                failed_entry(meta.id.to_string(), name, term, err)
+            }
+            Err(e) => failed_entry(name.clone(), name, term, e.to_string()),
+        };
+        let entry = Arc::new(entry);
+        term.queries.insert(entry.clone());
+        if entry.state() == QueryState::Running {
+            runner::spawn(driver.clone(), term.clone(), entry);
+        }
+    }
+    Ok(())
+}
+
+fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEntry {
+    error!(query = %name, error = %error, "query cannot be loaded");
+    let e = QueryEntry::new(
+        id,
+        name,
+        None,
+        term.epoch,
+        QueryState::Running,
+        term.cancel.child_token(),
+    );
+    e.transition(QueryState::Failed, Some(error));
+    e
+}
+
+/// Submits a new query: writes its checkpoint and starts its runner.
+pub async fn submit(
+    driver: &Arc<Driver>,
+    term: &Arc<Term>,
+    spec: QuerySpec,
+) -> Result<Arc<QueryEntry>, DriverError> {
+    let _guard = term.queries.submit_lock.lock().await;
+    if let Some(existing) = term.queries.get(&spec.name) {
+        return Err(conflict(&spec, existing.spec.as_ref(), existing.state()));
+    }
+    let qc = driver.checkpoint.query(&spec.name);
+    if let Some(old) = qc.spec().await? {
+        // Same spec and no metadata: an interrupted submit, which this one completes.
+        if old != spec || qc.metadata().await?.is_some() {
+            return Err(conflict(&spec, Some(&old), QueryState::Running));
+        }
+    }
+    let rate = RateSourceMeta {
+        version: RECORD_VERSION,
+        start_ms: now_ms(),
+    };
+    qc.create("sources/rate", &rate).await?;
+    let (stored, _) = qc.create("spec.json", &spec).await?;
+    if stored != spec {
+        return Err(conflict(&spec, Some(&stored), QueryState::Running));
+    }
+    let meta = QueryMetadata {
+        version: RECORD_VERSION,
+        id: uuid::Uuid::new_v4(),
+        name: spec.name.clone(),
+        created_ms: now_ms(),
+    };
+    let (meta, created) = qc.create("metadata", &meta).await?;
+    if !created {
+        return Err(DriverError::AlreadyExists(format!(
+            "query {:?} already exists",
+            spec.name
+        )));
+    }
+    info!(query = %spec.name, id = %meta.id, epoch = term.epoch, "query submitted");
+    let entry = Arc::new(QueryEntry::new(
+        meta.id.to_string(),
+        spec.name.clone(),
+        Some(spec),
+        term.epoch,
+        QueryState::Running,
+        term.cancel.child_token(),
+    ));
+    term.queries.insert(entry.clone());
+    runner::spawn(driver.clone(), term.clone(), entry.clone());
+    Ok(entry)
+}
+
+fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryState) -> DriverError {
+    let name = &new.name;
+    match old {
+        Some(old) if old == new => DriverError::AlreadyExists(format!(
+            "query {name:?} already exists (state {})",
+            state.as_str()
+        )),
+        Some(old) => DriverError::FailedPrecondition(format!(
+            "query {name:?} already has a checkpoint with a different spec: {}",
+            old.diff(new).join(", ")
+        )),
+        None => DriverError::FailedPrecondition(format!(
+            "query {name:?} already has a checkpoint whose spec cannot be read"
+        )),
+    }
+}
+
+/// Stops a query: writes the `stopped` marker, then cancels its runner.
+pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEntry>, DriverError> {
+    let entry = term.queries.find(key)?;
+    if !entry.state().can_become(QueryState::Stopped) {
+        return Ok(entry);
+    }
+    let record = StopRecord {
+        version: RECORD_VERSION,
+        stopped_ms: now_ms(),
+        epoch: term.epoch,
+    };
+    driver
+        .checkpoint
+        .query(&entry.name)
+        .create("stopped", &record)
+        .await?;
+    entry.transition(QueryState::Stopped, None);
+    entry.stop.cancel();
+    info!(query = %entry.name, epoch = term.epoch, "query stopped");
+    Ok(entry)
+}

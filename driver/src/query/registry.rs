@@ -1,0 +1,48 @@
+//! The queries of one term, by name, with lookup by name or id.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::DriverError;
+use crate::query::entry::QueryEntry;
+
+#[derive(Default)]
+pub struct Queries {
+    map: Mutex<BTreeMap<String, Arc<QueryEntry>>>,
+    /// Serializes submissions so that a name is checked and claimed at once.
+    pub submit_lock: tokio::sync::Mutex<()>,
+}
+
+impl Queries {
+    /// Finds a query by name or id.
+    pub fn find(&self, key: &str) -> Result<Arc<QueryEntry>, DriverError> {
+        let map = self
+            .map
+            .lock()
+            .map_err(|_| DriverError::Internal("query map poisoned".into()))?;
+        if let Some(e) = map.get(key) {
+            return Ok(e.clone());
+        }
+        map.values()
+            .find(|e| e.id == key)
+            .cloned()
+            .ok_or_else(|| DriverError::NotFound(key.to_string()))
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<QueryEntry>> {
+        self.map.lock().ok()?.get(name).cloned()
+    }
+
+    pub fn list(&self) -> Vec<Arc<QueryEntry>> {
+        self.map
+            .lock()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn insert(&self, entry: Arc<QueryEntry>) {
+        if let Ok(mut m) = self.map.lock() {
+            m.insert(entry.name.clone(), entry);
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The micro-batch loop of one query.
+//!
+//! ```text
+//!  recover ──► plan N ──► offsets/N ──► tasks ──► sink manifest ──► commits/N ──┐
+//!     │          ▲                                                              │
+//!     │          └──────────────────────── N+1 ◄────────────────────────────────┘
+//!     └─ re-run N from offsets/N when it was planned but not committed
+//! ```
+//!
+//! The loop ends when a bounded source is fully committed (FINISHED), when
+//! the query is stopped or the term ends (cancellation), or on an error
+//! that cannot be retried (FAILED). Storage errors are retried with backoff
+//! and shown in the query's status meanwhile.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_common::checkpoint::{
+    OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SourceOffsets, padded,
+};
+use sluice_common::sink::FileSink;
+use sluice_common::spec::QuerySpec;
+use sluice_common::time::now_ms;
+use sluice_common::{Error as CommonError, rate};
+use tracing::{Instrument, error, info, info_span, warn};
+
+use super::batch::{self, Timings};
+use super::entry::QueryEntry;
+use super::retry::backoff;
+use crate::error::DriverError;
+use crate::lifecycle::QueryState;
+use crate::planner::{PlanDecision, PlanInput, plan};
+use crate::recovery::{Recovery, decide};
+use crate::state::{Driver, Term};
+
+/// Everything a runner works with.
+pub struct Ctx {
+    pub driver: Arc<Driver>,
+    pub term: Arc<Term>,
+    pub entry: Arc<QueryEntry>,
+    pub spec: QuerySpec,
+    pub qc: QueryCheckpoint,
+    pub rate_start_ms: i64,
+    pub sink: Option<FileSink>,
+}
+
+/// Starts the runner of `entry` as a task owned by the term.
+pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
+    let span = info_span!("query", query = %entry.name, epoch = term.epoch);
+    let tasks = term.tasks.clone();
+    tasks.spawn(run(driver, term, entry).instrument(span));
+}
+
+async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
+    let stop = entry.stop.clone();
+    let result = tokio::select! {
+        biased;
+        _ = stop.cancelled() => Err(DriverError::Cancelled),
+        r = drive(driver, term, entry.clone()) => r,
+    };
+    match result {
+        Ok(()) => {
+            entry.transition(QueryState::Finished, None);
+        }
+        Err(DriverError::Cancelled | DriverError::Deposed { .. }) => {}
+        Err(e) => {
+            error!(error = %e, "query failed");
+            entry.transition(QueryState::Failed, Some(e.to_string()));
+        }
+    }
+}
+
+async fn drive(
+    driver: Arc<Driver>,
+    term: Arc<Term>,
+    entry: Arc<QueryEntry>,
+) -> Result<(), DriverError> {
+    let spec = entry
+        .spec
+        .clone()
+        .ok_or_else(|| DriverError::Internal("query has no spec".into()))?;
+    let qc = driver.checkpoint.query(&entry.name);
+    let mut ctx = Ctx {
+        driver,
+        term,
+        entry,
+        spec,
+        qc,
+        rate_start_ms: 0,
+        sink: None,
+    };
+    let meta: Option<RateSourceMeta> = ctx
+        .storage("read sources/rate", || ctx.qc.read("sources/rate"))
+        .await?;
+    ctx.rate_start_ms = meta
+        .ok_or_else(|| CommonError::Corrupt {
+            path: ctx.qc.describe("sources/rate"),
+            reason: "missing".into(),
+        })?
+        .start_ms;
+    let path = ctx.spec.sink_path().to_string();
+    ctx.sink = Some(
+        ctx.storage("open sink", || async { FileSink::open(&path) })
+            .await?,
+    );
+
+    let (mut next, mut committed_end, mut rerun) = recover(&ctx).await?;
+    ctx.entry.set_committed(next as i64 - 1, committed_end);
+    info!(
+        batch = next,
+        committed_end,
+        rerun = rerun.is_some(),
+        "query resumed"
+    );
+    let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
+    let mut last_start: Option<Instant> = None;
+    loop {
+        let (offsets, timings) = match rerun.take() {
+            Some(o) => (o, Timings::replay(last_start)),
+            None => match plan_next(&ctx, next, committed_end, interval, last_start).await? {
+                Some(x) => x,
+                None => return Ok(()),
+            },
+        };
+        last_start = Some(timings.started);
+        batch::execute(&ctx, &offsets, timings).await?;
+        committed_end = offsets.source.end_value();
+        next = offsets.batch_id + 1;
+        purge_old(&ctx, offsets.batch_id);
+    }
+}
+
+/// Where to start, from the checkpoint (see [`crate::recovery`]).
+async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverError> {
+    let offsets = ctx
+        .storage("list offsets", || ctx.qc.latest("offsets"))
+        .await?;
+    let commits = ctx
+        .storage("list commits", || ctx.qc.latest("commits"))
+        .await?;
+    let missing = |rel: String| CommonError::Corrupt {
+        path: ctx.qc.describe(&rel),
+        reason: "missing".into(),
+    };
+    match decide(offsets, commits) {
+        Recovery::Fresh => Ok((0, 0, None)),
+        Recovery::Next { committed } => {
+            let c = ctx
+                .storage("read commit", || ctx.qc.commit(committed))
+                .await?;
+            let c = c.ok_or_else(|| missing(format!("commits/{}", padded(committed))))?;
+            Ok((committed + 1, c.end_value, None))
+        }
+        Recovery::Rerun { batch } => {
+            let o = ctx
+                .storage("read offsets", || ctx.qc.offsets(batch))
+                .await?;
+            let o = o.ok_or_else(|| missing(format!("offsets/{}", padded(batch))))?;
+            let end = if batch == 0 {
+                0
+            } else {
+                let c = ctx
+                    .storage("read commit", || ctx.qc.commit(batch - 1))
+                    .await?;
+                c.ok_or_else(|| missing(format!("commits/{}", padded(batch - 1))))?
+                    .end_value
+            };
+            let SourceOffsets::Rate { start_value, .. } = o.source;
+            if start_value != end || o.batch_id != batch {
+                return Err(CommonError::Corrupt {
+                    path: ctx.qc.describe(&format!("offsets/{}", padded(batch))),
+                    reason: format!(
+                        "starts at {start_value}, but the previous batch ended at {end}"
+                    ),
+                }
+                .into());
+            }
+            Ok((batch, end, Some(o)))
+        }
+        Recovery::Damaged { reason } => Err(CommonError::Corrupt {
+            path: ctx.qc.describe(""),
+            reason,
+        }
+        .into()),
+    }
+}
+
+/// Waits for the trigger and for new rows, then writes `offsets/N`.
+/// Returns `None` once a bounded source is fully committed.
+async fn plan_next(
+    ctx: &Ctx,
+    batch_id: u64,
+    committed_end: u64,
+    interval: Duration,
+    last_start: Option<Instant>,
+) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
+    let rate = ctx.spec.rate();
+    if let Some(prev) = last_start {
+        ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
+            .await?;
+    }
+    loop {
+        let started = Instant::now();
+        let now = now_ms();
+        let available = rate::available_rows(
+            ctx.rate_start_ms,
+            now,
+            rate.rows_per_second,
+            rate.total_rows,
+        );
+        let input = PlanInput {
+            committed_end,
+            available,
+            max_rows_per_batch: ctx.spec.max_rows_per_batch,
+            total_rows: rate.total_rows,
+        };
+        let (start, end) = match plan(input) {
+            PlanDecision::Finished => return Ok(None),
+            PlanDecision::Wait => {
+                let due =
+                    rate::timestamp_ms(ctx.rate_start_ms, committed_end, rate.rows_per_second);
+                ctx.sleep(Duration::from_millis((due - now).clamp(1, 1000) as u64))
+                    .await?;
+                continue;
+            }
+            PlanDecision::Batch { start, end } => (start, end),
+        };
+        let record = OffsetRecord {
+            version: RECORD_VERSION,
+            batch_id,
+            epoch: ctx.term.epoch,
+            batch_timestamp_ms: now,
+            watermark_ms: 0,
+            source: SourceOffsets::Rate {
+                start_value: start,
+                end_value: end,
+            },
+        };
+        let latest_offset = started.elapsed();
+        let t = Instant::now();
+        let rel = format!("offsets/{}", padded(batch_id));
+        let (stored, ours) = ctx
+            .storage("write offsets", || ctx.qc.create(&rel, &record))
+            .await?;
+        if !ours {
+            warn!(
+                batch = batch_id,
+                "offsets already written by another driver; adopting"
+            );
+            ctx.driver.confirm_leadership(&ctx.term).await?;
+        }
+        let timings = Timings {
+            started,
+            latest_offset,
+            wal_commit: t.elapsed(),
+            previous: last_start,
+        };
+        return Ok(Some((stored, timings)));
+    }
+}
+
+/// Deletes old log entries in the background, off the batch's critical path.
+fn purge_old(ctx: &Ctx, committed: u64) {
+    let retain = ctx.driver.config.retain_batches;
+    if !committed.is_multiple_of(10) || committed < retain {
+        return;
+    }
+    let qc = ctx.qc.clone();
+    let keep_from = committed + 1 - retain;
+    ctx.term.tasks.spawn(async move {
+        if let Err(e) = qc.purge_before(keep_from).await {
+            warn!(error = %e, keep_from, "purging old batches failed; will try again later");
+        }
+    });
+}
+
+impl Ctx {
+    pub fn sink(&self) -> Result<&FileSink, DriverError> {
+        self.sink
+            .as_ref()
+            .ok_or_else(|| DriverError::Internal("sink not open".into()))
+    }
+
+    /// Sleeps unless the query is stopped or the term ends first.
+    pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
+        if d.is_zero() {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            _ = self.entry.stop.cancelled() => Err(DriverError::Cancelled),
+            _ = tokio::time::sleep(d) => Ok(()),
+        }
+    }
+
+    /// Runs a storage operation, retrying retryable errors with backoff for
+    /// as long as they last; the error shows in the query's status meanwhile.
+    pub async fn storage<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, DriverError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = sluice_common::Result<T>>,
+    {
+        let mut streak = 0u32;
+        loop {
+            match op().await {
+                Ok(v) => {
+                    if streak > 0 {
+                        self.entry.set_error(String::new());
+                    }
+                    return Ok(v);
+                }
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, what, attempt = streak + 1, "storage error; retrying");
+                    self.entry.set_error(format!("{what}: {e} (retrying)"));
+                    self.sleep(backoff(streak, 10_000)).await?;
+                    streak += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Process-wide driver state and the leader term.
+//!
+//! A [`Driver`] lives as long as the process. A [`Term`] lives as long as
+//! this driver leads with one epoch: it owns the scheduler, the queries and
+//! every task they spawned, all under one cancellation token. Losing the
+//! leadership cancels the term, which stops dispatching and committing.
+
+use std::sync::Arc;
+
+use sluice_common::checkpoint::Checkpoint;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use crate::cluster::scheduler::Scheduler;
+use crate::config::DriverConfig;
+use crate::error::DriverError;
+use crate::metrics::Metrics;
+use crate::query::registry::Queries;
+
+/// What this driver is doing now.
+#[derive(Clone)]
+pub enum Role {
+    Starting,
+    Leader(Arc<Term>),
+    Standby { leader: Option<String> },
+}
+
+pub struct Driver {
+    pub config: DriverConfig,
+    pub checkpoint: Checkpoint,
+    pub metrics: Metrics,
+    role: watch::Sender<Role>,
+}
+
+impl Driver {
+    pub fn new(config: DriverConfig, checkpoint: Checkpoint, metrics: Metrics) -> Self {
+        Driver {
+            config,
+            checkpoint,
+            metrics,
+            role: watch::Sender::new(Role::Starting),
+        }
+    }
+
+    /// The current term, or `NotLeader` with the leader's address if known.
+    pub fn term(&self) -> Result<Arc<Term>, DriverError> {
+        match &*self.role.borrow() {
+            Role::Leader(t) if !t.cancel.is_cancelled() => Ok(t.clone()),
+            Role::Standby { leader } => Err(DriverError::NotLeader {
+                leader: leader.clone(),
+            }),
+            _ => Err(DriverError::NotLeader { leader: None }),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.term().is_ok()
+    }
+
+    pub fn set_role(&self, role: Role) {
+        let leading = matches!(role, Role::Leader(_));
+        self.metrics.is_leader.set(i64::from(leading));
+        if let Role::Leader(t) = &role {
+            self.metrics.epoch.set(t.epoch as i64);
+        }
+        self.role.send_replace(role);
+    }
+
+    /// Confirms that `term` still holds the leadership. Called whenever a
+    /// create-only write finds a file this term did not write (DESIGN.md,
+    /// invariant 4). A deposed term is cancelled at once.
+    pub async fn confirm_leadership(&self, term: &Term) -> Result<(), DriverError> {
+        let highest = self.checkpoint.highest_epoch().await?;
+        if highest > term.epoch {
+            warn!(
+                epoch = term.epoch,
+                newer = highest,
+                "a newer epoch exists; stepping down"
+            );
+            term.cancel.cancel();
+            return Err(DriverError::Deposed { epoch: term.epoch });
+        }
+        Ok(())
+    }
+}
+
+/// One leadership term.
+pub struct Term {
+    pub epoch: u64,
+    pub cancel: CancellationToken,
+    pub scheduler: Scheduler,
+    pub queries: Queries,
+    pub tasks: TaskTracker,
+}
+
+impl Term {
+    pub fn new(epoch: u64, driver: &Driver, cancel: CancellationToken) -> Arc<Term> {
+        let tasks = TaskTracker::new();
+        let scheduler = Scheduler::spawn(
+            epoch,
+            driver.config.executor_timeout,
+            driver.metrics.clone(),
+            cancel.clone(),
+            &tasks,
+        );
+        Arc::new(Term {
+            epoch,
+            cancel,
+            scheduler,
+            queries: Queries::default(),
+            tasks,
+        })
+    }
+
+    /// Cancels everything the term started and waits for it to finish.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
