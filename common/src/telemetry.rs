@@ -1,6 +1,8 @@
 //! Tracing setup for the binaries: `SLUICE_LOG` (or `RUST_LOG`) filters,
 //! defaulting to `info`. Logs go to stderr.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Safe to call more than once.
@@ -13,5 +15,6 @@ pub fn init() {
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
