@@ -1,1 +1,63 @@
+//! `sluice-executor`: attaches to the driver, heartbeats, and runs the
+//! partition tasks it is given. The driver never dials an executor.
+//!
+//! ```text
+//!  run(config, shutdown)
+//!    └─ connection::serve      pick a driver, follow leader hints, back off
+//!         └─ session::run      one Attach stream: hello, heartbeats, dispatch
+//!              └─ runner::Runner  queued and running tasks, slots, cancel
+//!                   └─ task::execute   one task: generate, encode, write
+//! ```
+//!
+//! `sluice local` and `sluice bench` embed executors in-process through
+//! [`run`]; the `sluice-executor` binary wraps it with flags and signals.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+pub mod config;
+pub mod connection;
+pub mod error;
+mod runner;
+pub mod session;
+pub mod task;
+
+pub use config::{Cli, ExecutorConfig};
+pub use error::ExecutorError;
+
+/// State shared by the sessions of one executor, across reconnects.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ExecutorConfig,
+    /// The highest driver epoch seen (Welcome or task). Only grows.
+    pub(crate) max_epoch: AtomicU64,
+    /// One permit per slot.
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) sinks: Arc<task::SinkCache>,
+}
+
+/// Runs one executor until `shutdown` is cancelled, then drains (up to
+/// [`session::DRAIN_TIMEOUT`]) and returns. A driver that is down or not the
+/// leader never makes this return; only an invalid `config` does.
+pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<(), ExecutorError> {
+    let config = config.validated()?;
+    tracing::info!(
+        executor = %config.id,
+        slots = config.slots,
+        heartbeat_ms = config.heartbeat.as_millis() as u64,
+        drivers = ?config.drivers,
+        "executor starting"
+    );
+    let shared = Arc::new(Shared {
+        slots: Arc::new(Semaphore::new(config.slots as usize)),
+        max_epoch: AtomicU64::new(0),
+        sinks: Arc::default(),
+        config,
+    });
+    let result = connection::serve(shared.clone(), shutdown).await;
+    tracing::info!(executor = %shared.config.id, "executor stopped");
+    result
+}

@@ -1,0 +1,181 @@
+//! Command-line flags (each also `SLUICE_<FLAG>` in the environment) and the
+//! validated [`ExecutorConfig`] they turn into.
+//!
+//! ```text
+//! argv / env ──clap──► Cli ──TryFrom (validate, normalise)──► ExecutorConfig ──► run()
+//! ```
+//!
+//! Driver addresses are normalised to `http://host:port`, so the connection
+//! layer never has to guess a scheme.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::error::ExecutorError;
+
+/// `sluice-executor`: attaches to the driver, heartbeats and runs tasks.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sluice-executor", version, about)]
+pub struct Cli {
+    /// Driver addresses, comma-separated (`host:port` or `http://host:port`).
+    /// Standbys redirect to the leader.
+    #[arg(long, env = "SLUICE_DRIVER", value_delimiter = ',', required = true)]
+    pub driver: Vec<String>,
+    /// Tasks run at once (default: the number of cores).
+    #[arg(long, env = "SLUICE_SLOTS")]
+    pub slots: Option<u32>,
+    /// Interval between heartbeats, in milliseconds.
+    #[arg(long, env = "SLUICE_HEARTBEAT_MS", default_value_t = 1000)]
+    pub heartbeat_ms: u64,
+    /// This executor's name (default: `executor-<uuid>`).
+    #[arg(long, env = "SLUICE_ID")]
+    pub id: Option<String>,
+}
+
+/// The validated configuration of one executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Driver addresses as `http://host:port`, tried in order.
+    pub drivers: Vec<String>,
+    /// Tasks run at once; at least 1.
+    pub slots: u32,
+    /// Interval between heartbeats; above zero.
+    pub heartbeat: Duration,
+    /// The name the driver knows this executor by.
+    pub id: String,
+}
+
+impl TryFrom<Cli> for ExecutorConfig {
+    type Error = ExecutorError;
+
+    fn try_from(cli: Cli) -> Result<Self, ExecutorError> {
+        let config = ExecutorConfig {
+            drivers: cli.driver,
+            slots: cli.slots.unwrap_or_else(default_slots),
+            heartbeat: Duration::from_millis(cli.heartbeat_ms),
+            id: cli
+                .id
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(default_id),
+        };
+        config.validated()
+    }
+}
+
+impl ExecutorConfig {
+    /// Checks every field and normalises the driver addresses. [`crate::run`]
+    /// calls this too, for configurations built in code.
+    pub fn validated(mut self) -> Result<Self, ExecutorError> {
+        let mut drivers = Vec::with_capacity(self.drivers.len());
+        for raw in &self.drivers {
+            let raw = raw.trim();
+            if raw.is_empty() {
+                continue;
+            }
+            let addr = normalize_address(raw)
+                .map_err(|reason| ExecutorError::Config(format!("--driver {raw:?}: {reason}")))?;
+            drivers.push(addr);
+        }
+        if drivers.is_empty() {
+            return Err(ExecutorError::Config(
+                "--driver needs at least one address".into(),
+            ));
+        }
+        if self.slots == 0 {
+            return Err(ExecutorError::Config("--slots must be at least 1".into()));
+        }
+        if self.heartbeat.is_zero() {
+            return Err(ExecutorError::Config(
+                "--heartbeat-ms must be above 0".into(),
+            ));
+        }
+        if self.id.trim().is_empty() {
+            return Err(ExecutorError::Config("--id must not be empty".into()));
+        }
+        self.drivers = drivers;
+        Ok(self)
+    }
+}
+
+/// `host:port` → `http://host:port`; an `http://` URL is kept. Refuses
+/// anything else (this build has no TLS).
+pub fn normalize_address(raw: &str) -> Result<String, String> {
+    let raw = raw.trim().trim_end_matches('/');
+    let url = if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("http://{raw}")
+    };
+    if !url.starts_with("http://") {
+        return Err("the scheme must be http:// (TLS is not supported)".into());
+    }
+    let uri: tonic::codegen::http::Uri = url.parse().map_err(|e| format!("{e}"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("missing host".into());
+    }
+    Ok(url)
+}
+
+fn default_slots() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+}
+
+fn default_id() -> String {
+    format!("executor-{}", uuid::Uuid::new_v4().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ExecutorConfig, String> {
+        let mut argv = vec!["sluice-executor"];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        ExecutorConfig::try_from(cli).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_normalised_addresses() {
+        let c = parse(&["--driver", "127.0.0.1:7070,http://d2:7071"]).unwrap();
+        assert_eq!(c.drivers, vec!["http://127.0.0.1:7070", "http://d2:7071"]);
+        assert!(c.slots >= 1);
+        assert_eq!(c.heartbeat, Duration::from_millis(1000));
+        assert!(c.id.starts_with("executor-"), "{}", c.id);
+        let c = parse(&["--driver=d:1", "--slots=3", "--heartbeat-ms=250", "--id=e1"]).unwrap();
+        assert_eq!(
+            (c.slots, c.heartbeat.as_millis(), c.id.as_str()),
+            (3, 250, "e1")
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_the_flag() {
+        assert!(
+            parse(&["--driver", "d:1", "--slots", "0"])
+                .unwrap_err()
+                .contains("--slots")
+        );
+        let e = parse(&["--driver", "d:1", "--heartbeat-ms", "0"]).unwrap_err();
+        assert!(e.contains("--heartbeat-ms"), "{e}");
+        assert!(parse(&["--driver", ","]).unwrap_err().contains("--driver"));
+        assert!(
+            parse(&["--driver", "ftp://x:1"])
+                .unwrap_err()
+                .contains("--driver")
+        );
+        assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn address_forms() {
+        assert_eq!(normalize_address("h:1").unwrap(), "http://h:1");
+        assert_eq!(normalize_address("http://h:1/").unwrap(), "http://h:1");
+        assert!(normalize_address("https://h:1").is_err());
+        assert!(normalize_address("a b").is_err());
+        assert!(normalize_address("grpc://h:1").is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! The connection loop: which driver to dial, how long to wait, and when to
+//! give up (never, except on shutdown).
+//!
+//! ```text
+//!            ┌──────────────────────────────────────────────┐
+//!            ▼                                              │
+//!   pick target (leader hint first, else drivers[i])        │
+//!            │ connect (1 s timeout, HTTP/2 keepalive)      │
+//!            ▼                                              │
+//!   session::run ── Drained ──► return Ok                   │
+//!            │ Lost / connect error                         │
+//!            ▼                                              │
+//!   UNAVAILABLE + `sluice-leader`? ─yes─► follow it (once at once)
+//!            │ no: rotate to drivers[i+1]                   │
+//!            ▼                                              │
+//!   sleep backoff (100 ms, 200 ms, … capped at 2 s) ────────┘
+//! ```
+//!
+//! The target rotation, the hint parsing and the backoff schedule are pure
+//! and unit-tested; only [`connect`] and [`serve`] do I/O.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_proto::cluster_service_client::ClusterServiceClient;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{info, warn};
+
+use crate::Shared;
+use crate::config::normalize_address;
+use crate::error::ExecutorError;
+use crate::session::{self, SessionEnd};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The delay before attempt number `failures + 1`, after `failures`
+/// consecutive failures: 0, 100 ms, 200 ms, 400 ms, … capped at 2 s.
+pub fn backoff(failures: u32) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
+    BACKOFF_FIRST.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+/// The delay before the next attempt. A fresh leader hint is followed at
+/// once; a chain of hints (standbys pointing at each other) backs off.
+pub fn next_delay(failures: u32, redirect_streak: u32) -> Duration {
+    if redirect_streak == 1 {
+        Duration::ZERO
+    } else {
+        backoff(failures)
+    }
+}
+
+/// The leader address a standby put in an `UNAVAILABLE` status, normalised.
+pub fn leader_hint(status: &tonic::Status) -> Option<String> {
+    if status.code() != tonic::Code::Unavailable {
+        return None;
+    }
+    let value = status
+        .metadata()
+        .get(sluice_proto::LEADER_METADATA_KEY)?
+        .to_str()
+        .ok()?;
+    normalize_address(value).ok()
+}
+
+/// The driver addresses to try, in order, plus a pending leader hint.
+#[derive(Debug, Clone)]
+pub struct Targets {
+    drivers: Vec<String>,
+    index: usize,
+    redirect: Option<String>,
+}
+
+impl Targets {
+    /// Starts with the first of `drivers` (which must not be empty).
+    pub fn new(drivers: Vec<String>) -> Self {
+        Targets {
+            drivers,
+            index: 0,
+            redirect: None,
+        }
+    }
+
+    /// The address to dial next.
+    pub fn current(&self) -> String {
+        match &self.redirect {
+            Some(r) => r.clone(),
+            None => self.drivers.get(self.index).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Records a failed attempt: follow `hint` next, or else rotate.
+    pub fn failed(&mut self, hint: Option<String>) {
+        let followed = self.redirect.take();
+        match hint {
+            Some(h) => self.redirect = Some(h),
+            // A failed redirect falls back to the list where it left off.
+            None if followed.is_some() => {}
+            None => self.index = (self.index + 1) % self.drivers.len().max(1),
+        }
+    }
+}
+
+/// Opens a channel to one driver and wraps it in a client.
+pub async fn connect(addr: &str) -> Result<ClusterServiceClient<Channel>, ExecutorError> {
+    let to_err = |source| ExecutorError::Connect {
+        addr: addr.to_string(),
+        source,
+    };
+    let endpoint = Endpoint::from_shared(addr.to_string())
+        .map_err(to_err)?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
+    let channel = endpoint.connect().await.map_err(to_err)?;
+    Ok(ClusterServiceClient::new(channel))
+}
+
+/// Attaches to a driver again and again until `shutdown`.
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) -> Result<(), ExecutorError> {
+    let mut targets = Targets::new(shared.config.drivers.clone());
+    let mut failures = 0u32;
+    let mut redirect_streak = 0u32;
+    loop {
+        let addr = targets.current();
+        let connected = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(()),
+            r = connect(&addr) => r,
+        };
+        let err = match connected {
+            Err(e) => e,
+            Ok(client) => match session::run(&shared, &addr, client, &shutdown).await {
+                SessionEnd::Drained => return Ok(()),
+                SessionEnd::Lost { welcomed, error } => {
+                    if welcomed {
+                        failures = 0;
+                        redirect_streak = 0;
+                    }
+                    error
+                }
+            },
+        };
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        failures = failures.saturating_add(1);
+        let hint = err.status().and_then(leader_hint);
+        redirect_streak = match hint {
+            Some(_) => redirect_streak.saturating_add(1),
+            None => 0,
+        };
+        targets.failed(hint.clone());
+        let delay = next_delay(failures, redirect_streak);
+        if hint.is_some() {
+            info!(driver = %addr, leader = %targets.current(), "following leader hint");
+        } else {
+            warn!(
+                driver = %addr,
+                error = %err,
+                retryable = err.is_retryable(),
+                failures,
+                next = %targets.current(),
+                delay_ms = delay.as_millis() as u64,
+                "driver connection failed; reconnecting"
+            );
+        }
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let ms: Vec<u128> = (0..8).map(|f| backoff(f).as_millis()).collect();
+        assert_eq!(ms, vec![0, 100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_fresh_hint_is_followed_at_once_but_chains_back_off() {
+        assert_eq!(next_delay(3, 1), Duration::ZERO);
+        assert_eq!(next_delay(3, 2), backoff(3));
+        assert_eq!(next_delay(3, 0), backoff(3));
+    }
+
+    #[test]
+    fn targets_rotate_and_follow_hints() {
+        let mut t = Targets::new(vec!["http://a:1".into(), "http://b:1".into()]);
+        assert_eq!(t.current(), "http://a:1");
+        t.failed(None);
+        assert_eq!(t.current(), "http://b:1");
+        t.failed(Some("http://leader:1".into()));
+        assert_eq!(t.current(), "http://leader:1");
+        // The leader fails too: back to the list where we were.
+        t.failed(None);
+        assert_eq!(t.current(), "http://b:1");
+        t.failed(None);
+        assert_eq!(t.current(), "http://a:1");
+    }
+
+    #[test]
+    fn hints_come_only_from_unavailable_with_metadata() {
+        let mut s = tonic::Status::unavailable("not the leader");
+        assert_eq!(leader_hint(&s), None);
+        s.metadata_mut().insert(
+            sluice_proto::LEADER_METADATA_KEY,
+            "10.0.0.2:7070".parse().unwrap(),
+        );
+        assert_eq!(leader_hint(&s).as_deref(), Some("http://10.0.0.2:7070"));
+        let mut other = tonic::Status::internal("boom");
+        other
+            .metadata_mut()
+            .insert(sluice_proto::LEADER_METADATA_KEY, "x:1".parse().unwrap());
+        assert_eq!(leader_hint(&other), None);
+    }
+}

@@ -1,0 +1,107 @@
+//! The one error type of `sluice-executor`.
+//!
+//! Two families share it: errors of the connection to a driver (always
+//! retried by the connection loop; the executor never exits because a driver
+//! is down) and errors of one task (mapped to a wire `ErrorKind` by
+//! [`crate::task::task_error`]).
+
+/// Errors of the executor: configuration, the driver connection, tasks.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// A flag or a field of [`crate::ExecutorConfig`] is unusable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// The TCP/HTTP2 connection to a driver failed.
+    #[error("cannot connect to driver {addr}: {}", chain(source))]
+    Connect {
+        addr: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+
+    /// The driver refused or broke the attach stream with a status.
+    #[error("driver {addr}: {}: {}", status.code(), status.message())]
+    Rpc { addr: String, status: tonic::Status },
+
+    /// The driver ended the attach stream cleanly, or dropped our requests.
+    #[error("driver {addr} closed the stream")]
+    StreamClosed { addr: String },
+
+    /// A task assignment lacks a field or has an impossible value.
+    #[error("malformed task assignment: {0}")]
+    MalformedTask(String),
+
+    /// A task came from an epoch older than one this executor has seen.
+    #[error("task epoch {task_epoch} is older than epoch {max_seen} already seen")]
+    StaleEpoch { task_epoch: u64, max_seen: u64 },
+
+    /// The executor is shutting down and takes no new tasks.
+    #[error("executor draining")]
+    Draining,
+
+    /// A task's future panicked.
+    #[error("task panicked: {0}")]
+    TaskPanicked(String),
+
+    /// Source, sink or storage failure inside a task.
+    #[error(transparent)]
+    Common(#[from] sluice_common::Error),
+}
+
+impl ExecutorError {
+    /// True when the same operation may succeed if tried again (on this
+    /// executor or another one).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ExecutorError::Connect { .. }
+            | ExecutorError::Rpc { .. }
+            | ExecutorError::StreamClosed { .. }
+            | ExecutorError::Draining
+            | ExecutorError::TaskPanicked(_) => true,
+            ExecutorError::Common(e) => e.is_retryable(),
+            ExecutorError::Config(_)
+            | ExecutorError::MalformedTask(_)
+            | ExecutorError::StaleEpoch { .. } => false,
+        }
+    }
+
+    /// The gRPC status behind this error, if any.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            ExecutorError::Rpc { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+}
+
+/// An error and its sources, `outer: inner: root`; transport errors only
+/// say what went wrong in their sources ("connection refused").
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = e.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryability() {
+        assert!(ExecutorError::Draining.is_retryable());
+        assert!(ExecutorError::StreamClosed { addr: "a".into() }.is_retryable());
+        assert!(!ExecutorError::Config("x".into()).is_retryable());
+        assert!(!ExecutorError::MalformedTask("x".into()).is_retryable());
+        let conflict = sluice_common::Error::Conflict { path: "p".into() };
+        assert!(!ExecutorError::from(conflict).is_retryable());
+    }
+}

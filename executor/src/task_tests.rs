@@ -1,0 +1,160 @@
+//! Unit tests of `task.rs`: the pure decisions, and one rate task into a
+//! temporary sink.
+
+use super::*;
+use tokio::sync::Semaphore;
+
+fn slot() -> OwnedSemaphorePermit {
+    Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
+}
+
+use sluice_proto::{FileSink as FileSinkSpec, Sink, TaskSource};
+
+fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment {
+    TaskAssignment {
+        task_id: "t1".into(),
+        query_id: "q".into(),
+        query_name: "demo".into(),
+        batch_id: 7,
+        partition,
+        attempt: 0,
+        epoch: 3,
+        source: Some(TaskSource {
+            kind: Some(task_source::Kind::Rate(RateTask {
+                partitions: 2,
+                rows_per_second: 10,
+                start_ms: 1_000,
+                start_value: start,
+                end_value: end,
+            })),
+        }),
+        sink: Some(Sink {
+            kind: Some(sink::Kind::Files(FileSinkSpec {
+                path: dir.into(),
+                format: "jsonl".into(),
+            })),
+        }),
+    }
+}
+
+#[test]
+fn admission_refuses_only_older_epochs() {
+    assert_eq!(admit(5, 5), Admission::Run);
+    assert_eq!(admit(6, 5), Admission::Run);
+    assert_eq!(admit(0, 0), Admission::Run);
+    assert_eq!(admit(4, 5), Admission::Stale { max_seen: 5 });
+}
+
+#[test]
+fn error_kinds() {
+    use sluice_common::Error as E;
+    assert_eq!(
+        error_kind(&E::Conflict { path: "p".into() }),
+        ErrorKind::Fatal
+    );
+    assert_eq!(error_kind(&E::Encoding("e".into())), ErrorKind::Fatal);
+    assert_eq!(error_kind(&E::Config("c".into())), ErrorKind::Fatal);
+    let corrupt = E::Corrupt {
+        path: "p".into(),
+        reason: "r".into(),
+    };
+    assert_eq!(error_kind(&corrupt), ErrorKind::Fatal);
+    let e = task_error(&ExecutorError::Common(E::Conflict {
+        path: "/out/part-1".into(),
+    }));
+    assert_eq!(e.kind(), ErrorKind::Fatal);
+    assert!(e.message.contains("/out/part-1"), "{}", e.message);
+    assert_eq!(
+        task_error(&ExecutorError::Draining).kind(),
+        ErrorKind::Retryable
+    );
+    let stale = ExecutorError::StaleEpoch {
+        task_epoch: 1,
+        max_seen: 2,
+    };
+    assert_eq!(task_error(&stale).kind(), ErrorKind::StaleEpoch);
+    let malformed = ExecutorError::MalformedTask("x".into());
+    assert_eq!(task_error(&malformed).kind(), ErrorKind::Fatal);
+}
+
+#[tokio::test]
+async fn an_unwritable_sink_is_a_storage_error_naming_the_path() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let root = file.path().join("out");
+    let root = root.to_str().unwrap();
+    let sinks = Arc::new(SinkCache::default());
+    let r = execute(assignment(root, 0, 0, 10), slot(), sinks).await;
+    let Some(Outcome::Error(e)) = r.outcome else {
+        panic!("expected an error: {r:?}");
+    };
+    assert_eq!(e.kind(), ErrorKind::Storage);
+    assert!(e.message.contains(root), "{}", e.message);
+}
+
+#[test]
+fn plans_reject_malformed_assignments() {
+    let good = assignment("/tmp/out", 1, 0, 10);
+    let p = plan(&good).unwrap();
+    assert_eq!(
+        (p.batch_id, p.partition, p.sink_path.as_str()),
+        (7, 1, "/tmp/out")
+    );
+
+    let mut no_source = good.clone();
+    no_source.source = None;
+    let mut no_sink = good.clone();
+    no_sink.sink = None;
+    let mut bad_partition = good.clone();
+    bad_partition.partition = 2;
+    for (t, want) in [
+        (no_source, "missing source"),
+        (no_sink, "missing sink"),
+        (bad_partition, "partition"),
+    ] {
+        let e = plan(&t).unwrap_err();
+        assert!(matches!(e, ExecutorError::MalformedTask(_)));
+        assert!(e.to_string().contains(want), "{e}");
+        assert_eq!(task_error(&e).kind(), ErrorKind::Fatal);
+    }
+}
+
+#[tokio::test]
+async fn a_rate_task_writes_its_part_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let sinks = Arc::new(SinkCache::default());
+
+    let r = execute(assignment(&root, 0, 0, 10), slot(), sinks.clone()).await;
+    assert_eq!((r.task_id.as_str(), r.epoch), ("t1", 3));
+    let Some(Outcome::Ok(out)) = r.outcome else {
+        panic!("task failed: {r:?}");
+    };
+    assert_eq!(out.rows, 5);
+    assert_eq!(out.files.len(), 1);
+    let f = &out.files[0];
+    assert_eq!(f.path, "part-00000000000000000007-00000.jsonl");
+    assert_eq!(f.rows, 5);
+    let text = std::fs::read_to_string(dir.path().join(&f.path)).unwrap();
+    assert_eq!(f.bytes, text.len() as u64);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[0], r#"{"value":0,"timestamp_ms":1000}"#);
+    assert_eq!(lines[1], r#"{"value":2,"timestamp_ms":1200}"#);
+    assert_eq!(lines[4], r#"{"value":8,"timestamp_ms":1800}"#);
+
+    // A retry writes identical bytes and is adopted.
+    let again = execute(assignment(&root, 0, 0, 10), slot(), sinks.clone()).await;
+    assert!(matches!(again.outcome, Some(Outcome::Ok(ref o)) if o.rows == 5));
+
+    // No rows: no file.
+    let empty = execute(assignment(&root, 1, 4, 5), slot(), sinks).await;
+    let Some(Outcome::Ok(out)) = empty.outcome else {
+        panic!("empty task failed: {empty:?}");
+    };
+    assert_eq!((out.rows, out.files.len()), (0, 0));
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
