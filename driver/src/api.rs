@@ -30,7 +30,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let req = request.into_inner();
         let spec = match (req.spec.as_ref(), req.spec_text.trim()) {
             (_, text) if !text.is_empty() => QuerySpec::parse(text).map_err(DriverError::from)?,
@@ -50,7 +50,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<pb::QueryRef>,
     ) -> Result<Response<pb::QueryStatus>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let entry = term.queries.find(&request.into_inner().query)?;
         Ok(Response::new(entry.to_proto()))
     }
@@ -59,7 +59,7 @@ impl QueryService for QueryApi {
         &self,
         _request: Request<pb::ListQueriesRequest>,
     ) -> Result<Response<pb::ListQueriesResponse>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let queries = term.queries.list().iter().map(|e| e.to_proto()).collect();
         Ok(Response::new(pb::ListQueriesResponse { queries }))
     }
@@ -68,7 +68,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<pb::QueryRef>,
     ) -> Result<Response<pb::QueryStatus>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let entry = query::stop(&self.driver, &term, &request.into_inner().query).await?;
         Ok(Response::new(entry.to_proto()))
     }
@@ -77,7 +77,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<pb::WaitRequest>,
     ) -> Result<Response<pb::QueryStatus>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let req = request.into_inner();
         let entry = term.queries.find(&req.query)?;
         let mut rx = entry.watch();
@@ -115,7 +115,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<pb::ProgressRequest>,
     ) -> Result<Response<Self::ProgressStream>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let req = request.into_inner();
         let entry = term.queries.find(&req.query)?;
         let (past, mut live) = entry.progress();
@@ -159,7 +159,7 @@ impl QueryService for QueryApi {
         &self,
         _request: Request<pb::ClusterRequest>,
     ) -> Result<Response<pb::ClusterInfo>, Status> {
-        let term = self.driver.term()?;
+        let term = self.driver.ready_term()?;
         let executors = term.scheduler.executors().await;
         Ok(Response::new(pb::ClusterInfo {
             leader: self.driver.config.advertise.clone(),

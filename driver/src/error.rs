@@ -15,6 +15,8 @@ pub enum DriverError {
     FailedPrecondition(String),
     #[error("not the leader")]
     NotLeader { leader: Option<String> },
+    #[error("the leader is loading its queries; try again")]
+    Starting,
     #[error("driver is shutting down")]
     ShuttingDown,
     #[error("deposed: a newer epoch than {epoch} leads")]
@@ -40,6 +42,7 @@ impl DriverError {
     pub fn is_retryable(&self) -> bool {
         match self {
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
+            DriverError::Starting => true,
             DriverError::Deposed { .. } | DriverError::Cancelled => true,
             DriverError::Io(_) | DriverError::Transport(_) => true,
             DriverError::Common(e) => e.is_retryable(),
@@ -58,6 +61,7 @@ impl From<DriverError> for tonic::Status {
             DriverError::AlreadyExists(_) => Code::AlreadyExists,
             DriverError::FailedPrecondition(_) => Code::FailedPrecondition,
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => Code::Unavailable,
+            DriverError::Starting => Code::Unavailable,
             DriverError::Deposed { .. } | DriverError::Cancelled => Code::Unavailable,
             DriverError::Config(_) => Code::Internal,
             DriverError::Common(CommonError::Corrupt { .. }) => Code::DataLoss,

@@ -34,7 +34,7 @@ pub async fn serve(
 }
 
 async fn readyz(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
-    if driver.is_leader() {
+    if driver.is_ready() {
         (StatusCode::OK, "leader\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not the leader\n")
@@ -46,7 +46,7 @@ async fn metrics(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
     for s in QueryState::ALL {
         m.queries.with_label_values(&[s.as_str()]).set(0);
     }
-    if let Ok(term) = driver.term() {
+    if let Ok(term) = driver.ready_term() {
         for q in term.queries.list() {
             m.queries.with_label_values(&[q.state().as_str()]).inc();
         }

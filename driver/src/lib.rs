@@ -117,8 +117,10 @@ async fn lead_standalone(
     let epoch = driver.checkpoint.claim_epoch(&driver.config.id).await?;
     let term = Term::new(epoch, &driver, cancel.child_token());
     info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "leading (standalone)");
-    query::load_all(&driver, &term).await?;
     driver.set_role(Role::Leader(term.clone()));
+    query::load_all(&driver, &term).await?;
+    term.loaded
+        .store(true, std::sync::atomic::Ordering::Release);
     cancel.cancelled().await;
     driver.set_role(Role::Starting);
     term.shutdown().await;

@@ -6,6 +6,7 @@
 //! leadership cancels the term, which stops dispatching and committing.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice_common::checkpoint::Checkpoint;
 use tokio::sync::watch;
@@ -55,8 +56,19 @@ impl Driver {
         }
     }
 
-    pub fn is_leader(&self) -> bool {
-        self.term().is_ok()
+    /// The current term once its queries are loaded: what the query API
+    /// needs. Executors may attach before that (see [`Driver::term`]).
+    pub fn ready_term(&self) -> Result<Arc<Term>, DriverError> {
+        let term = self.term()?;
+        if !term.loaded.load(Ordering::Acquire) {
+            return Err(DriverError::Starting);
+        }
+        Ok(term)
+    }
+
+    /// True on a leader whose queries are loaded.
+    pub fn is_ready(&self) -> bool {
+        self.ready_term().is_ok()
     }
 
     pub fn set_role(&self, role: Role) {
@@ -93,6 +105,8 @@ pub struct Term {
     pub scheduler: Scheduler,
     pub queries: Queries,
     pub tasks: TaskTracker,
+    /// Set once every query of the checkpoint is loaded.
+    pub loaded: AtomicBool,
 }
 
 impl Term {

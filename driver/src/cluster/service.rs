@@ -48,7 +48,9 @@ impl ClusterService for ClusterApi {
         let hello = match first.and_then(|m| m.kind) {
             Some(pb::executor_message::Kind::Hello(h)) => h,
             _ => {
-                return Err(DriverError::Invalid("the first message must be a hello".into()).into());
+                return Err(
+                    DriverError::Invalid("the first message must be a hello".into()).into(),
+                );
             }
         };
         if hello.executor_id.is_empty() || hello.slots == 0 {
