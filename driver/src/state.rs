@@ -125,6 +125,7 @@ impl Term {
             scheduler,
             queries: Queries::default(),
             tasks,
+            loaded: AtomicBool::new(false),
         })
     }
 
