@@ -1,1 +1,33 @@
+//! `sluice-tests`: a harness that runs Sluice clusters of real processes
+//! (the workspace's own `sluice-driver`, `sluice-executor` and `sluice`
+//! binaries) on free ports with a temporary checkpoint root, and the
+//! checks the integration tests make. The tests are in `tests/tests/`.
+//!
+//! Build the binaries before running the tests:
+//! `cargo build --workspace --bins && cargo test -p sluice-tests`.
 
+pub mod bins;
+pub mod check;
+pub mod cli;
+pub mod client;
+pub mod cluster;
+pub mod http;
+pub mod node;
+pub mod ports;
+pub mod process;
+pub mod seed;
+pub mod spec;
+
+pub use check::{
+    assert_epochs_non_decreasing, assert_exactly_once, files_under, json_has_query, latest_entry,
+    log_entries, query_dir,
+};
+pub use cli::CliOutput;
+pub use client::{Client, state_name};
+pub use cluster::{Cluster, DriverOpts, ExecutorOpts, READY_TIMEOUT, addrs};
+pub use node::{Driver, Executor};
+pub use ports::{free_addr, free_port};
+pub use process::{Process, ProcessSpec};
+pub use seed::{Rng, test_rng};
+pub use sluice_proto::QueryState;
+pub use spec::Spec;

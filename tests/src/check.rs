@@ -1,0 +1,129 @@
+//! Checks over what a run left on disk: the exactly-once checker on a sink,
+//! and the checkpoint logs (`offsets/`, `commits/`) of a query.
+
+use std::path::{Path, PathBuf};
+
+use sluice_common::verify::{Report, verify_sink};
+
+/// Runs the exactly-once checker on `sink` for the values `0..total`.
+/// Panics with the whole report unless it is exact.
+pub async fn assert_exactly_once(sink: &Path, total: u64) -> Report {
+    let location = sink.to_str().expect("utf-8 sink path");
+    let report = verify_sink(location, Some(total))
+        .await
+        .unwrap_or_else(|e| panic!("checker could not read sink {location}: {e}"));
+    assert!(
+        report.is_exact() && report.rows == total,
+        "sink {location} is not exactly-once for 0..{total}: {report:#?}"
+    );
+    report
+}
+
+/// `<root>/queries/<query>`.
+pub fn query_dir(checkpoint_root: &Path, query: &str) -> PathBuf {
+    checkpoint_root.join("queries").join(query)
+}
+
+/// The entries of a query's log (`"offsets"` or `"commits"`) as
+/// `(batch id, path)`, in batch order. Temporary files are skipped.
+pub fn log_entries(checkpoint_root: &Path, query: &str, log: &str) -> Vec<(u64, PathBuf)> {
+    let dir = query_dir(checkpoint_root, query).join(log);
+    let mut out: Vec<(u64, PathBuf)> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let id = name
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|_| !name.starts_with('.'))?;
+                Some((id, e.path()))
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    out.sort();
+    out
+}
+
+/// The highest batch id in a log, with its path.
+pub fn latest_entry(checkpoint_root: &Path, query: &str, log: &str) -> Option<(u64, PathBuf)> {
+    log_entries(checkpoint_root, query, log).pop()
+}
+
+/// `(batch_id, epoch)` of every commit record of `query`, in batch order.
+/// Panics on a record that cannot be read.
+pub fn commit_epochs(checkpoint_root: &Path, query: &str) -> Vec<(u64, u64)> {
+    log_entries(checkpoint_root, query, "commits")
+        .into_iter()
+        .map(|(id, path)| {
+            let bytes = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+            let batch = v["batch_id"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{} has no batch_id: {v}", path.display()));
+            assert_eq!(batch, id, "{} holds batch_id {batch}", path.display());
+            let epoch = v["epoch"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{} has no epoch: {v}", path.display()));
+            (batch, epoch)
+        })
+        .collect()
+}
+
+/// Asserts that the epochs in `commits/` never decrease as N grows, and
+/// that there is at least one commit. Returns `(batch_id, epoch)` pairs.
+pub fn assert_epochs_non_decreasing(checkpoint_root: &Path, query: &str) -> Vec<(u64, u64)> {
+    let epochs = commit_epochs(checkpoint_root, query);
+    assert!(
+        !epochs.is_empty(),
+        "{query} has no commits under {}",
+        checkpoint_root.display()
+    );
+    for w in epochs.windows(2) {
+        assert!(
+            w[0].1 <= w[1].1,
+            "{query}: epoch decreased from batch {} (epoch {}) to batch {} (epoch {}); all: {epochs:?}",
+            w[0].0,
+            w[0].1,
+            w[1].0,
+            w[1].1
+        );
+    }
+    epochs
+}
+
+/// Every regular file under `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// True when `json` (any nesting of arrays and objects) holds an object
+/// whose `name` is `name`.
+pub fn json_has_query(json: &serde_json::Value, name: &str) -> bool {
+    match json {
+        serde_json::Value::Object(m) => {
+            m.get("name").and_then(|v| v.as_str()) == Some(name)
+                || m.values().any(|v| json_has_query(v, name))
+        }
+        serde_json::Value::Array(a) => a.iter().any(|v| json_has_query(v, name)),
+        _ => false,
+    }
+}

@@ -1,0 +1,66 @@
+//! The driver is SIGKILLed 3 or 4 times at random (seeded) points of one
+//! query and restarted each time on the same ports and checkpoint root,
+//! without resubmission. The query still ends FINISHED, exactly-once, with
+//! commit epochs that never decrease. Replay with `SLUICE_TEST_SEED=N`.
+
+use std::time::Duration;
+
+use sluice_tests::{
+    Cluster, QueryState, Spec, assert_epochs_non_decreasing, assert_exactly_once, log_entries,
+    test_rng,
+};
+
+const TOTAL: u64 = 6000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_killed_and_restarted_keeps_exactly_once() {
+    let mut rng = test_rng();
+    let cluster = Cluster::new("driver-crash");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executors = [
+        cluster.start_executor(&drivers),
+        cluster.start_executor(&drivers),
+    ];
+
+    let sink = cluster.sink_path("crash");
+    let spec = Spec::new("crash", &sink)
+        .partitions(4)
+        .rows_per_second(1500)
+        .total_rows(TOTAL)
+        .interval_ms(50)
+        .max_rows_per_batch(300);
+    let mut client = cluster.client(&drivers);
+    let id = client.submit(&spec.to_yaml()).await.expect("submit").id;
+
+    let kills = rng.between(3, 4);
+    let root = cluster.checkpoint_root();
+    for k in 1..=kills {
+        // A random point: anywhere from before the first plan to well into
+        // the run (6000 rows at 1500 rows/s take about 4 s).
+        let delay = rng.millis(50, 1200);
+        tokio::time::sleep(delay).await;
+        let offsets = log_entries(&root, "crash", "offsets").len();
+        let commits = log_entries(&root, "crash", "commits").len();
+        eprintln!("kill {k}/{kills} after {delay:?}: {offsets} offsets, {commits} commits on disk");
+        driver.kill();
+        // Sometimes restart at once, sometimes after a pause.
+        if rng.chance(0.5) {
+            tokio::time::sleep(rng.millis(0, 500)).await;
+        }
+        driver.restart_ready().await;
+        let status = client
+            .wait_for("crash", "reloaded", Duration::from_secs(30), |_| true)
+            .await;
+        assert_eq!(status.id, id, "the restarted driver resumed the same query");
+    }
+
+    let status = client
+        .wait_state("crash", QueryState::Finished, Duration::from_secs(90))
+        .await;
+    assert_eq!(status.id, id);
+    assert_eq!(driver.starts() as u64, kills + 1);
+    assert_exactly_once(&sink, TOTAL).await;
+    let epochs = assert_epochs_non_decreasing(&root, "crash");
+    eprintln!("commit epochs (batch, epoch): {epochs:?}");
+}
