@@ -15,8 +15,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::error::DriverError;
+use crate::leader::etcd::candidates;
 use crate::query;
-use crate::state::Driver;
+use crate::state::{Driver, Leadership};
 
 pub struct QueryApi {
     pub driver: Arc<Driver>,
@@ -161,10 +162,20 @@ impl QueryService for QueryApi {
     ) -> Result<Response<pb::ClusterInfo>, Status> {
         let term = self.driver.ready_term()?;
         let executors = term.scheduler.executors().await;
+        let advertise = &self.driver.config.advertise;
+        let standbys = match &term.leadership {
+            Leadership::Etcd { client, name, .. } => candidates(client, name)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|a| a != advertise)
+                .collect(),
+            Leadership::Standalone => Vec::new(),
+        };
         Ok(Response::new(pb::ClusterInfo {
-            leader: self.driver.config.advertise.clone(),
+            leader: advertise.clone(),
             epoch: term.epoch,
-            standbys: Vec::new(),
+            standbys,
             executors,
             driver_id: self.driver.config.id.clone(),
         }))

@@ -37,6 +37,16 @@ pub struct Cli {
     /// Committed batches kept in each query's offsets/ and commits/ logs.
     #[arg(long, env = "SLUICE_RETAIN_BATCHES", default_value_t = 100)]
     pub retain_batches: u64,
+    /// etcd endpoints (URL[,URL...]). With them, drivers elect a leader and
+    /// standbys take over; without, this driver runs standalone.
+    #[arg(long, env = "SLUICE_ETCD", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Cluster name: drivers campaign under /sluice/<cluster>/leader.
+    #[arg(long, env = "SLUICE_CLUSTER", default_value = "default")]
+    pub cluster: String,
+    /// Leader lease TTL; etcd grants whole seconds, at least about 2 s.
+    #[arg(long, env = "SLUICE_LEASE_TTL_MS", default_value_t = 3000)]
+    pub lease_ttl_ms: u64,
 }
 
 /// The validated configuration of one driver.
@@ -50,6 +60,28 @@ pub struct DriverConfig {
     pub id: String,
     pub max_task_attempts: u32,
     pub retain_batches: u64,
+    /// `None`: standalone.
+    pub election: Option<ElectionConfig>,
+}
+
+/// Leader election through etcd.
+#[derive(Debug, Clone)]
+pub struct ElectionConfig {
+    pub endpoints: Vec<String>,
+    pub cluster: String,
+    pub lease_ttl: Duration,
+}
+
+impl ElectionConfig {
+    /// The election name (key prefix) of this cluster.
+    pub fn election_name(&self) -> String {
+        format!("/sluice/{}/leader", self.cluster)
+    }
+
+    /// The lease TTL that etcd is asked for, in whole seconds (rounded up).
+    pub fn ttl_secs(&self) -> i64 {
+        self.lease_ttl.as_millis().div_ceil(1000).max(1) as i64
+    }
 }
 
 impl TryFrom<Cli> for DriverConfig {
@@ -78,7 +110,38 @@ impl TryFrom<Cli> for DriverConfig {
             _ if cli.listen.ip().is_unspecified() => format!("127.0.0.1:{}", cli.listen.port()),
             _ => cli.listen.to_string(),
         };
+        let endpoints: Vec<String> = cli
+            .etcd
+            .iter()
+            .map(|e| e.trim().to_string())
+            .filter(|e| !e.is_empty())
+            .collect();
+        let election = if endpoints.is_empty() {
+            None
+        } else {
+            let cluster = cli.cluster.clone();
+            let valid = !cluster.is_empty()
+                && cluster
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Err(DriverError::Config(format!(
+                    "--cluster must match [A-Za-z0-9_-]+, got {cluster:?}"
+                )));
+            }
+            if cli.lease_ttl_ms < 1000 {
+                return Err(DriverError::Config(
+                    "--lease-ttl-ms must be at least 1000".into(),
+                ));
+            }
+            Some(ElectionConfig {
+                endpoints,
+                cluster,
+                lease_ttl: Duration::from_millis(cli.lease_ttl_ms),
+            })
+        };
         Ok(DriverConfig {
+            election,
             listen: cli.listen,
             advertise,
             checkpoint_root: cli.checkpoint_root,

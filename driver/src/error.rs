@@ -31,6 +31,8 @@ pub enum DriverError {
     Config(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("etcd: {0}")]
+    Etcd(#[source] etcd_client::Error),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]
@@ -44,7 +46,7 @@ impl DriverError {
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
             DriverError::Starting => true,
             DriverError::Deposed { .. } | DriverError::Cancelled => true,
-            DriverError::Io(_) | DriverError::Transport(_) => true,
+            DriverError::Io(_) | DriverError::Transport(_) | DriverError::Etcd(_) => true,
             DriverError::Common(e) => e.is_retryable(),
             _ => false,
         }

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod planner;
@@ -33,7 +34,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use crate::state::{Driver, Role, Term};
+use crate::state::Driver;
 
 /// Runs a driver until `shutdown` is cancelled or a component fails.
 pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<(), DriverError> {
@@ -49,7 +50,7 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
         components.spawn(async move { ("http", http::serve(addr, d, c).await) });
     }
     let (d, c) = (driver.clone(), cancel.clone());
-    components.spawn(async move { ("leadership", lead_standalone(d, c).await) });
+    components.spawn(async move { ("leadership", leader::run(d, c).await) });
 
     let mut result = Ok(());
     while let Some(joined) = components.join_next().await {
@@ -106,23 +107,4 @@ async fn grpc_server(
             .await?;
         Ok(())
     })
-}
-
-/// Standalone leadership: claim the next epoch under `<root>/epochs/` and
-/// lead until shutdown.
-async fn lead_standalone(
-    driver: Arc<Driver>,
-    cancel: CancellationToken,
-) -> Result<(), DriverError> {
-    let epoch = driver.checkpoint.claim_epoch(&driver.config.id).await?;
-    let term = Term::new(epoch, &driver, cancel.child_token());
-    info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "leading (standalone)");
-    driver.set_role(Role::Leader(term.clone()));
-    query::load_all(&driver, &term).await?;
-    term.loaded
-        .store(true, std::sync::atomic::Ordering::Release);
-    cancel.cancelled().await;
-    driver.set_role(Role::Starting);
-    term.shutdown().await;
-    Ok(())
 }

@@ -17,6 +17,7 @@ use tracing::warn;
 use crate::cluster::scheduler::Scheduler;
 use crate::config::DriverConfig;
 use crate::error::DriverError;
+use crate::leader::lease::LeaseClock;
 use crate::metrics::Metrics;
 use crate::query::registry::Queries;
 
@@ -82,20 +83,49 @@ impl Driver {
 
     /// Confirms that `term` still holds the leadership. Called whenever a
     /// create-only write finds a file this term did not write (DESIGN.md,
-    /// invariant 4). A deposed term is cancelled at once.
+    /// invariant 4), and when an executor reports a newer epoch. A deposed
+    /// term is cancelled at once.
     pub async fn confirm_leadership(&self, term: &Term) -> Result<(), DriverError> {
-        let highest = self.checkpoint.highest_epoch().await?;
-        if highest > term.epoch {
+        term.fence()?;
+        let current = match &term.leadership {
+            Leadership::Standalone => self.checkpoint.highest_epoch().await?,
+            Leadership::Etcd { client, name, .. } => {
+                let mut client = client.clone();
+                let call = client.leader(name.as_str());
+                let resp = tokio::time::timeout(std::time::Duration::from_secs(2), call)
+                    .await
+                    .map_err(|_| DriverError::Internal("etcd did not answer".into()))?
+                    .map_err(DriverError::Etcd)?;
+                resp.kv().map_or(0, |kv| kv.create_revision() as u64)
+            }
+        };
+        if current != term.epoch {
             warn!(
                 epoch = term.epoch,
-                newer = highest,
-                "a newer epoch exists; stepping down"
+                current, "another epoch leads; stepping down"
             );
             term.cancel.cancel();
             return Err(DriverError::Deposed { epoch: term.epoch });
         }
         Ok(())
     }
+
+    /// True while this driver holds a term (queries may still be loading).
+    pub fn is_leader(&self) -> bool {
+        self.term().is_ok()
+    }
+}
+
+/// How a term holds its leadership.
+pub enum Leadership {
+    /// The epoch is a create-only claim under `<root>/epochs/`.
+    Standalone,
+    /// The epoch is the revision of the etcd leader key, held by a lease.
+    Etcd {
+        client: Box<etcd_client::Client>,
+        name: String,
+        lease: Arc<LeaseClock>,
+    },
 }
 
 /// One leadership term.
@@ -107,10 +137,16 @@ pub struct Term {
     pub tasks: TaskTracker,
     /// Set once every query of the checkpoint is loaded.
     pub loaded: AtomicBool,
+    pub leadership: Leadership,
 }
 
 impl Term {
-    pub fn new(epoch: u64, driver: &Driver, cancel: CancellationToken) -> Arc<Term> {
+    pub fn new(
+        epoch: u64,
+        driver: &Driver,
+        cancel: CancellationToken,
+        leadership: Leadership,
+    ) -> Arc<Term> {
         let tasks = TaskTracker::new();
         let scheduler = Scheduler::spawn(
             epoch,
@@ -118,6 +154,7 @@ impl Term {
             driver.metrics.clone(),
             cancel.clone(),
             &tasks,
+            leadership.lease(),
         );
         Arc::new(Term {
             epoch,
@@ -126,7 +163,25 @@ impl Term {
             queries: Queries::default(),
             tasks,
             loaded: AtomicBool::new(false),
+            leadership,
         })
+    }
+
+    /// Fails unless this term may still dispatch and commit: it is not
+    /// cancelled and, when elected, its lease was renewed within 2/3 of the
+    /// TTL. Checked right before every checkpoint write.
+    pub fn fence(&self) -> Result<(), DriverError> {
+        if self.cancel.is_cancelled() {
+            return Err(DriverError::Deposed { epoch: self.epoch });
+        }
+        if let Some(lease) = self.leadership.lease()
+            && !lease.fresh()
+        {
+            warn!(epoch = self.epoch, "lease renewal overdue; stepping down");
+            self.cancel.cancel();
+            return Err(DriverError::Deposed { epoch: self.epoch });
+        }
+        Ok(())
     }
 
     /// Cancels everything the term started and waits for it to finish.
@@ -134,5 +189,14 @@ impl Term {
         self.cancel.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+impl Leadership {
+    pub fn lease(&self) -> Option<Arc<LeaseClock>> {
+        match self {
+            Leadership::Standalone => None,
+            Leadership::Etcd { lease, .. } => Some(lease.clone()),
+        }
     }
 }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::placement::{Capacity, place};
+use crate::leader::lease::LeaseClock;
 use crate::metrics::Metrics;
 
 pub type ExecutorTx = mpsc::Sender<Result<pb::DriverMessage, tonic::Status>>;
@@ -90,6 +91,8 @@ struct Running {
 
 struct Actor {
     epoch: u64,
+    /// Tasks are dispatched only while this lease is fresh.
+    lease: Option<Arc<LeaseClock>>,
     timeout: Duration,
     metrics: Metrics,
     executors: HashMap<u64, Executor>,
@@ -105,10 +108,12 @@ impl Scheduler {
         metrics: Metrics,
         cancel: CancellationToken,
         tracker: &tokio_util::task::TaskTracker,
+        lease: Option<Arc<LeaseClock>>,
     ) -> Scheduler {
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Actor {
             epoch,
+            lease,
             timeout,
             metrics,
             executors: HashMap::new(),
@@ -310,7 +315,7 @@ impl Actor {
 
     fn dispatch(&mut self) {
         self.pending.retain(|(_, reply)| !reply.is_closed());
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || self.lease.as_ref().is_some_and(|l| !l.fresh()) {
             return;
         }
         let caps: Vec<Capacity> = self

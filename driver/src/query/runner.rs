@@ -294,8 +294,9 @@ impl Ctx {
         }
     }
 
-    /// Runs a storage operation, retrying retryable errors with backoff for
-    /// as long as they last; the error shows in the query's status meanwhile.
+    /// Runs a storage operation of this term, retrying retryable errors with
+    /// backoff for as long as they last; the error shows in the query's
+    /// status meanwhile. Each attempt first checks the term's fence.
     pub async fn storage<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, DriverError>
     where
         F: FnMut() -> Fut,
@@ -303,6 +304,8 @@ impl Ctx {
     {
         let mut streak = 0u32;
         loop {
+            // A term that may no longer commit touches nothing (fencing).
+            self.term.fence()?;
             match op().await {
                 Ok(v) => {
                     if streak > 0 {

@@ -1,0 +1,299 @@
+//! Leader election through etcd.
+//!
+//! ```text
+//!  connect ─► grant lease (TTL) ─► keep-alive every TTL/3 ─────────────────┐
+//!     │                                                                    │
+//!     └─► campaign(/sluice/<cluster>/leader, advertise, lease)             │
+//!           │  (standby meanwhile: UNAVAILABLE + the leader's address)     │
+//!           ▼                                                              │
+//!         leader, epoch = leader key revision ─► Term                      │
+//!           │  watchdog: no renewal within 2/3 TTL ─► step down ◄──────────┘
+//!           │  SIGTERM ─► stop the term ─► resign ─► revoke ─► exit
+//!           ▼
+//!         step down ─► cancel the term ─► campaign again with a new lease
+//! ```
+//!
+//! etcd unreachable: retry with backoff and log why; never crash-loop.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions, LeaderKey};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::begin;
+use super::lease::LeaseClock;
+use crate::config::ElectionConfig;
+use crate::error::DriverError;
+use crate::query::retry::backoff;
+use crate::state::{Driver, Leadership, Role, Term};
+
+/// Campaigns until `cancel` fires, leading whenever elected.
+pub async fn run(
+    driver: Arc<Driver>,
+    cfg: ElectionConfig,
+    cancel: CancellationToken,
+) -> Result<(), DriverError> {
+    driver.set_role(Role::Standby { leader: None });
+    let mut failures = 0u32;
+    let mut stale_lease: Option<i64> = None;
+    while !cancel.is_cancelled() {
+        match session(&driver, &cfg, &cancel, &mut stale_lease).await {
+            Ok(()) => break,
+            Err(e) => {
+                driver.set_role(Role::Standby { leader: None });
+                let delay = backoff(failures.min(4), 2_000);
+                warn!(error = %e, retry_ms = delay.as_millis() as u64, "etcd session ended; retrying");
+                failures += 1;
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One lease: campaign, lead, and end by shutdown (`Ok`) or by losing it.
+async fn session(
+    driver: &Arc<Driver>,
+    cfg: &ElectionConfig,
+    cancel: &CancellationToken,
+    stale_lease: &mut Option<i64>,
+) -> Result<(), DriverError> {
+    let ttl = cfg.lease_ttl;
+    let name = cfg.election_name();
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_keep_alive(ttl / 3, ttl / 3)
+        .with_require_leader(true);
+    let mut client = Client::connect(&cfg.endpoints, Some(opts))
+        .await
+        .map_err(DriverError::Etcd)?;
+    if let Some(id) = stale_lease.take() {
+        // The previous lease's candidate key would otherwise block the
+        // election until it expires.
+        let _ = within(ttl, client.lease_revoke(id)).await;
+    }
+    let granted_at = Instant::now();
+    let lease = client
+        .lease_grant(cfg.ttl_secs(), None)
+        .await
+        .map_err(DriverError::Etcd)?;
+    let lease_id = lease.id();
+    *stale_lease = Some(lease_id);
+    let clock = Arc::new(LeaseClock::new(ttl, granted_at));
+    let session = cancel.child_token();
+    let _stop_session = session.clone().drop_guard();
+    let mut keeper = tokio::spawn(keep_alive(
+        client.clone(),
+        lease_id,
+        clock.clone(),
+        session.clone(),
+    ));
+    let hints = tokio::spawn(watch_leader(
+        client.clone(),
+        name.clone(),
+        driver.clone(),
+        session.clone(),
+    ));
+    info!(lease = lease_id, ttl_ms = ttl.as_millis() as u64, election = %name, "campaigning");
+
+    let mut campaign_client = client.clone();
+    let advertise = driver.config.advertise.clone();
+    let campaign = campaign_client.campaign(name.as_str(), advertise, lease_id);
+    tokio::pin!(campaign);
+    let mut tick = tokio::time::interval(ttl / 10);
+    let leader_key: LeaderKey = loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                let _ = within(ttl, client.lease_revoke(lease_id)).await;
+                *stale_lease = None;
+                return Ok(());
+            }
+            r = &mut keeper => return Err(lease_lost(r)),
+            _ = tick.tick() => {
+                if !clock.fresh() {
+                    return Err(DriverError::Internal("lease renewal overdue while campaigning".into()));
+                }
+            }
+            r = &mut campaign => {
+                let mut resp = r.map_err(DriverError::Etcd)?;
+                break resp.take_leader().ok_or_else(|| DriverError::Internal("campaign returned no leader key".into()))?;
+            }
+        }
+    };
+    hints.abort();
+
+    let epoch = leader_key.rev() as u64;
+    let leadership = Leadership::Etcd {
+        client: Box::new(client.clone()),
+        name: name.clone(),
+        lease: clock.clone(),
+    };
+    let term = Term::new(epoch, driver, session.child_token(), leadership);
+    info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "elected leader");
+    begin(driver, &term).await?;
+
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break None,
+            r = &mut keeper => break Some(lease_lost(r)),
+            _ = term.cancel.cancelled() => break Some(DriverError::Deposed { epoch }),
+            _ = tick.tick() => {
+                if !clock.fresh() {
+                    break Some(DriverError::Internal("lease renewal overdue".into()));
+                }
+            }
+        }
+    };
+    // Stop dispatching and committing before anything else.
+    term.cancel.cancel();
+    driver.set_role(Role::Standby { leader: None });
+    match outcome {
+        None => {
+            let resigned = client
+                .resign(Some(
+                    etcd_client::ResignOptions::new().with_leader(leader_key),
+                ))
+                .await;
+            let _ = client.lease_revoke(lease_id).await;
+            *stale_lease = None;
+            info!(
+                epoch,
+                resigned = resigned.is_ok(),
+                "resigned the leadership"
+            );
+            term.shutdown().await;
+            Ok(())
+        }
+        Some(e) => {
+            warn!(epoch, error = %e, "stepping down");
+            term.shutdown().await;
+            Err(e)
+        }
+    }
+}
+
+/// Bounds one etcd call.
+async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, DriverError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(r) => r.map_err(DriverError::Etcd),
+        Err(_) => Err(DriverError::Internal(format!(
+            "etcd did not answer within {limit:?}"
+        ))),
+    }
+}
+
+fn lease_lost(r: Result<DriverError, tokio::task::JoinError>) -> DriverError {
+    r.unwrap_or_else(|e| DriverError::Internal(format!("lease keeper failed: {e}")))
+}
+
+/// Renews the lease every TTL/3, reopening the keep-alive stream when it
+/// breaks. Returns only when the lease is gone (or the session ends).
+async fn keep_alive(
+    mut client: Client,
+    lease_id: i64,
+    clock: Arc<LeaseClock>,
+    cancel: CancellationToken,
+) -> DriverError {
+    let period = clock.ttl() / 3;
+    loop {
+        let opened = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return DriverError::Cancelled,
+            r = client.lease_keep_alive(lease_id) => r,
+        };
+        let (mut keeper, mut stream) = match opened {
+            Ok(pair) => pair,
+            Err(e) => {
+                warn!(error = %e, lease = lease_id, "cannot open the lease keep-alive stream");
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return DriverError::Cancelled,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
+        let mut sent: VecDeque<Instant> = VecDeque::new();
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return DriverError::Cancelled,
+                _ = tick.tick() => {
+                    sent.push_back(Instant::now());
+                    if keeper.keep_alive().await.is_err() {
+                        break;
+                    }
+                }
+                m = stream.message() => match m {
+                    Ok(Some(resp)) if resp.ttl() > 0 => {
+                        if let Some(at) = sent.pop_front() {
+                            clock.renewed(at);
+                        }
+                    }
+                    Ok(Some(_)) => {
+                        return DriverError::Internal(format!("lease {lease_id:x} expired"));
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+        warn!(lease = lease_id, "lease keep-alive stream broke; reopening");
+    }
+}
+
+/// While standing by, keeps the leader's address for the `sluice-leader` hint.
+async fn watch_leader(
+    mut client: Client,
+    name: String,
+    driver: Arc<Driver>,
+    cancel: CancellationToken,
+) {
+    let mut known: Option<String> = None;
+    loop {
+        let leader = match within(Duration::from_secs(1), client.leader(name.as_str())).await {
+            Ok(resp) => resp
+                .kv()
+                .and_then(|kv| kv.value_str().ok())
+                .map(str::to_string),
+            Err(_) => None,
+        };
+        if leader != known && !driver.is_leader() {
+            driver.set_role(Role::Standby {
+                leader: leader.clone(),
+            });
+            known = leader;
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+    }
+}
+
+/// The advertised addresses of every driver campaigning in the election.
+pub async fn candidates(client: &Client, name: &str) -> Result<Vec<String>, DriverError> {
+    let mut client = client.clone();
+    let prefix = format!("{name}/");
+    let resp = client
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(DriverError::Etcd)?;
+    Ok(resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.value_str().ok().map(str::to_string))
+        .collect())
+}
