@@ -36,10 +36,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
 /// The delay before attempt number `failures + 1`, after `failures`
-/// consecutive failures: 0, 50 ms, 100 ms, 200 ms, … capped at 500 ms, so
+/// consecutive failures: 0, 50 ms, 100 ms, then 200 ms, so
 /// that a failover is noticed quickly; retries happen only while no driver
 /// answers.
 pub fn backoff(failures: u32) -> Duration {
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn backoff_doubles_and_caps() {
         let ms: Vec<u128> = (0..8).map(|f| backoff(f).as_millis()).collect();
-        assert_eq!(ms, vec![0, 50, 100, 200, 400, 500, 500, 500]);
+        assert_eq!(ms, vec![0, 50, 100, 200, 200, 200, 200, 200]);
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
     }
 
