@@ -120,6 +120,7 @@ impl QueryService for QueryApi {
         let req = request.into_inner();
         let entry = term.queries.find(&req.query)?;
         let (past, mut live) = entry.progress();
+        let mut state = entry.watch();
         let (tx, rx) = mpsc::channel(64);
         let cancel = term.cancel.clone();
         term.tasks.spawn(async move {
@@ -133,12 +134,25 @@ impl QueryService for QueryApi {
             if !req.follow {
                 return;
             }
+            // Follow until the query ends, then send what it committed last.
+            let mut ended = state.borrow_and_update().state.is_terminal();
             loop {
-                let next = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = tx.closed() => break,
-                    n = live.recv() => n,
+                let next = if ended {
+                    match live.try_recv() {
+                        Ok(p) => Ok(p),
+                        Err(_) => break,
+                    }
+                } else {
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => break,
+                        _ = tx.closed() => break,
+                        changed = state.changed() => {
+                            ended = changed.is_err() || state.borrow().state.is_terminal();
+                            continue;
+                        }
+                        n = live.recv() => n,
+                    }
                 };
                 match next {
                     Ok(p) if last.is_some_and(|l| p.batch_id <= l) => {}
