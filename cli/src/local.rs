@@ -1,0 +1,133 @@
+//! `sluice local`: a whole cluster in one process (a standalone driver and
+//! two executors), a demo query, and its progress printed live until Ctrl-C
+//! or SIGTERM cancels the one shutdown token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+use crate::client::Client;
+use crate::inproc::{self, InProcess};
+use crate::output;
+use crate::progress::{self, Outcome};
+use crate::queries::{self, RateQuery};
+
+pub const DEMO_QUERY: &str = "demo";
+
+/// The flags of `local`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LocalArgs {
+    /// Where the checkpoint (`<dir>/checkpoints`) and the demo output (`<dir>/out`) live.
+    #[arg(long, default_value = "./sluice-data")]
+    pub dir: PathBuf,
+    /// The driver's gRPC address.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// The driver's HTTP address (/healthz, /readyz, /metrics).
+    #[arg(long, default_value = "127.0.0.1:7071")]
+    pub http: SocketAddr,
+    /// The demo query's rate.
+    #[arg(long, default_value_t = 1000)]
+    pub rows_per_second: u64,
+    /// The demo query's partitions.
+    #[arg(long, default_value_t = 4)]
+    pub partitions: u32,
+}
+
+pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
+    let dir = std::path::absolute(&args.dir)
+        .with_context(|| format!("bad --dir {}", args.dir.display()))?;
+    let checkpoints = dir.join("checkpoints");
+    let out = dir.join("out");
+    for d in [&checkpoints, &out] {
+        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let (checkpoints, out) = (path_str(&checkpoints)?, path_str(&out)?);
+    println!(
+        "sluice local: driver on {} (http {})",
+        args.listen, args.http
+    );
+    println!("  checkpoint: {checkpoints}");
+    println!("  data:       {out}");
+
+    let shutdown = CancellationToken::new();
+    let signals = inproc::spawn_signal_handler(shutdown.clone());
+    let driver_args =
+        inproc::driver_args(args.listen, Some(args.http), &checkpoints, "local-driver");
+    let addr = inproc::advertise(args.listen);
+    let mut cluster = InProcess::new(shutdown.clone());
+    cluster.spawn_driver(&driver_args)?;
+    for i in 0..2 {
+        let id = format!("local-executor-{i}");
+        cluster.spawn_executor(vec![addr.clone()], &id, 2, Duration::from_secs(1));
+    }
+
+    let demo = RateQuery {
+        name: DEMO_QUERY.to_string(),
+        partitions: args.partitions,
+        rows_per_second: args.rows_per_second,
+        total_rows: None,
+        trigger_ms: 1000,
+        max_rows_per_batch: None,
+        sink: out,
+    };
+    let result = follow_demo(&addr, &demo, &shutdown).await;
+    if let Err(e) = &result {
+        eprintln!("error: {e:#}");
+    }
+    println!("shutting down");
+    shutdown.cancel();
+    let stopped = cluster.shutdown(inproc::GRACE).await;
+    let _ = signals.await;
+    stopped?;
+    Ok(u8::from(result.is_err()))
+}
+
+/// Submits the demo query (or adopts the one already there) and prints its
+/// progress until `shutdown`.
+async fn follow_demo(
+    addr: &str,
+    demo: &RateQuery,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let mut client = Client::new(vec![addr.to_string()])?;
+    let spec = demo.spec_text();
+    let submitted = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(()),
+        r = queries::submit(&mut client, &spec) => r,
+    };
+    match submitted {
+        Ok(r) => println!("submitted query {} ({})", r.name, r.id),
+        Err(e) if e.code() == Some(Code::AlreadyExists) => {
+            println!("query {DEMO_QUERY} already exists in this checkpoint: following it");
+        }
+        Err(e) if e.code() == Some(Code::FailedPrecondition) => {
+            println!("query {DEMO_QUERY} already exists with another spec ({e}): following it");
+        }
+        Err(e) => return Err(e.into()),
+    }
+    println!("progress of {DEMO_QUERY} (Ctrl-C to stop):");
+    let outcome = progress::stream(&mut client, DEMO_QUERY, true, shutdown, |p| {
+        println!("{}", output::progress_line(p));
+    })
+    .await?;
+    if let Outcome::Terminal(state) = outcome {
+        println!(
+            "query {DEMO_QUERY} is {}; the cluster keeps running until Ctrl-C",
+            output::state_name(state)
+        );
+        shutdown.cancelled().await;
+    }
+    Ok(())
+}
+
+fn path_str(p: &std::path::Path) -> anyhow::Result<String> {
+    p.to_str()
+        .map(str::to_string)
+        .with_context(|| format!("path is not UTF-8: {}", p.display()))
+}

@@ -1,0 +1,286 @@
+//! Rendering of proto messages for people and for scripts: JSON objects
+//! (built by hand with `serde_json::json!`, since the proto types have no
+//! `Serialize`), `key: value` text, one-line progress and aligned tables.
+//! Everything here is a pure function.
+
+use serde_json::{Value, json};
+use sluice_proto::{BatchProgress, ClusterInfo, QueryState, QueryStatus};
+
+/// "RUNNING", "FINISHED", "STOPPED", "FAILED" (or "UNSPECIFIED").
+pub fn state_name(state: i32) -> &'static str {
+    match QueryState::try_from(state) {
+        Ok(QueryState::Running) => "RUNNING",
+        Ok(QueryState::Finished) => "FINISHED",
+        Ok(QueryState::Stopped) => "STOPPED",
+        Ok(QueryState::Failed) => "FAILED",
+        Ok(QueryState::Unspecified) | Err(_) => "UNSPECIFIED",
+    }
+}
+
+pub fn progress_json(p: &BatchProgress) -> Value {
+    let d = p.duration_ms.unwrap_or_default();
+    json!({
+        "id": p.id,
+        "name": p.name,
+        "batch_id": p.batch_id,
+        "num_input_rows": p.num_input_rows,
+        "input_rows_per_second": p.input_rows_per_second,
+        "processed_rows_per_second": p.processed_rows_per_second,
+        "duration_ms": {
+            "latest_offset": d.latest_offset,
+            "wal_commit": d.wal_commit,
+            "execution": d.execution,
+            "sink_commit": d.sink_commit,
+            "commit": d.commit,
+            "total": d.total,
+        },
+        "timestamp_ms": p.timestamp_ms,
+        "epoch": p.epoch,
+    })
+}
+
+/// One compact line per committed batch.
+pub fn progress_line(p: &BatchProgress) -> String {
+    let d = p.duration_ms.unwrap_or_default();
+    format!(
+        "{} batch {:>6}  rows {:>9}  in {:>12.1} rows/s  processed {:>12.1} rows/s  \
+         total {:>5} ms (offsets {}, wal {}, exec {}, sink {}, commit {})  epoch {}",
+        p.name,
+        p.batch_id,
+        p.num_input_rows,
+        p.input_rows_per_second,
+        p.processed_rows_per_second,
+        d.total,
+        d.latest_offset,
+        d.wal_commit,
+        d.execution,
+        d.sink_commit,
+        d.commit,
+        p.epoch,
+    )
+}
+
+fn spec_json(s: &QueryStatus) -> Option<Value> {
+    let spec = s.spec.as_ref()?;
+    let spec = sluice_common::spec::QuerySpec::try_from(spec).ok()?;
+    serde_json::to_value(&spec).ok()
+}
+
+pub fn status_json(s: &QueryStatus) -> Value {
+    let mut v = json!({
+        "id": s.id,
+        "name": s.name,
+        "state": state_name(s.state),
+        "last_committed_batch": s.last_committed_batch,
+        "error": s.error,
+        "committed_rows": s.committed_rows,
+        "epoch": s.epoch,
+    });
+    if let Some(p) = &s.latest_progress {
+        v["latest_progress"] = progress_json(p);
+    }
+    if let Some(spec) = spec_json(s) {
+        v["spec"] = spec;
+    }
+    v
+}
+
+/// `key: value` lines.
+pub fn status_text(s: &QueryStatus) -> String {
+    let mut out = format!(
+        "id: {}\nname: {}\nstate: {}\nlast_committed_batch: {}\ncommitted_rows: {}\nepoch: {}\nerror: {}\n",
+        s.id,
+        s.name,
+        state_name(s.state),
+        s.last_committed_batch,
+        s.committed_rows,
+        s.epoch,
+        s.error,
+    );
+    if let Some(p) = &s.latest_progress {
+        out.push_str(&format!("latest_progress: {}\n", progress_line(p)));
+    }
+    if let Some(spec) = spec_json(s) {
+        out.push_str(&format!("spec: {spec}\n"));
+    }
+    out
+}
+
+/// The `list` table: NAME ID STATE LAST_BATCH ERROR.
+pub fn list_table(queries: &[QueryStatus]) -> String {
+    let rows: Vec<Vec<String>> = queries
+        .iter()
+        .map(|q| {
+            vec![
+                q.name.clone(),
+                q.id.clone(),
+                state_name(q.state).to_string(),
+                q.last_committed_batch.to_string(),
+                one_line(&q.error),
+            ]
+        })
+        .collect();
+    table(&["NAME", "ID", "STATE", "LAST_BATCH", "ERROR"], &rows)
+}
+
+pub fn cluster_json(c: &ClusterInfo) -> Value {
+    let executors: Vec<Value> = c
+        .executors
+        .iter()
+        .map(|e| {
+            json!({
+                "id": e.id,
+                "slots": e.slots,
+                "running_tasks": e.running_tasks,
+                "heartbeat_age_ms": e.heartbeat_age_ms,
+            })
+        })
+        .collect();
+    json!({
+        "leader": c.leader,
+        "driver_id": c.driver_id,
+        "epoch": c.epoch,
+        "standbys": c.standbys,
+        "executors": executors,
+    })
+}
+
+pub fn cluster_text(c: &ClusterInfo) -> String {
+    let standbys = if c.standbys.is_empty() {
+        "-".to_string()
+    } else {
+        c.standbys.join(", ")
+    };
+    let rows: Vec<Vec<String>> = c
+        .executors
+        .iter()
+        .map(|e| {
+            vec![
+                e.id.clone(),
+                e.slots.to_string(),
+                e.running_tasks.to_string(),
+                e.heartbeat_age_ms.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "leader: {} ({})\nepoch: {}\nstandbys: {}\nexecutors: {}\n{}",
+        c.leader,
+        c.driver_id,
+        c.epoch,
+        standbys,
+        c.executors.len(),
+        table(&["EXECUTOR", "SLOTS", "RUNNING", "HEARTBEAT_AGE_MS"], &rows),
+    )
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let last = row.len().saturating_sub(1);
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == last {
+                    c.clone()
+                } else {
+                    format!("{c:<width$}", width = widths.get(i).copied().unwrap_or(0))
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_proto::Durations;
+
+    fn status() -> QueryStatus {
+        QueryStatus {
+            id: "0b7c".into(),
+            name: "demo".into(),
+            state: QueryState::Running as i32,
+            last_committed_batch: -1,
+            error: String::new(),
+            spec: None,
+            epoch: 3,
+            committed_rows: 0,
+            latest_progress: None,
+        }
+    }
+
+    #[test]
+    fn status_json_has_the_fixed_fields() {
+        let v = status_json(&status());
+        assert_eq!(v["id"], "0b7c");
+        assert_eq!(v["name"], "demo");
+        assert_eq!(v["state"], "RUNNING");
+        assert_eq!(v["last_committed_batch"], -1);
+        assert_eq!(v["error"], "");
+        assert_eq!(v["epoch"], 3);
+        assert_eq!(v["committed_rows"], 0);
+        assert!(v.get("latest_progress").is_none());
+
+        let mut s = status();
+        s.state = QueryState::Failed as i32;
+        s.error = "boom".into();
+        s.last_committed_batch = 7;
+        s.latest_progress = Some(BatchProgress {
+            batch_id: 7,
+            num_input_rows: 10,
+            duration_ms: Some(Durations {
+                total: 4,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let v = status_json(&s);
+        assert_eq!(v["state"], "FAILED");
+        assert_eq!(v["error"], "boom");
+        assert_eq!(v["last_committed_batch"], 7);
+        assert_eq!(v["latest_progress"]["batch_id"], 7);
+        assert_eq!(v["latest_progress"]["duration_ms"]["total"], 4);
+        assert!(status_text(&s).contains("state: FAILED\n"));
+    }
+
+    #[test]
+    fn states_have_short_names() {
+        assert_eq!(state_name(QueryState::Finished as i32), "FINISHED");
+        assert_eq!(state_name(QueryState::Stopped as i32), "STOPPED");
+        assert_eq!(state_name(99), "UNSPECIFIED");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["NAME", "ID"],
+            &[
+                vec!["a-long-name".into(), "1".into()],
+                vec!["b".into(), "2".into()],
+            ],
+        );
+        assert_eq!(t, "NAME         ID\na-long-name  1\nb            2\n");
+        let l = list_table(&[status()]);
+        assert!(
+            l.starts_with("NAME  ID    STATE    LAST_BATCH  ERROR\n"),
+            "{l}"
+        );
+    }
+}
