@@ -33,8 +33,10 @@ use crate::error::ExecutorError;
 use crate::session::{self, SessionEnd};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// A driver that answers no ping for this long (e.g. a paused leader) is
+/// dropped, and the executor looks for the current leader.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
