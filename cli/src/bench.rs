@@ -1,7 +1,7 @@
 //! `sluice bench SCENARIO`: runs a scenario on a local cluster and prints
 //! its figures as JSON. `throughput` and `overhead` run here on an
 //! in-process cluster; `recovery` (a driver child process) is in
-//! `recovery.rs`. Every result carries `cores` and the scenario's parameters.
+//! `recovery.rs` and `failover` (etcd and two drivers) in `failover.rs`. Every result carries `cores` and the scenario's parameters.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use crate::inproc::{self, InProcess};
 use crate::progress;
 use crate::queries::{self, RateQuery};
 use crate::stats::{Summary, round3};
-use crate::{output, recovery, verify};
+use crate::{failover, output, recovery, verify};
 
 /// "Unbounded": the largest rate a spec accepts, so every row is available at once.
 pub const UNBOUNDED_RPS: u64 = 1_000_000_000_000;
@@ -28,6 +28,7 @@ pub enum Scenario {
     Throughput,
     Overhead,
     Recovery,
+    Failover,
 }
 
 /// The flags of `bench`.
@@ -49,7 +50,13 @@ pub struct BenchArgs {
     /// recovery: how many kill/restart rounds.
     #[arg(long, default_value_t = 5)]
     pub iterations: u32,
-    /// Source partitions (default: 8 throughput, 2 overhead, 4 recovery).
+    /// failover: how many SIGKILLs of the leader.
+    #[arg(long, default_value_t = 10)]
+    pub kills: u32,
+    /// failover: how many SIGTERM handovers.
+    #[arg(long, default_value_t = 10)]
+    pub handovers: u32,
+    /// Source partitions (default: 8 throughput, 2 overhead, 4 recovery and failover).
     #[arg(long)]
     pub partitions: Option<u32>,
 }
@@ -66,6 +73,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Throughput => throughput(&args, &shutdown).await,
         Scenario::Overhead => overhead(&args, &shutdown).await,
         Scenario::Recovery => recovery::run(&args, &shutdown).await,
+        Scenario::Failover => failover::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

@@ -4,8 +4,10 @@
 //! the one place where errors are printed (`error: ...`, exit code 1).
 
 mod bench;
+mod child;
 mod client;
 mod commands;
+mod failover;
 #[cfg(test)]
 mod fake_driver;
 mod inproc;

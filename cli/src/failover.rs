@@ -1,0 +1,256 @@
+//! `sluice bench failover`: a three-process cluster (2 drivers, 1
+//! executor) on a local etcd with a 2 s lease. Each round signals the
+//! leader (SIGKILL, then SIGTERM for planned handovers) and times the
+//! signal → the first commit of a newer epoch, by polling the query's
+//! `commits/` directory. The signalled driver is restarted as a standby
+//! before the next round. Every child process is killed on exit.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::bench::{BenchArgs, cores, workdir};
+use crate::child::{ChildProcess, POLL, commit_above};
+use crate::client::Client;
+use crate::inproc::{self, free_addr};
+use crate::queries::{self, RateQuery};
+use crate::stats::{Summary, round3};
+use crate::verify;
+
+const TTL_MS: u64 = 2000;
+const QUERY: &str = "bench-failover";
+const LIMIT: Duration = Duration::from_secs(30);
+
+struct Driver {
+    process: ChildProcess,
+    http: SocketAddr,
+}
+
+pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
+    let (dir, root, out) = workdir()?;
+    let etcd_bin =
+        which("etcd").context("the failover benchmark needs etcd (apt-get install etcd-server)")?;
+    let (client_addr, peer_addr) = (free_addr()?, free_addr()?);
+    let etcd_url = format!("http://{client_addr}");
+    let etcd_args = [
+        "--name",
+        "bench",
+        "--data-dir",
+        &dir.path().join("etcd").display().to_string(),
+        "--listen-client-urls",
+        &etcd_url,
+        "--advertise-client-urls",
+        &etcd_url,
+        "--listen-peer-urls",
+        &format!("http://{peer_addr}"),
+        "--initial-advertise-peer-urls",
+        &format!("http://{peer_addr}"),
+        "--initial-cluster",
+        &format!("bench=http://{peer_addr}"),
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let mut etcd = ChildProcess::new(etcd_bin, etcd_args, dir.path().join("etcd.log"));
+    etcd.start()?;
+    wait_for(|| async { tokio::net::TcpStream::connect(client_addr).await.is_ok() }).await?;
+
+    let driver_bin = ChildProcess::locate("sluice-driver")?;
+    let mut drivers = Vec::new();
+    let mut addrs = Vec::new();
+    for i in 0..2 {
+        let (listen, http) = (free_addr()?, free_addr()?);
+        let mut a = inproc::driver_args(listen, Some(http), &root, &format!("bench-driver-{i}"));
+        a.extend(
+            [
+                "--etcd",
+                &etcd_url,
+                "--cluster",
+                "bench",
+                "--lease-ttl-ms",
+                &TTL_MS.to_string(),
+            ]
+            .map(str::to_string),
+        );
+        let log = dir.path().join(format!("driver-{i}.log"));
+        let mut process = ChildProcess::new(driver_bin.clone(), a, log);
+        process.start()?;
+        addrs.push(inproc::advertise(listen));
+        drivers.push(Driver { process, http });
+    }
+    let executor_args = [
+        "--driver",
+        &addrs.join(","),
+        "--slots",
+        "2",
+        "--heartbeat-ms",
+        "200",
+        "--id",
+        "bench-executor",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let mut executor = ChildProcess::new(
+        ChildProcess::locate("sluice-executor")?,
+        executor_args,
+        dir.path().join("executor.log"),
+    );
+    executor.start()?;
+
+    let q = RateQuery {
+        name: QUERY.into(),
+        partitions: args.partitions.unwrap_or(4),
+        rows_per_second: 100_000,
+        total_rows: None,
+        trigger_ms: 100,
+        max_rows_per_batch: None,
+        sink: out.clone(),
+    };
+    let commits = Path::new(&root).join("queries").join(QUERY).join("commits");
+    let measured = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
+        r = rounds(args, &q, &addrs, &mut drivers, &commits) => r,
+    };
+    let (kills, terms) = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            let kept = dir.keep();
+            return Err(e.context(format!(
+                "failover benchmark failed (logs kept in {})",
+                kept.display()
+            )));
+        }
+    };
+    executor.kill()?;
+    for d in &mut drivers {
+        d.process.kill()?;
+    }
+    etcd.kill()?;
+    let report = verify::check(&out, None).await?;
+    let summary = |v: &[f64]| Summary::of(v).map_or(Value::Null, |s| s.to_json());
+    let (k, t) = (summary(&kills), summary(&terms));
+    let figures = json!({
+        "scenario": "failover",
+        "cores": cores(),
+        "lease_ttl_ms": TTL_MS,
+        "drivers": 2,
+        "executors": 1,
+        "trigger_ms": q.trigger_ms,
+        "poll_ms": POLL.as_millis(),
+        "kill_to_commit_ms": kills.iter().map(|m| round3(*m)).collect::<Vec<_>>(),
+        "kill_median_ms": k["median"],
+        "kill_max_ms": k["max"],
+        "sigterm_to_commit_ms": terms.iter().map(|m| round3(*m)).collect::<Vec<_>>(),
+        "sigterm_median_ms": t["median"],
+        "sigterm_max_ms": t["max"],
+        "verify": verify::report_json(&report),
+    });
+    Ok((figures, verify::exit_code(&report)))
+}
+
+async fn rounds(
+    args: &BenchArgs,
+    q: &RateQuery,
+    addrs: &[String],
+    drivers: &mut [Driver],
+    commits: &Path,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let mut client = Client::new(addrs.to_vec())?;
+    queries::submit(&mut client, &q.spec_text()).await?;
+    commit_above(commits, Some(1)).await?;
+    let mut kills = Vec::new();
+    let mut terms = Vec::new();
+    for (signal, n, out) in [
+        (Signal::SIGKILL, args.kills, &mut kills),
+        (Signal::SIGTERM, args.handovers, &mut terms),
+    ] {
+        for round in 0..n {
+            let leader = find_leader(drivers).await?;
+            let epoch = latest_epoch(commits)?;
+            let t0 = Instant::now();
+            drivers[leader].process.signal(signal)?;
+            wait_for(|| async { latest_epoch(commits).is_ok_and(|e| e > epoch) }).await?;
+            let ms = t0.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(round, ?signal, ms, "failover");
+            out.push(ms);
+            let d = &mut drivers[leader];
+            d.process.reap(Duration::from_secs(10)).await?;
+            d.process.start()?;
+            let http = d.http;
+            wait_for(|| async move { http_status(http, "/healthz").await == Some(200) }).await?;
+            // Let the cluster settle before the next round.
+            let now = crate::child::highest_commit(commits)?;
+            commit_above(commits, now).await?;
+        }
+    }
+    Ok((kills, terms))
+}
+
+/// The index of the driver whose `/readyz` answers 200.
+async fn find_leader(drivers: &[Driver]) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        for (i, d) in drivers.iter().enumerate() {
+            if http_status(d.http, "/readyz").await == Some(200) {
+                return Ok(i);
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no driver became the leader within {LIMIT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The epoch of the highest commit in `commits/`.
+fn latest_epoch(commits: &Path) -> anyhow::Result<u64> {
+    let n = crate::child::highest_commit(commits)?.context("no commit yet")?;
+    let text = std::fs::read(commits.join(format!("{n:020}")))?;
+    let v: Value = serde_json::from_slice(&text)?;
+    v["epoch"].as_u64().context("commit without an epoch")
+}
+
+async fn wait_for<F, Fut>(mut probe: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + LIMIT;
+    while !probe().await {
+        anyhow::ensure!(Instant::now() < deadline, "timed out after {LIMIT:?}");
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
+/// The status code of `GET path`, or `None` when nothing answers.
+async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).await.ok()?;
+        let line = std::str::from_utf8(&buf[..n]).ok()?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_millis(500), probe)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `name` on the `PATH`.
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
