@@ -11,6 +11,8 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod etcd;
+pub mod ha;
 pub mod http;
 pub mod node;
 pub mod ports;
@@ -25,6 +27,8 @@ pub use check::{
 pub use cli::CliOutput;
 pub use client::{Client, state_name};
 pub use cluster::{Cluster, DriverOpts, ExecutorOpts, READY_TIMEOUT, addrs};
+pub use etcd::{Etcd, EtcdCluster};
+pub use ha::{OnPanic, Record, TTL_MS, Watch};
 pub use node::{Driver, Executor};
 pub use ports::{free_addr, free_port};
 pub use process::{Process, ProcessSpec};

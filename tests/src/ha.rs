@@ -1,0 +1,287 @@
+//! Helpers of the HA and chaos tests: drivers elected through etcd, finding
+//! the leader, and a [`Watch`] that records every checkpoint record (and
+//! sink manifest) as it appears, with its epoch and the time it was
+//! written, so that a test can time a failover and prove fencing.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::check::{log_entries, query_dir};
+use crate::client::Client;
+use crate::cluster::{Cluster, DriverOpts, READY_TIMEOUT};
+use crate::etcd::EtcdCluster;
+use crate::node::{Driver, Executor};
+
+/// The lease TTL of the HA tests (etcd grants whole seconds, about 2 s at
+/// the least).
+pub const TTL_MS: u64 = 2000;
+
+/// Starts a driver that campaigns through `etcd` with [`TTL_MS`].
+pub fn start_ha_driver(cluster: &Cluster, etcd: &EtcdCluster) -> Driver {
+    cluster.start_driver_with(DriverOpts {
+        etcd: etcd.endpoints(),
+        lease_ttl_ms: Some(TTL_MS),
+        ..DriverOpts::default()
+    })
+}
+
+/// etcd, drivers elected through it, and executors that know every driver.
+pub struct Ha {
+    pub etcd: EtcdCluster,
+    pub drivers: Vec<Driver>,
+    pub executors: Vec<Executor>,
+    /// Every driver's gRPC address, comma-separated.
+    pub list: String,
+    /// The index of the first leader.
+    pub leader: usize,
+}
+
+impl Ha {
+    /// Starts an etcd cluster of `members`, waits for its health, starts
+    /// `drivers` drivers, waits for one leader, then starts `executors`.
+    pub async fn start(cluster: &Cluster, members: usize, drivers: usize, executors: usize) -> Ha {
+        let etcd = EtcdCluster::start_healthy(cluster, members).await;
+        let drivers: Vec<Driver> = (0..drivers)
+            .map(|_| start_ha_driver(cluster, &etcd))
+            .collect();
+        let leader = wait_leader(&drivers, READY_TIMEOUT).await;
+        let list = driver_list(&drivers);
+        let executors = (0..executors)
+            .map(|_| cluster.start_executor(&list))
+            .collect();
+        Ha {
+            etcd,
+            drivers,
+            executors,
+            list,
+            leader,
+        }
+    }
+}
+
+/// The comma-separated gRPC addresses of `drivers`.
+pub fn driver_list(drivers: &[Driver]) -> String {
+    drivers
+        .iter()
+        .map(|d| d.addr().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The indexes of the drivers whose `/readyz` answers 200 now.
+pub async fn ready_drivers(drivers: &[Driver]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, d) in drivers.iter().enumerate() {
+        if d.is_running() && !d.is_paused() && d.is_ready().await {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Waits until exactly one driver, other than `except`, answers `/readyz`
+/// with 200 and returns its index. Panics after `timeout`.
+pub async fn wait_leader_except(
+    drivers: &[Driver],
+    except: Option<usize>,
+    timeout: Duration,
+) -> usize {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let ready = ready_drivers(drivers).await;
+        if let [one] = ready.as_slice()
+            && Some(*one) != except
+        {
+            return *one;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no single leader (other than {except:?}) after {timeout:?}; ready: {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits for the one leader among `drivers`.
+pub async fn wait_leader(drivers: &[Driver], timeout: Duration) -> usize {
+    wait_leader_except(drivers, None, timeout).await
+}
+
+/// The leader's address and epoch as the cluster API reports them.
+pub async fn leader_and_epoch(client: &mut Client) -> (String, u64) {
+    let info = client.cluster_info().await.expect("Cluster RPC");
+    (info.leader, info.epoch)
+}
+
+/// Milliseconds from `from` to `to` (negative when `to` is earlier).
+pub fn ms_between(from: SystemTime, to: SystemTime) -> i64 {
+    match to.duration_since(from) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    }
+}
+
+/// One record file: which log, its batch, its epoch, when it was written.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub log: String,
+    pub batch: u64,
+    pub epoch: u64,
+    /// The file's modification time: when its bytes were written, just
+    /// before the atomic rename made it visible.
+    pub written: SystemTime,
+    pub path: PathBuf,
+}
+
+/// Records every new file of some record directories as it appears.
+#[derive(Debug)]
+pub struct Watch {
+    dirs: Vec<(String, PathBuf)>,
+    seen: BTreeSet<PathBuf>,
+    pub records: Vec<Record>,
+}
+
+impl Watch {
+    /// Watches `offsets/` and `commits/` of `query`.
+    pub fn query(checkpoint_root: &Path, query: &str) -> Watch {
+        let dir = query_dir(checkpoint_root, query);
+        Watch {
+            dirs: vec![
+                ("offsets".into(), dir.join("offsets")),
+                ("commits".into(), dir.join("commits")),
+            ],
+            seen: BTreeSet::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Also watches the sink manifests (`<sink>/_sluice/`) as `"sink"`.
+    pub fn with_sink(mut self, sink: &Path) -> Watch {
+        self.dirs.push(("sink".into(), sink.join("_sluice")));
+        self
+    }
+
+    /// Reads the files that appeared since the last poll and returns them.
+    /// A file purged before it could be read is skipped.
+    pub fn poll(&mut self) -> Vec<Record> {
+        let mut new = Vec::new();
+        for (log, dir) in &self.dirs {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut paths: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
+            paths.sort();
+            for path in paths {
+                if self.seen.contains(&path) {
+                    continue;
+                }
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                let Some(batch) = name.parse::<u64>().ok() else {
+                    continue;
+                };
+                let Some(record) = read_record(log, batch, &path) else {
+                    continue;
+                };
+                self.seen.insert(path);
+                new.push(record);
+            }
+        }
+        self.records.extend(new.iter().cloned());
+        new
+    }
+
+    /// Polls every 5 ms until a new record satisfies `pred`.
+    pub async fn wait_for(
+        &mut self,
+        timeout: Duration,
+        mut pred: impl FnMut(&Record) -> bool,
+    ) -> Option<Record> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.poll().into_iter().find(|r| pred(r)) {
+                return Some(r);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Every record of `log` seen so far, in batch order.
+    pub fn of(&self, log: &str) -> Vec<&Record> {
+        let mut out: Vec<&Record> = self.records.iter().filter(|r| r.log == log).collect();
+        out.sort_by_key(|r| r.batch);
+        out
+    }
+
+    /// Asserts that the epochs of every commit seen so far never decrease
+    /// as the batch grows (this sees records that were purged since).
+    pub fn assert_commit_epochs_non_decreasing(&self) {
+        let commits: Vec<(u64, u64)> = self
+            .of("commits")
+            .iter()
+            .map(|r| (r.batch, r.epoch))
+            .collect();
+        for w in commits.windows(2) {
+            assert!(
+                w[0].1 <= w[1].1,
+                "epoch decreased from batch {} (epoch {}) to batch {} (epoch {}); all: {commits:?}",
+                w[0].0,
+                w[0].1,
+                w[1].0,
+                w[1].1
+            );
+        }
+    }
+}
+
+fn read_record(log: &str, batch: u64, path: &Path) -> Option<Record> {
+    let bytes = std::fs::read(path).ok()?;
+    let written = std::fs::metadata(path).ok()?.modified().ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    assert_eq!(
+        v["batch_id"].as_u64(),
+        Some(batch),
+        "{} holds another batch: {v}",
+        path.display()
+    );
+    let epoch = v["epoch"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{} has no epoch: {v}", path.display()));
+    Some(Record {
+        log: log.to_string(),
+        batch,
+        epoch,
+        written,
+        path: path.to_path_buf(),
+    })
+}
+
+/// Waits until `query` has a batch in flight (its latest `offsets/N` has
+/// no `commits/N` yet). Returns false after `timeout`.
+pub async fn wait_batch_in_flight(root: &Path, query: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let offsets = log_entries(root, query, "offsets").last().map(|e| e.0);
+        let commits = log_entries(root, query, "commits").last().map(|e| e.0);
+        if offsets.is_some() && offsets > commits {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    false
+}
+
+/// Prints `what` (a seed, for instance) when dropped during a panic.
+pub struct OnPanic(pub String);
+
+impl Drop for OnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.0);
+        }
+    }
+}

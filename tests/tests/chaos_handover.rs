@@ -1,0 +1,125 @@
+//! Chaos: planned handover. The leader driver gets SIGTERM; it resigns, so
+//! the standby must commit within 1 s of the signal (printed as
+//! `handover_ms`), and the old leader exits cleanly within a few seconds.
+//! Done twice (A → B, then B → the restarted A); the query finishes
+//! exactly-once with commit epochs that never decrease.
+//!
+//! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant, SystemTime};
+
+use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, wait_leader_except};
+use sluice_tests::{
+    Client, Cluster, QueryState, Spec, Watch, assert_epochs_non_decreasing, assert_exactly_once,
+};
+
+const QUERY: &str = "handover";
+const TOTAL: u64 = 12_000;
+const BOUND_MS: i64 = 1000;
+
+/// Waits until the leader lists `addr` among its standbys.
+async fn wait_standby(client: &mut Client, addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(info) = client.cluster_info().await
+            && info.standbys.iter().any(|s| s == addr)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{addr} is no standby after 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_within_1s() {
+    let started = Instant::now();
+    let cluster = Cluster::new("chaos-handover");
+    let ha = Ha::start(&cluster, 1, 2, 2).await;
+    let sink = cluster.sink_path(QUERY);
+    let spec = Spec::new(QUERY, &sink)
+        .partitions(4)
+        .rows_per_second(1000)
+        .total_rows(TOTAL)
+        .interval_ms(50);
+    let mut client = cluster.client(&ha.list);
+    client.submit(&spec.to_yaml()).await.expect("submit");
+
+    let root = cluster.checkpoint_root();
+    let mut watch = Watch::query(&root, QUERY);
+    watch
+        .wait_for(Duration::from_secs(30), |r| {
+            r.log == "commits" && r.batch >= 3
+        })
+        .await
+        .expect("commits/3 within 30 s");
+
+    let mut leader = ha.leader;
+    let mut figures = Vec::new();
+    for round in 1..=2 {
+        let (addr, old_epoch) = leader_and_epoch(&mut client).await;
+        assert_eq!(addr, ha.drivers[leader].addr(), "the Cluster RPC agrees");
+        let old = &ha.drivers[leader];
+        let termed_at = SystemTime::now();
+        old.term();
+        let next = watch
+            .wait_for(Duration::from_secs(30), |r| {
+                r.log == "commits" && r.epoch > old_epoch
+            })
+            .await
+            .expect("the standby commits under a higher epoch within 30 s");
+        let handover_ms = ms_between(termed_at, next.written);
+        eprintln!(
+            "round {round}: handover_ms = {handover_ms} (SIGTERM of {} at epoch {old_epoch} \
+             to commits/{} at epoch {}; bound {BOUND_MS} ms)",
+            old.name(),
+            next.batch,
+            next.epoch
+        );
+        figures.push(handover_ms);
+        let status = old
+            .wait_exit(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("{} still runs 10 s after SIGTERM", old.name()));
+        eprintln!(
+            "round {round}: {} exited with {status} {:?} after SIGTERM",
+            old.name(),
+            termed_at.elapsed().unwrap_or_default()
+        );
+        assert!(
+            status.success() || status.signal() == Some(15),
+            "{} exited uncleanly after SIGTERM: {status}",
+            old.name()
+        );
+        assert!(
+            handover_ms <= BOUND_MS,
+            "round {round}: handover took {handover_ms} ms, more than {BOUND_MS} ms"
+        );
+        let new_leader =
+            wait_leader_except(&ha.drivers, Some(leader), Duration::from_secs(10)).await;
+        let (_, new_epoch) = leader_and_epoch(&mut client).await;
+        assert_eq!(
+            next.epoch, new_epoch,
+            "the new leader's epoch is in the commit"
+        );
+        // The old leader comes back as a standby for the next round.
+        old.restart();
+        leader = new_leader;
+        wait_standby(&mut client, old.addr()).await;
+    }
+    eprintln!("handover_ms per round: {figures:?}");
+
+    client
+        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
+        .await;
+    assert_exactly_once(&sink, TOTAL).await;
+    let epochs = assert_epochs_non_decreasing(&root, QUERY);
+    watch.poll();
+    watch.assert_commit_epochs_non_decreasing();
+    eprintln!(
+        "{} commits; test took {:?}",
+        epochs.len(),
+        started.elapsed()
+    );
+}

@@ -1,0 +1,110 @@
+//! Chaos: the leader driver is SIGKILLed while a batch is in flight. The
+//! standby must commit the next batch, under a higher epoch, within the
+//! lease TTL + 1 s of the kill (printed as `failover_ms`), and the query
+//! still finishes exactly-once with commit epochs that never decrease.
+//!
+//! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use sluice_tests::ha::{leader_and_epoch, ms_between, wait_batch_in_flight, wait_leader_except};
+use sluice_tests::{
+    Cluster, QueryState, Spec, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once,
+    ha::Ha,
+};
+
+const QUERY: &str = "killed";
+const TOTAL: u64 = 12_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_standby_commits_within_ttl_plus_1s() {
+    let started = Instant::now();
+    let cluster = Cluster::new("chaos-leader-killed");
+    let ha = Ha::start(&cluster, 1, 2, 2).await;
+    let leader = ha.leader;
+    let sink = cluster.sink_path(QUERY);
+    let spec = Spec::new(QUERY, &sink)
+        .partitions(4)
+        .rows_per_second(1000)
+        .total_rows(TOTAL)
+        .interval_ms(50);
+    let mut client = cluster.client(&ha.list);
+    client.submit(&spec.to_yaml()).await.expect("submit");
+
+    let root = cluster.checkpoint_root();
+    let mut watch = Watch::query(&root, QUERY);
+    let first = watch
+        .wait_for(Duration::from_secs(30), |r| {
+            r.log == "commits" && r.batch >= 3
+        })
+        .await
+        .expect("commits/3 within 30 s");
+    let (addr, old_epoch) = leader_and_epoch(&mut client).await;
+    assert_eq!(addr, ha.drivers[leader].addr(), "the Cluster RPC agrees");
+    assert_eq!(
+        first.epoch, old_epoch,
+        "the leader's epoch is in its commits"
+    );
+
+    // Kill during a batch: its offsets record is written, its commit not.
+    let in_flight = wait_batch_in_flight(&root, QUERY, Duration::from_secs(5)).await;
+    let killed_at = SystemTime::now();
+    ha.drivers[leader].kill();
+    watch.poll();
+    let last_old = watch
+        .of("commits")
+        .last()
+        .map(|r| r.batch)
+        .expect("commits seen");
+    eprintln!(
+        "SIGKILL of the leader {} (epoch {old_epoch}); batch in flight: {in_flight}; \
+         last commit before the kill: batch {last_old}",
+        ha.drivers[leader].name()
+    );
+
+    let bound_ms = (TTL_MS + 1000) as i64;
+    let next = watch
+        .wait_for(Duration::from_secs(30), |r| {
+            r.log == "commits" && r.epoch > old_epoch
+        })
+        .await
+        .expect("the standby commits under a higher epoch within 30 s");
+    let failover_ms = ms_between(killed_at, next.written);
+    eprintln!(
+        "failover_ms = {failover_ms} (kill to commits/{} at epoch {}; bound {bound_ms} ms)",
+        next.batch, next.epoch
+    );
+    let new_leader = wait_leader_except(&ha.drivers, Some(leader), Duration::from_secs(10)).await;
+    let (addr, new_epoch) = leader_and_epoch(&mut client).await;
+    assert_eq!(addr, ha.drivers[new_leader].addr());
+    assert_eq!(
+        next.epoch, new_epoch,
+        "the new leader's epoch is in the commit"
+    );
+    assert_eq!(
+        next.batch,
+        last_old + 1,
+        "the standby commits the batch after the last one of the old epoch"
+    );
+    assert!(
+        failover_ms <= bound_ms,
+        "failover took {failover_ms} ms, more than TTL + 1 s = {bound_ms} ms"
+    );
+
+    client
+        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
+        .await;
+    assert_exactly_once(&sink, TOTAL).await;
+    let epochs = assert_epochs_non_decreasing(&root, QUERY);
+    watch.poll();
+    watch.assert_commit_epochs_non_decreasing();
+    assert!(
+        epochs.iter().all(|e| e.1 == old_epoch || e.1 == new_epoch),
+        "only the two leaders committed: {epochs:?}"
+    );
+    eprintln!(
+        "{} commits, epochs {old_epoch} -> {new_epoch}; test took {:?}",
+        epochs.len(),
+        started.elapsed()
+    );
+}
