@@ -40,11 +40,16 @@ pub async fn run(
     let mut failures = 0u32;
     let mut stale_lease: Option<i64> = None;
     while !cancel.is_cancelled() {
+        let started = Instant::now();
         match session(&driver, &cfg, &cancel, &mut stale_lease).await {
             Ok(()) => break,
             Err(e) => {
                 driver.set_role(Role::Standby { leader: None });
-                let delay = backoff(failures.min(4), 2_000);
+                // A session that lasted a while was a success: start over.
+                if started.elapsed() > cfg.lease_ttl * 5 {
+                    failures = 0;
+                }
+                let delay = backoff(failures.min(3), 1_000);
                 warn!(error = %e, retry_ms = delay.as_millis() as u64, "etcd session ended; retrying");
                 failures += 1;
                 tokio::select! {
