@@ -53,23 +53,7 @@ pub fn driver_args(
 
 /// Cancels `shutdown` on SIGINT (Ctrl-C) or SIGTERM. The task ends with the token.
 pub fn spawn_signal_handler(shutdown: CancellationToken) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            tracing::warn!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => return,
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("interrupted: shutting down"),
-        }
-        shutdown.cancel();
-    })
+    tokio::spawn(sluice_common::shutdown::cancel_on_signal(shutdown))
 }
 
 type Task = (String, JoinHandle<Result<(), String>>);

@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod error;
 pub mod rate;
+pub mod shutdown;
 pub mod sink;
 pub mod spec;
 pub mod storage;

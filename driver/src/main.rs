@@ -1,4 +1,6 @@
-//! `sluice-driver` binary.
+//! `sluice-driver` binary: flags and environment, logging, and signals.
+//! SIGTERM or SIGINT cancels the shutdown token: a leader stops its term,
+//! resigns and exits.
 
 use clap::Parser;
 use sluice_driver::{Cli, DriverConfig};
@@ -9,25 +11,9 @@ async fn main() -> anyhow::Result<()> {
     sluice_common::telemetry::init();
     let config = DriverConfig::try_from(Cli::parse())?;
     let shutdown = CancellationToken::new();
-    let signals = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        signals.cancel();
-    });
-    sluice_driver::run(config, shutdown).await?;
+    let signals = tokio::spawn(sluice_common::shutdown::cancel_on_signal(shutdown.clone()));
+    let result = sluice_driver::run(config, shutdown).await;
+    signals.abort();
+    result?;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
