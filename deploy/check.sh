@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The CI check of deploy/, offline after the first run (no cluster, no
+# container engine):
+#   1. `kubectl kustomize` renders every kustomization: the base, the dev
+#      and prod overlays, the example query, the chaos query and the Chaos
+#      Mesh schedules;
+#   2. deploy/validate.py validates the rendered output, and the one-shot
+#      Chaos Mesh experiments, against the strict OpenAPI schemas of
+#      Kubernetes 1.30 and later (pinned kubernetes-validate, in a venv
+#      under target/), plus the pod policy of the manifests;
+#   3. the shell scripts parse (`bash -n`), and kill-pods.sh makes the same
+#      choices for the same seed (a dry run against a stub kubectl).
+# tests/tests/manifests.rs then runs the real binaries with the rendered
+# settings.
+#
+#   deploy/check.sh            # exits non-zero, naming the failure, on any error
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+fail() {
+  echo "deploy/check.sh: FAILED: $*" >&2
+  exit 1
+}
+
+# --- kubectl --------------------------------------------------------------
+KUBECTL=${KUBECTL:-kubectl}
+if ! command -v "$KUBECTL" >/dev/null 2>&1; then
+  cat >&2 <<'EOF'
+deploy/check.sh: FAILED: kubectl not found. It renders the kustomizations
+(kubectl kustomize, kustomize v5) and needs no cluster. Install it, e.g.:
+  curl -fsSLO "https://dl.k8s.io/release/v1.32.4/bin/linux/amd64/kubectl"
+  sudo install -m 0755 kubectl /usr/local/bin/kubectl
+or see https://kubernetes.io/docs/tasks/tools/ (or set KUBECTL=/path/to/kubectl).
+EOF
+  exit 1
+fi
+echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | tr '\n' ' ')"
+
+out=target/deploy-check
+rm -rf "$out/rendered"
+mkdir -p "$out/rendered"
+
+# --- 1. render ----------------------------------------------------------------
+kustomizations=(
+  deploy/k8s/base
+  deploy/k8s/overlays/dev
+  deploy/k8s/overlays/prod
+  deploy/k8s/example
+  deploy/chaos/query
+  deploy/chaos/chaos-mesh
+)
+rendered=()
+for k in "${kustomizations[@]}"; do
+  file="$out/rendered/$(echo "${k#deploy/}" | tr / -).yaml"
+  if ! "$KUBECTL" kustomize "$k" >"$file" 2>"$file.err"; then
+    cat "$file.err" >&2
+    fail "kubectl kustomize $k"
+  fi
+  [ -s "$file" ] || fail "kubectl kustomize $k rendered nothing"
+  echo "rendered $k -> $file ($(grep -c '^kind:' "$file") objects)"
+  rendered+=("$file")
+done
+
+# --- 2. validate ----------------------------------------------------------------
+venv="$out/venv"
+requirements=deploy/requirements-check.txt
+stamp="$venv/.requirements.sha256"
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  command -v python3 >/dev/null 2>&1 || fail "python3 not found (install python3 and python3-venv)"
+  echo "installing the validator into $venv (pinned: $requirements)"
+  rm -rf "$venv"
+  python3 -m venv "$venv" ||
+    fail "python3 -m venv $venv (on Debian: apt-get install python3-venv)"
+  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
+    -r "$requirements"; then
+    rm -rf "$venv"
+    fail "pip install -r $requirements: PyPI unreachable? The venv is built once and reused offline."
+  fi
+  echo "$want" >"$stamp"
+fi
+"$venv/bin/python" deploy/validate.py --min-version 1.30.0 \
+  "${rendered[@]}" deploy/chaos/chaos-mesh/podchaos-*.yaml ||
+  fail "the manifests do not validate (see FAIL lines above)"
+
+# --- 3. scripts -----------------------------------------------------------------
+for script in deploy/check.sh deploy/chaos/kill-pods.sh; do
+  bash -n "$script" || fail "bash -n $script"
+done
+
+# kill-pods.sh against a stub kubectl: a leader, a standby and three
+# executors. Two dry runs with one seed must choose the same victims.
+stub_dir=$(mktemp -d)
+trap 'rm -rf "$stub_dir"' EXIT
+cat >"$stub_dir/kubectl" <<'EOF'
+#!/usr/bin/env bash
+# A stub of `kubectl get pods` for deploy/check.sh.
+case "$*" in
+  *delete*) echo "stub kubectl: unexpected delete in a dry run" >&2; exit 1 ;;
+  *sluice-driver*) printf 'sluice-driver-a|Running|True|\nsluice-driver-b|Running|False|\n' ;;
+  *sluice-executor*) printf 'sluice-executor-a|Running|True|\nsluice-executor-b|Running|True|\nsluice-executor-c|Running|True|\n' ;;
+esac
+EOF
+chmod +x "$stub_dir/kubectl"
+chaos_run() {
+  KUBECTL="$stub_dir/kubectl" deploy/chaos/kill-pods.sh --dry-run --seed 7 \
+    --duration 2 --interval 1 2>&1 | grep -o 'killing .*' || true
+}
+first=$(chaos_run)
+second=$(chaos_run)
+[ -n "$first" ] || fail "kill-pods.sh --dry-run killed nothing against the stub kubectl"
+grep -q 'killing leader sluice-driver-a\|killing standby sluice-driver-b\|killing executor sluice-executor-' <<<"$first" ||
+  fail "kill-pods.sh chose an unexpected victim: $first"
+# The runs last 2 s each, so they may differ in length, not in order.
+short=$(( $(wc -l <<<"$first") < $(wc -l <<<"$second") ? $(wc -l <<<"$first") : $(wc -l <<<"$second") ))
+[ "$(head -n "$short" <<<"$first")" = "$(head -n "$short" <<<"$second")" ] ||
+  fail "kill-pods.sh made different choices for one seed: [$first] vs [$second]"
+echo "kill-pods.sh: seed 7 chose the same victims twice: $(head -n 1 <<<"$first")"
+
+echo "deploy/check.sh: OK in $(( $(date +%s) - start ))s"
