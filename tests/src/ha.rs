@@ -12,6 +12,7 @@ use crate::client::Client;
 use crate::cluster::{Cluster, DriverOpts, READY_TIMEOUT};
 use crate::etcd::EtcdCluster;
 use crate::node::{Driver, Executor};
+use crate::spec::Spec;
 
 /// The lease TTL of the HA tests (etcd grants whole seconds, about 2 s at
 /// the least).
@@ -57,6 +58,36 @@ impl Ha {
             list,
             leader,
         }
+    }
+}
+
+impl Ha {
+    /// Submits the chaos tests' bounded rate query (4 partitions, 1000
+    /// rows/s, a 50 ms trigger, `total` rows) and waits for `commits/3`.
+    /// Returns a client, a [`Watch`] of the query and its sink manifests,
+    /// and that commit record.
+    pub async fn run_query(
+        &self,
+        cluster: &Cluster,
+        query: &str,
+        total: u64,
+    ) -> (Client, Watch, Record) {
+        let sink = cluster.sink_path(query);
+        let spec = Spec::new(query, &sink)
+            .partitions(4)
+            .rows_per_second(1000)
+            .total_rows(total)
+            .interval_ms(50);
+        let mut client = cluster.client(&self.list);
+        client.submit(&spec.to_yaml()).await.expect("submit");
+        let mut watch = Watch::query(&cluster.checkpoint_root(), query).with_sink(&sink);
+        let third = watch
+            .wait_for(Duration::from_secs(30), |r| {
+                r.log == "commits" && r.batch >= 3
+            })
+            .await
+            .expect("commits/3 within 30 s");
+        (client, watch, third)
     }
 }
 

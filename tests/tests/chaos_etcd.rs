@@ -14,18 +14,10 @@ use std::time::{Duration, Instant, SystemTime};
 use sluice_tests::etcd::ETCD_READY_TIMEOUT;
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, ready_drivers};
 use sluice_tests::{
-    Cluster, QueryState, Spec, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once,
+    Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once,
 };
 
 const TOTAL: u64 = 12_000;
-
-fn spec(name: &str, cluster: &Cluster) -> Spec {
-    Spec::new(name, &cluster.sink_path(name))
-        .partitions(4)
-        .rows_per_second(1000)
-        .total_rows(TOTAL)
-        .interval_ms(50)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_killed_no_commit_without_lease_then_finishes() {
@@ -33,17 +25,8 @@ async fn etcd_killed_no_commit_without_lease_then_finishes() {
     let started = Instant::now();
     let cluster = Cluster::new("chaos-etcd-restart");
     let ha = Ha::start(&cluster, 1, 2, 2).await;
-    let spec = spec(QUERY, &cluster);
-    let mut client = cluster.client(&ha.list);
-    client.submit(&spec.to_yaml()).await.expect("submit");
+    let (mut client, mut watch, _) = ha.run_query(&cluster, QUERY, TOTAL).await;
     let root = cluster.checkpoint_root();
-    let mut watch = Watch::query(&root, QUERY);
-    watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
-        })
-        .await
-        .expect("commits/3 within 30 s");
     let (_, old_epoch) = leader_and_epoch(&mut client).await;
 
     let etcd = ha.etcd.member(0);
@@ -120,17 +103,8 @@ async fn etcd_member_lost_no_failover() {
     let started = Instant::now();
     let cluster = Cluster::new("chaos-etcd-member");
     let ha = Ha::start(&cluster, 3, 2, 2).await;
-    let spec = spec(QUERY, &cluster);
-    let mut client = cluster.client(&ha.list);
-    client.submit(&spec.to_yaml()).await.expect("submit");
+    let (mut client, mut watch, _) = ha.run_query(&cluster, QUERY, TOTAL).await;
     let root = cluster.checkpoint_root();
-    let mut watch = Watch::query(&root, QUERY);
-    watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
-        })
-        .await
-        .expect("commits/3 within 30 s");
     let (leader_addr, epoch) = leader_and_epoch(&mut client).await;
     assert_eq!(leader_addr, ha.drivers[ha.leader].addr());
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, wait_leader_except};
 use sluice_tests::{
-    Client, Cluster, QueryState, Spec, Watch, assert_epochs_non_decreasing, assert_exactly_once,
+    Client, Cluster, QueryState, assert_epochs_non_decreasing, assert_exactly_once,
 };
 
 const QUERY: &str = "handover";
@@ -38,22 +38,8 @@ async fn sigterm_hands_over_within_1s() {
     let cluster = Cluster::new("chaos-handover");
     let ha = Ha::start(&cluster, 1, 2, 2).await;
     let sink = cluster.sink_path(QUERY);
-    let spec = Spec::new(QUERY, &sink)
-        .partitions(4)
-        .rows_per_second(1000)
-        .total_rows(TOTAL)
-        .interval_ms(50);
-    let mut client = cluster.client(&ha.list);
-    client.submit(&spec.to_yaml()).await.expect("submit");
-
+    let (mut client, mut watch, _) = ha.run_query(&cluster, QUERY, TOTAL).await;
     let root = cluster.checkpoint_root();
-    let mut watch = Watch::query(&root, QUERY);
-    watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
-        })
-        .await
-        .expect("commits/3 within 30 s");
 
     let mut leader = ha.leader;
     let mut figures = Vec::new();

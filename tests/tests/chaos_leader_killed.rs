@@ -9,8 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{leader_and_epoch, ms_between, wait_batch_in_flight, wait_leader_except};
 use sluice_tests::{
-    Cluster, QueryState, Spec, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once,
-    ha::Ha,
+    Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once, ha::Ha,
 };
 
 const QUERY: &str = "killed";
@@ -23,22 +22,8 @@ async fn leader_killed_standby_commits_within_ttl_plus_1s() {
     let ha = Ha::start(&cluster, 1, 2, 2).await;
     let leader = ha.leader;
     let sink = cluster.sink_path(QUERY);
-    let spec = Spec::new(QUERY, &sink)
-        .partitions(4)
-        .rows_per_second(1000)
-        .total_rows(TOTAL)
-        .interval_ms(50);
-    let mut client = cluster.client(&ha.list);
-    client.submit(&spec.to_yaml()).await.expect("submit");
-
+    let (mut client, mut watch, first) = ha.run_query(&cluster, QUERY, TOTAL).await;
     let root = cluster.checkpoint_root();
-    let mut watch = Watch::query(&root, QUERY);
-    let first = watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
-        })
-        .await
-        .expect("commits/3 within 30 s");
     let (addr, old_epoch) = leader_and_epoch(&mut client).await;
     assert_eq!(addr, ha.drivers[leader].addr(), "the Cluster RPC agrees");
     assert_eq!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, ready_drivers};
 use sluice_tests::{
-    Cluster, QueryState, Spec, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once,
+    Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once,
 };
 
 const QUERY: &str = "paused";
@@ -26,22 +26,8 @@ async fn paused_leader_is_fenced_after_sigcont() {
     let ha = Ha::start(&cluster, 1, 2, 2).await;
     let old = &ha.drivers[ha.leader];
     let sink = cluster.sink_path(QUERY);
-    let spec = Spec::new(QUERY, &sink)
-        .partitions(4)
-        .rows_per_second(1000)
-        .total_rows(TOTAL)
-        .interval_ms(50);
-    let mut client = cluster.client(&ha.list);
-    client.submit(&spec.to_yaml()).await.expect("submit");
-
+    let (mut client, mut watch, _) = ha.run_query(&cluster, QUERY, TOTAL).await;
     let root = cluster.checkpoint_root();
-    let mut watch = Watch::query(&root, QUERY).with_sink(&sink);
-    watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
-        })
-        .await
-        .expect("commits/3 within 30 s");
     let (addr, old_epoch) = leader_and_epoch(&mut client).await;
     assert_eq!(addr, old.addr(), "the Cluster RPC agrees");
 
