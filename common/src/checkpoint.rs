@@ -37,6 +37,9 @@ pub struct QueryMetadata {
     pub id: uuid::Uuid,
     pub name: String,
     pub created_ms: i64,
+    /// The epoch of the driver that accepted the submit.
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// The plan of one batch. Invariant (DESIGN.md, 1): written before any task
@@ -93,6 +96,8 @@ pub struct CommitRecord {
 pub struct RateSourceMeta {
     pub version: u32,
     pub start_ms: i64,
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 /// The stop marker's content.

@@ -98,6 +98,7 @@ pub async fn submit(
     spec: QuerySpec,
 ) -> Result<Arc<QueryEntry>, DriverError> {
     let _guard = term.queries.submit_lock.lock().await;
+    term.fence()?;
     if let Some(existing) = term.queries.get(&spec.name) {
         return Err(conflict(&spec, existing.spec.as_ref(), existing.state()));
     }
@@ -111,6 +112,7 @@ pub async fn submit(
     let rate = RateSourceMeta {
         version: RECORD_VERSION,
         start_ms: now_ms(),
+        epoch: term.epoch,
     };
     qc.create("sources/rate", &rate).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
@@ -122,6 +124,7 @@ pub async fn submit(
         id: uuid::Uuid::new_v4(),
         name: spec.name.clone(),
         created_ms: now_ms(),
+        epoch: term.epoch,
     };
     let (meta, created) = qc.create("metadata", &meta).await?;
     if !created {
@@ -164,6 +167,7 @@ fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryState) -> Driv
 /// Stops a query: writes the `stopped` marker, then cancels its runner.
 pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEntry>, DriverError> {
     let entry = term.queries.find(key)?;
+    term.fence()?;
     if !entry.state().can_become(QueryState::Stopped) {
         return Ok(entry);
     }
