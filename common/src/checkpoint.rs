@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <root>/queries/<name>/
-//!   metadata        {"id", "name", "created_ms"}              create-only
+//!   metadata        {"id", "name", "created_ms", "epoch"}     create-only
 //!   spec.json       the spec as submitted                      create-only
 //!   stopped         exists once the user has stopped it        create-only
 //!   offsets/<N>     the plan of batch N                        create-only
