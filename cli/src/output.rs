@@ -4,18 +4,9 @@
 //! Everything here is a pure function.
 
 use serde_json::{Value, json};
-use sluice_proto::{BatchProgress, ClusterInfo, QueryState, QueryStatus};
+use sluice_proto::{BatchProgress, ClusterInfo, QueryStatus};
 
-/// "RUNNING", "FINISHED", "STOPPED", "FAILED" (or "UNSPECIFIED").
-pub fn state_name(state: i32) -> &'static str {
-    match QueryState::try_from(state) {
-        Ok(QueryState::Running) => "RUNNING",
-        Ok(QueryState::Finished) => "FINISHED",
-        Ok(QueryState::Stopped) => "STOPPED",
-        Ok(QueryState::Failed) => "FAILED",
-        Ok(QueryState::Unspecified) | Err(_) => "UNSPECIFIED",
-    }
-}
+pub use sluice_proto::state_name;
 
 pub fn progress_json(p: &BatchProgress) -> Value {
     let d = p.duration_ms.unwrap_or_default();
@@ -211,6 +202,7 @@ fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
     use sluice_proto::Durations;
+    use sluice_proto::QueryState;
 
     fn status() -> QueryStatus {
         QueryStatus {

@@ -8,3 +8,15 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("slui
 
 /// Response metadata key that carries the leader's address on a standby.
 pub const LEADER_METADATA_KEY: &str = "sluice-leader";
+
+/// A query state as users see it: `RUNNING`, `FINISHED`, `STOPPED`,
+/// `FAILED` (or `UNSPECIFIED` for a value this build does not know).
+pub fn state_name(state: i32) -> &'static str {
+    match QueryState::try_from(state) {
+        Ok(QueryState::Running) => "RUNNING",
+        Ok(QueryState::Finished) => "FINISHED",
+        Ok(QueryState::Stopped) => "STOPPED",
+        Ok(QueryState::Failed) => "FAILED",
+        Ok(QueryState::Unspecified) | Err(_) => "UNSPECIFIED",
+    }
+}

@@ -16,16 +16,7 @@ use tonic::{Code, Response, Status};
 
 const POLL: Duration = Duration::from_millis(50);
 
-/// The state's name as the CLI prints it (`RUNNING`, `FINISHED`, ...).
-pub fn state_name(state: i32) -> &'static str {
-    match QueryState::try_from(state) {
-        Ok(QueryState::Running) => "RUNNING",
-        Ok(QueryState::Finished) => "FINISHED",
-        Ok(QueryState::Stopped) => "STOPPED",
-        Ok(QueryState::Failed) => "FAILED",
-        _ => "UNSPECIFIED",
-    }
-}
+pub use sluice_proto::state_name;
 
 /// Errors a poll should ride out: the driver is down, restarting, paused,
 /// not the leader, or has not loaded its checkpoint yet.

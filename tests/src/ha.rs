@@ -7,12 +7,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::check::{log_entries, query_dir};
+use crate::check::{assert_epochs_non_decreasing, assert_exactly_once, log_entries, query_dir};
 use crate::client::Client;
 use crate::cluster::{Cluster, DriverOpts, READY_TIMEOUT};
 use crate::etcd::EtcdCluster;
 use crate::node::{Driver, Executor};
 use crate::spec::Spec;
+use sluice_proto::QueryState;
 
 /// The lease TTL of the HA tests (etcd grants whole seconds, about 2 s at
 /// the least).
@@ -89,6 +90,28 @@ impl Ha {
             .expect("commits/3 within 30 s");
         (client, watch, third)
     }
+}
+
+/// Waits for `query` to finish, then proves the sink exactly-once and the
+/// commit epochs non-decreasing, both in the checkpoint and as `watch` saw
+/// them. Returns every commit as (batch, epoch).
+pub async fn finish_and_check(
+    client: &mut Client,
+    watch: &mut Watch,
+    checkpoint_root: &Path,
+    query: &str,
+    sink: &Path,
+    total: u64,
+    timeout: Duration,
+) -> Vec<(u64, u64)> {
+    client
+        .wait_state(query, QueryState::Finished, timeout)
+        .await;
+    assert_exactly_once(sink, total).await;
+    let epochs = assert_epochs_non_decreasing(checkpoint_root, query);
+    watch.poll();
+    watch.assert_commit_epochs_non_decreasing();
+    epochs
 }
 
 /// The comma-separated gRPC addresses of `drivers`.
@@ -238,6 +261,12 @@ impl Watch {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// Waits for the first commit under an epoch above `epoch`.
+    pub async fn commit_after_epoch(&mut self, epoch: u64, timeout: Duration) -> Option<Record> {
+        self.wait_for(timeout, |r| r.log == "commits" && r.epoch > epoch)
+            .await
     }
 
     /// Every record of `log` seen so far, in batch order.

@@ -15,6 +15,7 @@ use sluice_tests::etcd::ETCD_READY_TIMEOUT;
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, ready_drivers};
 use sluice_tests::{
     Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once,
+    finish_and_check,
 };
 
 const TOTAL: u64 = 12_000;
@@ -82,13 +83,16 @@ async fn etcd_killed_no_commit_without_lease_then_finishes() {
     );
     assert!(next.epoch >= old_epoch);
 
-    client
-        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
-        .await;
-    assert_exactly_once(&cluster.sink_path(QUERY), TOTAL).await;
-    let epochs = assert_epochs_non_decreasing(&root, QUERY);
-    watch.poll();
-    watch.assert_commit_epochs_non_decreasing();
+    let epochs = finish_and_check(
+        &mut client,
+        &mut watch,
+        &root,
+        QUERY,
+        &cluster.sink_path(QUERY),
+        TOTAL,
+        Duration::from_secs(60),
+    )
+    .await;
     eprintln!(
         "{} commits, epochs {old_epoch} -> {}; test took {:?}",
         epochs.len(),

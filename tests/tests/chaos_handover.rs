@@ -10,9 +10,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, wait_leader_except};
-use sluice_tests::{
-    Client, Cluster, QueryState, assert_epochs_non_decreasing, assert_exactly_once,
-};
+use sluice_tests::{Client, Cluster, finish_and_check};
 
 const QUERY: &str = "handover";
 const TOTAL: u64 = 12_000;
@@ -50,9 +48,7 @@ async fn sigterm_hands_over_within_1s() {
         let termed_at = SystemTime::now();
         old.term();
         let next = watch
-            .wait_for(Duration::from_secs(30), |r| {
-                r.log == "commits" && r.epoch > old_epoch
-            })
+            .commit_after_epoch(old_epoch, Duration::from_secs(30))
             .await
             .expect("the standby commits under a higher epoch within 30 s");
         let handover_ms = ms_between(termed_at, next.written);
@@ -96,13 +92,16 @@ async fn sigterm_hands_over_within_1s() {
     }
     eprintln!("handover_ms per round: {figures:?}");
 
-    client
-        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
-        .await;
-    assert_exactly_once(&sink, TOTAL).await;
-    let epochs = assert_epochs_non_decreasing(&root, QUERY);
-    watch.poll();
-    watch.assert_commit_epochs_non_decreasing();
+    let epochs = finish_and_check(
+        &mut client,
+        &mut watch,
+        &root,
+        QUERY,
+        &sink,
+        TOTAL,
+        Duration::from_secs(60),
+    )
+    .await;
     eprintln!(
         "{} commits; test took {:?}",
         epochs.len(),

@@ -8,9 +8,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{leader_and_epoch, ms_between, wait_batch_in_flight, wait_leader_except};
-use sluice_tests::{
-    Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once, ha::Ha,
-};
+use sluice_tests::{Cluster, TTL_MS, finish_and_check, ha::Ha};
 
 const QUERY: &str = "killed";
 const TOTAL: u64 = 12_000;
@@ -49,9 +47,7 @@ async fn leader_killed_standby_commits_within_ttl_plus_1s() {
 
     let bound_ms = (TTL_MS + 1000) as i64;
     let next = watch
-        .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.epoch > old_epoch
-        })
+        .commit_after_epoch(old_epoch, Duration::from_secs(30))
         .await
         .expect("the standby commits under a higher epoch within 30 s");
     let failover_ms = ms_between(killed_at, next.written);
@@ -76,13 +72,16 @@ async fn leader_killed_standby_commits_within_ttl_plus_1s() {
         "failover took {failover_ms} ms, more than TTL + 1 s = {bound_ms} ms"
     );
 
-    client
-        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
-        .await;
-    assert_exactly_once(&sink, TOTAL).await;
-    let epochs = assert_epochs_non_decreasing(&root, QUERY);
-    watch.poll();
-    watch.assert_commit_epochs_non_decreasing();
+    let epochs = finish_and_check(
+        &mut client,
+        &mut watch,
+        &root,
+        QUERY,
+        &sink,
+        TOTAL,
+        Duration::from_secs(60),
+    )
+    .await;
     assert!(
         epochs.iter().all(|e| e.1 == old_epoch || e.1 == new_epoch),
         "only the two leaders committed: {epochs:?}"

@@ -10,9 +10,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{Ha, leader_and_epoch, ms_between, ready_drivers};
-use sluice_tests::{
-    Cluster, QueryState, TTL_MS, assert_epochs_non_decreasing, assert_exactly_once,
-};
+use sluice_tests::{Cluster, TTL_MS, finish_and_check};
 
 const QUERY: &str = "paused";
 const TOTAL: u64 = 14_000;
@@ -41,9 +39,7 @@ async fn paused_leader_is_fenced_after_sigcont() {
     );
     // Paused for TTL + 2 s at least, and until the standby has committed.
     let takeover = watch
-        .wait_for(Duration::from_secs(20), |r| {
-            r.log == "commits" && r.epoch > old_epoch
-        })
+        .commit_after_epoch(old_epoch, Duration::from_secs(20))
         .await
         .expect("the standby commits within 20 s while the old leader is paused");
     eprintln!(
@@ -103,13 +99,16 @@ async fn paused_leader_is_fenced_after_sigcont() {
     assert_ne!(addr, old.addr(), "the leadership moved");
     assert!(new_epoch > old_epoch);
 
-    client
-        .wait_state(QUERY, QueryState::Finished, Duration::from_secs(60))
-        .await;
-    assert_exactly_once(&sink, TOTAL).await;
-    let epochs = assert_epochs_non_decreasing(&root, QUERY);
-    watch.poll();
-    watch.assert_commit_epochs_non_decreasing();
+    let epochs = finish_and_check(
+        &mut client,
+        &mut watch,
+        &root,
+        QUERY,
+        &sink,
+        TOTAL,
+        Duration::from_secs(60),
+    )
+    .await;
     eprintln!(
         "{} commits, epochs {old_epoch} -> {new_epoch}; test took {:?}",
         epochs.len(),

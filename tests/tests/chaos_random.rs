@@ -17,8 +17,7 @@ use sluice_tests::etcd::EtcdCluster;
 use sluice_tests::ha::{driver_list, ready_drivers};
 use sluice_tests::seed::seed_from;
 use sluice_tests::{
-    Cluster, DriverOpts, OnPanic, Process, QueryState, Rng, Spec, TTL_MS, Watch,
-    assert_epochs_non_decreasing, assert_exactly_once,
+    Cluster, DriverOpts, OnPanic, Process, Rng, Spec, TTL_MS, Watch, finish_and_check,
 };
 
 const QUERY: &str = "random";
@@ -202,14 +201,9 @@ async fn random_schedule_keeps_exactly_once() {
     let commits_in_chaos = watch.of("commits").len();
 
     let timeout = Duration::from_secs(120 + seconds);
-    client
-        .wait_state(QUERY, QueryState::Finished, timeout)
-        .await;
+    let epochs =
+        finish_and_check(&mut client, &mut watch, &root, QUERY, &sink, total, timeout).await;
     log("FINISHED".into());
-    assert_exactly_once(&sink, total).await;
-    let epochs = assert_epochs_non_decreasing(&root, QUERY);
-    watch.poll();
-    watch.assert_commit_epochs_non_decreasing();
     let mut distinct: Vec<u64> = epochs.iter().map(|e| e.1).collect();
     distinct.dedup();
     eprintln!(
