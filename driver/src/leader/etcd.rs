@@ -38,10 +38,11 @@ pub async fn run(
 ) -> Result<(), DriverError> {
     driver.set_role(Role::Standby { leader: None });
     let mut failures = 0u32;
-    let mut stale_lease: Option<i64> = None;
+    // Leases of ended sessions whose revoke has not succeeded yet.
+    let mut stale_leases: Vec<i64> = Vec::new();
     while !cancel.is_cancelled() {
         let started = Instant::now();
-        match session(&driver, &cfg, &cancel, &mut stale_lease).await {
+        match session(&driver, &cfg, &cancel, &mut stale_leases).await {
             Ok(()) => break,
             Err(e) => {
                 driver.set_role(Role::Standby { leader: None });
@@ -68,7 +69,7 @@ async fn session(
     driver: &Arc<Driver>,
     cfg: &ElectionConfig,
     cancel: &CancellationToken,
-    stale_lease: &mut Option<i64>,
+    stale_leases: &mut Vec<i64>,
 ) -> Result<(), DriverError> {
     let ttl = cfg.lease_ttl;
     let name = cfg.election_name();
@@ -76,21 +77,14 @@ async fn session(
         .with_connect_timeout(Duration::from_secs(1))
         .with_keep_alive(ttl / 3, ttl / 3)
         .with_require_leader(true);
-    let mut client = Client::connect(&cfg.endpoints, Some(opts))
-        .await
-        .map_err(DriverError::Etcd)?;
-    if let Some(id) = stale_lease.take() {
-        // The previous lease's candidate key would otherwise block the
-        // election until it expires.
-        let _ = within(ttl, client.lease_revoke(id)).await;
-    }
+    let mut client = within(ttl, Client::connect(&cfg.endpoints, Some(opts))).await?;
+    // An old lease's candidate key would block the election until the lease
+    // expires, which etcd extends when it restarts: revoke it first.
+    revoke_all(&mut client, stale_leases, ttl).await?;
     let granted_at = Instant::now();
-    let lease = client
-        .lease_grant(cfg.ttl_secs(), None)
-        .await
-        .map_err(DriverError::Etcd)?;
+    let lease = within(ttl, client.lease_grant(cfg.ttl_secs(), None)).await?;
     let lease_id = lease.id();
-    *stale_lease = Some(lease_id);
+    stale_leases.push(lease_id);
     let clock = Arc::new(LeaseClock::new(ttl, granted_at));
     let session = cancel.child_token();
     let _stop_session = session.clone().drop_guard();
@@ -117,8 +111,7 @@ async fn session(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => {
-                let _ = within(ttl, client.lease_revoke(lease_id)).await;
-                *stale_lease = None;
+                let _ = revoke_all(&mut client, stale_leases, ttl).await;
                 return Ok(());
             }
             r = &mut keeper => return Err(lease_lost(r)),
@@ -163,13 +156,9 @@ async fn session(
     driver.set_role(Role::Standby { leader: None });
     match outcome {
         None => {
-            let resigned = client
-                .resign(Some(
-                    etcd_client::ResignOptions::new().with_leader(leader_key),
-                ))
-                .await;
-            let _ = client.lease_revoke(lease_id).await;
-            *stale_lease = None;
+            let resign = etcd_client::ResignOptions::new().with_leader(leader_key);
+            let resigned = within(ttl, client.resign(Some(resign))).await;
+            let _ = revoke_all(&mut client, stale_leases, ttl).await;
             info!(
                 epoch,
                 resigned = resigned.is_ok(),
@@ -184,6 +173,30 @@ async fn session(
             Err(e)
         }
     }
+}
+
+/// Revokes every lease in `leases`, keeping those whose revoke failed. A
+/// lease etcd no longer knows counts as revoked.
+async fn revoke_all(
+    client: &mut Client,
+    leases: &mut Vec<i64>,
+    ttl: Duration,
+) -> Result<(), DriverError> {
+    let mut failed = None;
+    let mut kept = Vec::new();
+    for id in leases.drain(..) {
+        match within(ttl, client.lease_revoke(id)).await {
+            Ok(_) => {}
+            Err(DriverError::Etcd(etcd_client::Error::GRpcStatus(s)))
+                if s.code() == tonic::Code::NotFound => {}
+            Err(e) => {
+                kept.push(id);
+                failed = Some(e);
+            }
+        }
+    }
+    *leases = kept;
+    failed.map_or(Ok(()), Err)
 }
 
 /// Bounds one etcd call.
