@@ -1,0 +1,310 @@
+//! The Kubernetes manifests under `deploy/` run the real binaries.
+//!
+//! No cluster runs in CI, so this test does what a cluster would with the
+//! rendered manifests (`kubectl kustomize`), on this machine:
+//! `dev_overlay_runs_the_example_query_exactly_once` takes the etcd,
+//! driver, executor and Job containers of the dev overlay and the example
+//! query, with their command, args and environment (ConfigMaps, downward
+//! API and `$(VAR)` resolved), makes cluster names and paths local (see
+//! `sluice_tests::manifests`), and runs them: etcd, two drivers, three
+//! executors, then the submit and verify Jobs' scripts. The query ends
+//! FINISHED and exactly-once; the probes answer on the ports and paths
+//! the manifests name; a SIGTERMed leader hands over within its grace
+//! period. A flag the binaries do not accept fails here (clap exits).
+//!
+//! The settings checks are in `manifests_settings.rs`, the checks of what
+//! must agree across objects in `manifests_static.rs`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_tests::bins::{DRIVER, EXECUTOR, bin, bin_dir};
+use sluice_tests::manifests::{
+    DEV, EXAMPLE, LocalCommand, LocalPlan, LocalPod, find_on_path, render, str_at,
+};
+use sluice_tests::{Client, Cluster, Process, QueryState, assert_exactly_once, http};
+
+/// `$SLUICE_ETCD_BIN`, else `etcd` on PATH, else `/usr/bin/etcd`.
+fn etcd_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_ETCD_BIN") {
+        return PathBuf::from(p);
+    }
+    let path = find_on_path("etcd").unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
+    assert!(
+        path.is_file(),
+        "etcd not found: run scripts/deps.sh (Debian package etcd-server) or set SLUICE_ETCD_BIN"
+    );
+    path
+}
+
+/// Runs a Job container's script: `/bin/sh -ec SCRIPT` with the Sluice
+/// binaries first on PATH, as in the image.
+async fn run_job(cluster: &Cluster, name: &str, cmd: &LocalCommand) -> (i32, String, String) {
+    assert_eq!(cmd.program, "/bin/sh", "{name}: a shell script");
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .args(&cmd.args)
+        .current_dir(cluster.root())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("SLUICE_") {
+            command.env_remove(&key);
+        }
+    }
+    command.envs(cmd.env.iter().map(|(k, v)| (k, v)));
+    command.env("PATH", path).env("NO_COLOR", "1");
+    let out = tokio::time::timeout(Duration::from_secs(180), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("Job {name} ran over 180 s"))
+        .unwrap_or_else(|e| panic!("cannot run Job {name}: {e}"));
+    let code = out.status.code().unwrap_or(-1);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("Job {name} exited {code}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}");
+    (code, stdout, stderr)
+}
+
+/// GET `path` on the probe's port of `pod`.
+async fn probe(pod: &LocalPod, probe: &Value) -> Result<u16, String> {
+    let get = &probe["httpGet"];
+    http::status(&pod.local_addr(&get["port"]), str_at(get, "/path")).await
+}
+
+/// Waits until exactly one driver passes its readiness probe; its index.
+async fn wait_one_ready(drivers: &[(&LocalPod, Process)], readiness: &Value) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut ready = Vec::new();
+        let mut answers = Vec::new();
+        for (i, (pod, process)) in drivers.iter().enumerate() {
+            if let Some(status) = process.exit_status() {
+                panic!(
+                    "{} exited ({status}); log tail:\n{}",
+                    pod.name(),
+                    process.log_tail(40)
+                );
+            }
+            let r = probe(pod, readiness).await;
+            if r == Ok(200) {
+                ready.push(i);
+            }
+            answers.push(r);
+        }
+        if ready.len() == 1 {
+            return ready[0];
+        }
+        assert!(
+            ready.len() < 2,
+            "two drivers are ready at once: {answers:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no driver passed its readiness probe within 30 s: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_overlay_runs_the_example_query_exactly_once() {
+    let cluster = Cluster::new("manifests");
+    let manifests = render(DEV).with(render(EXAMPLE));
+    let plan = LocalPlan::new(manifests, &cluster.root().join("k8s"), |w| {
+        if w.kind == "Job" { 1 } else { w.replicas }
+    });
+    let etcd_pods = plan.pods_of("etcd");
+    let driver_pods = plan.pods_of("sluice-driver");
+    let executor_pods = plan.pods_of("sluice-executor");
+    assert_eq!(
+        (etcd_pods.len(), driver_pods.len(), executor_pods.len()),
+        (1, 2, 3),
+        "the dev overlay runs 1 etcd member, 2 drivers and 3 executors"
+    );
+
+    // etcd, with the StatefulSet's environment.
+    let mut etcds = Vec::new();
+    for pod in &etcd_pods {
+        let c = pod.workload.only_container();
+        let cmd = plan.command(pod, c);
+        assert_eq!(
+            cmd.program, "/usr/local/bin/etcd",
+            "the etcd image's binary"
+        );
+        eprintln!("{}: etcd {:?} env {:?}", pod.name(), cmd.args, cmd.env);
+        etcds.push(cluster.spawn_with_env(pod.name(), &etcd_bin(), cmd.args, cmd.env));
+    }
+    for (pod, process) in etcd_pods.iter().zip(&etcds) {
+        let c = pod.workload.only_container();
+        for p in ["readinessProbe", "livenessProbe"] {
+            let get = &c[p]["httpGet"];
+            let addr = pod.local_addr(&get["port"]);
+            if let Err(e) =
+                http::wait_200(&addr, str_at(get, "/path"), Duration::from_secs(30)).await
+            {
+                panic!("etcd {p}: {e}; log tail:\n{}", process.log_tail(40));
+            }
+        }
+        let log = std::fs::read_to_string(process.log_path()).unwrap_or_default();
+        assert!(
+            !log.contains("unrecognized environment variable"),
+            "etcd ignored a variable of the StatefulSet:\n{log}"
+        );
+    }
+
+    // The drivers: one leader (Ready), one standby.
+    let mut drivers: Vec<(&LocalPod, Process)> = Vec::new();
+    for pod in &driver_pods {
+        let cmd = plan.command(pod, pod.workload.container("driver"));
+        assert_eq!(cmd.program, DRIVER);
+        eprintln!("{}: {DRIVER} {:?} env {:?}", pod.name(), cmd.args, cmd.env);
+        let process = cluster.spawn_with_env(pod.name(), &bin(DRIVER), cmd.args, cmd.env);
+        drivers.push((pod, process));
+    }
+    let container = driver_pods[0].workload.container("driver");
+    let readiness = &container["readinessProbe"];
+    let liveness = &container["livenessProbe"];
+    let leader = wait_one_ready(&drivers, readiness).await;
+    for (i, (pod, _)) in drivers.iter().enumerate() {
+        assert_eq!(
+            probe(pod, liveness).await,
+            Ok(200),
+            "{} liveness",
+            pod.name()
+        );
+        let want = if i == leader { 200 } else { 503 };
+        assert_eq!(
+            probe(pod, readiness).await,
+            Ok(want),
+            "{} readiness",
+            pod.name()
+        );
+        let scrape = &pod.workload.annotations;
+        let addr = format!(
+            "127.0.0.1:{}",
+            pod.ports[&scrape["prometheus.io/port"].parse().unwrap()]
+        );
+        assert_eq!(
+            http::status(&addr, &scrape["prometheus.io/path"]).await,
+            Ok(200),
+            "{} metrics",
+            pod.name()
+        );
+    }
+
+    // The executors.
+    let mut executors = Vec::new();
+    for pod in &executor_pods {
+        let cmd = plan.command(pod, pod.workload.container("executor"));
+        assert_eq!(cmd.program, EXECUTOR);
+        eprintln!(
+            "{}: {EXECUTOR} {:?} env {:?}",
+            pod.name(),
+            cmd.args,
+            cmd.env
+        );
+        executors.push(cluster.spawn_with_env(pod.name(), &bin(EXECUTOR), cmd.args, cmd.env));
+    }
+
+    // The example Jobs, applied together: verify first waits for the
+    // query that submit creates, then for FINISHED, then checks the sink.
+    let submit_pod = plan.pods_of("example-submit")[0];
+    let verify_pod = plan.pods_of("example-verify")[0];
+    let submit = plan.command(submit_pod, submit_pod.workload.only_container());
+    let verify = plan.command(verify_pod, verify_pod.workload.only_container());
+    let env: BTreeMap<String, String> = verify.env.iter().cloned().collect();
+    let (query, sink, total) = (
+        env["QUERY"].clone(),
+        PathBuf::from(&env["SINK"]),
+        env["TOTAL_ROWS"].parse::<u64>().unwrap(),
+    );
+    assert!(
+        sink.starts_with(cluster.root()),
+        "the sink {} is on the local shared volume",
+        sink.display()
+    );
+    let started = Instant::now();
+    let verify_run = run_job(&cluster, "example-verify", &verify);
+    let submit_run = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        run_job(&cluster, "example-submit", &submit).await
+    };
+    let ((verify_code, verify_out, _), (submit_code, submit_out, _)) =
+        tokio::join!(verify_run, submit_run);
+    assert_eq!(submit_code, 0, "the submit Job succeeds");
+    assert!(submit_out.contains("FINISHED"), "submit waits for FINISHED");
+    assert_eq!(verify_code, 0, "the verify Job succeeds");
+    assert!(
+        verify_out.contains("missing: 0\n") && verify_out.contains("duplicated: 0\n"),
+        "{verify_out}"
+    );
+    eprintln!(
+        "the example query finished and verified in {:?}",
+        started.elapsed()
+    );
+
+    let drivers_arg = drivers
+        .iter()
+        .map(|(p, _)| p.local_addr(&Value::from("grpc")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut client = Client::new(&drivers_arg);
+    let status = client
+        .wait_state(&query, QueryState::Finished, Duration::from_secs(10))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    assert_exactly_once(&sink, total).await;
+    assert!(
+        plan.shared_path("/data/checkpoints")
+            .join("queries")
+            .join(&query)
+            .is_dir(),
+        "the checkpoint is under SLUICE_CHECKPOINT_ROOT on the shared volume"
+    );
+
+    // A graceful handover within the grace period: SIGTERM the leader; it
+    // exits and the standby passes its readiness probe before the kubelet
+    // would SIGKILL.
+    let grace = Duration::from_secs(
+        driver_pods[0].workload.pod_spec["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    drivers[leader].1.term();
+    let exited = drivers[leader].1.wait_exit(grace).await;
+    assert!(
+        exited.is_some(),
+        "the leader did not exit within terminationGracePeriodSeconds ({grace:?})"
+    );
+    let standby = 1 - leader;
+    let deadline = t0 + grace;
+    while probe(drivers[standby].0, readiness).await != Ok(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the standby was not ready within {grace:?} of SIGTERM to the leader"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("handover after SIGTERM took {:?}", t0.elapsed());
+
+    // An executor drains and exits within its grace period.
+    let executor_grace = Duration::from_secs(
+        executor_pods[0].workload.pod_spec["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap(),
+    );
+    executors[0].term();
+    assert!(
+        executors[0].wait_exit(executor_grace).await.is_some(),
+        "an executor did not exit within terminationGracePeriodSeconds ({executor_grace:?})"
+    );
+}
