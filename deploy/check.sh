@@ -10,7 +10,7 @@
 #      under target/), plus the pod policy of the manifests;
 #   3. the shell scripts parse (`bash -n`), and kill-pods.sh makes the same
 #      choices for the same seed (a dry run against a stub kubectl).
-# tests/tests/manifests.rs then runs the real binaries with the rendered
+# tests/tests/manifests_run.rs then runs the real binaries with the rendered
 # settings.
 #
 #   deploy/check.sh            # exits non-zero, naming the failure, on any error

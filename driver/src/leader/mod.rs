@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::DriverError;
 use crate::query;
+use crate::query::retry::backoff;
 use crate::state::{Driver, Leadership, Role, Term};
 
 /// Runs the leadership of this driver until `cancel` fires.
@@ -30,14 +31,40 @@ pub async fn run(driver: Arc<Driver>, cancel: CancellationToken) -> Result<(), D
 }
 
 async fn standalone(driver: Arc<Driver>, cancel: CancellationToken) -> Result<(), DriverError> {
+    let mut failures = 0u32;
+    loop {
+        match lead_once(&driver, &cancel).await {
+            Ok(()) => return Ok(()),
+            // Storage that is not there yet (a volume still mounting, a
+            // network filesystem down): wait and try again, never crash-loop.
+            Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
+                driver.set_role(Role::Starting);
+                let delay = backoff(failures.min(5), 5_000);
+                warn!(error = %e, retry_ms = delay.as_millis() as u64, "cannot lead yet; retrying");
+                failures += 1;
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Claims an epoch and leads with it until `cancel` fires.
+async fn lead_once(driver: &Arc<Driver>, cancel: &CancellationToken) -> Result<(), DriverError> {
     let epoch = driver.checkpoint.claim_epoch(&driver.config.id).await?;
-    let term = Term::new(epoch, &driver, cancel.child_token(), Leadership::Standalone);
+    let term = Term::new(epoch, driver, cancel.child_token(), Leadership::Standalone);
     info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "leading (standalone)");
-    begin(&driver, &term).await?;
-    cancel.cancelled().await;
+    let begun = begin(driver, &term).await;
+    if begun.is_ok() {
+        cancel.cancelled().await;
+    }
     driver.set_role(Role::Starting);
     term.shutdown().await;
-    Ok(())
+    begun
 }
 
 /// Makes `term` the current one: executors may attach at once; the query
