@@ -2,4 +2,6 @@
 
 pub mod placement;
 pub mod scheduler;
+#[cfg(test)]
+mod scheduler_tests;
 pub mod service;

@@ -1,0 +1,228 @@
+//! The scheduler actor, driven through its handle with in-memory executor
+//! channels: no sockets.
+
+use std::time::Duration;
+
+use sluice_proto as pb;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::scheduler::{Scheduler, TaskOutcome};
+use crate::metrics::Metrics;
+
+const EPOCH: u64 = 7;
+
+fn scheduler(timeout: Duration) -> (Scheduler, CancellationToken) {
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let s = Scheduler::spawn(
+        EPOCH,
+        timeout,
+        Metrics::new(),
+        cancel.clone(),
+        &tracker,
+        None,
+    );
+    (s, cancel)
+}
+
+fn task(id: &str) -> pb::TaskAssignment {
+    pb::TaskAssignment {
+        task_id: id.into(),
+        epoch: EPOCH,
+        ..Default::default()
+    }
+}
+
+fn ok(id: &str, rows: u64) -> pb::TaskResult {
+    pb::TaskResult {
+        task_id: id.into(),
+        epoch: EPOCH,
+        outcome: Some(pb::task_result::Outcome::Ok(pb::TaskOutput {
+            rows,
+            ..Default::default()
+        })),
+    }
+}
+
+type Rx = mpsc::Receiver<Result<pb::DriverMessage, tonic::Status>>;
+
+async fn next_task(rx: &mut Rx) -> pb::TaskAssignment {
+    let msg = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await;
+    match msg
+        .expect("a message within 2 s")
+        .expect("open")
+        .expect("ok")
+        .kind
+    {
+        Some(pb::driver_message::Kind::Task(t)) => t,
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_task_runs_on_an_executor_and_its_result_comes_back() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let (tx, mut rx) = mpsc::channel(16);
+    let key = s.attach("e1".into(), 1, tx);
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    assert_eq!(next_task(&mut rx).await.task_id, "t1");
+    // A result from another connection or epoch is ignored.
+    s.result(key + 100, ok("t1", 1));
+    s.result(
+        key,
+        pb::TaskResult {
+            epoch: EPOCH - 1,
+            ..ok("t1", 2)
+        },
+    );
+    s.result(key, ok("t1", 3));
+    match run.await.unwrap() {
+        TaskOutcome::Done(out) => assert_eq!(out.rows, 3),
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn slots_bound_the_tasks_an_executor_holds() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let (tx, mut rx) = mpsc::channel(16);
+    let key = s.attach("e1".into(), 1, tx);
+    let (a, b) = (s.clone(), s.clone());
+    let first = tokio::spawn(async move { a.run_task(task("t1")).await });
+    let second = tokio::spawn(async move { b.run_task(task("t2")).await });
+    let got = next_task(&mut rx).await.task_id;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), rx.recv())
+            .await
+            .is_err(),
+        "a second task must wait for the only slot"
+    );
+    s.result(key, ok(&got, 1));
+    let other = next_task(&mut rx).await.task_id;
+    assert_ne!(got, other);
+    s.result(key, ok(&other, 1));
+    assert!(matches!(first.await.unwrap(), TaskOutcome::Done(_)));
+    assert!(matches!(second.await.unwrap(), TaskOutcome::Done(_)));
+}
+
+#[tokio::test]
+async fn a_lost_executor_loses_its_tasks_at_once() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let (tx, mut rx) = mpsc::channel(16);
+    let key = s.attach("e1".into(), 2, tx);
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    next_task(&mut rx).await;
+    s.detach(key, "stream closed");
+    let outcome = tokio::time::timeout(Duration::from_secs(1), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(outcome, TaskOutcome::Lost(_)), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn an_executor_without_heartbeats_times_out() {
+    let (s, _cancel) = scheduler(Duration::from_millis(200));
+    let (tx, mut rx) = mpsc::channel(16);
+    s.attach("e1".into(), 1, tx);
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    next_task(&mut rx).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(2), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(outcome, TaskOutcome::Lost(_)), "{outcome:?}");
+    assert!(s.executors().await.is_empty(), "the executor is gone");
+}
+
+#[tokio::test]
+async fn a_withdrawn_task_is_cancelled_on_its_executor() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let (tx, mut rx) = mpsc::channel(16);
+    s.attach("e1".into(), 1, tx);
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    next_task(&mut rx).await;
+    s.cancel("t1".into());
+    let msg = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+        .await
+        .unwrap();
+    match msg.unwrap().unwrap().kind {
+        Some(pb::driver_message::Kind::Cancel(c)) => assert_eq!(c.task_id, "t1"),
+        other => panic!("expected a cancel, got {other:?}"),
+    }
+    run.abort();
+    // The slot is free again.
+    let again = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t2")).await }
+    });
+    assert_eq!(next_task(&mut rx).await.task_id, "t2");
+    again.abort();
+}
+
+#[tokio::test]
+async fn queued_tasks_wait_for_an_executor() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (tx, mut rx) = mpsc::channel(16);
+    let key = s.attach("late".into(), 1, tx);
+    assert_eq!(next_task(&mut rx).await.task_id, "t1");
+    s.result(key, ok("t1", 5));
+    assert!(matches!(run.await.unwrap(), TaskOutcome::Done(_)));
+}
+
+#[tokio::test]
+async fn nothing_is_dispatched_on_a_stale_lease() {
+    use crate::leader::lease::LeaseClock;
+    use std::sync::Arc;
+    use std::time::Instant;
+    let cancel = CancellationToken::new();
+    let ttl = Duration::from_secs(3);
+    let granted = Instant::now()
+        .checked_sub(Duration::from_secs(10))
+        .expect("uptime");
+    let lease = Arc::new(LeaseClock::new(ttl, granted));
+    let s = Scheduler::spawn(
+        EPOCH,
+        ttl,
+        Metrics::new(),
+        cancel,
+        &TaskTracker::new(),
+        Some(lease.clone()),
+    );
+    let (tx, mut rx) = mpsc::channel(16);
+    s.attach("e1".into(), 1, tx);
+    let run = tokio::spawn({
+        let s = s.clone();
+        async move { s.run_task(task("t1")).await }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), rx.recv())
+            .await
+            .is_err(),
+        "a leader whose lease is stale must not dispatch"
+    );
+    // A renewal makes it fresh again; the next event dispatches.
+    lease.renewed(Instant::now());
+    s.heartbeat(99);
+    assert_eq!(next_task(&mut rx).await.task_id, "t1");
+    run.abort();
+}
