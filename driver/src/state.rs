@@ -177,6 +177,10 @@ impl Term {
         if let Some(lease) = self.leadership.lease()
             && !lease.fresh()
         {
+            if lease.is_resigned() {
+                // Handing over: the term ends once the resign is done.
+                return Err(DriverError::Deposed { epoch: self.epoch });
+            }
             warn!(epoch = self.epoch, "lease renewal overdue; stepping down");
             self.cancel.cancel();
             return Err(DriverError::Deposed { epoch: self.epoch });

@@ -134,7 +134,11 @@ async fn session(
         name: name.clone(),
         lease: clock.clone(),
     };
-    let term = Term::new(epoch, driver, session.child_token(), leadership);
+    // Not a child of the shutdown token: on SIGTERM the term first stops
+    // committing (the lease is marked resigned), then resigns, and only then
+    // closes the executors' streams, so that they find the new leader at once.
+    let term = Term::new(epoch, driver, CancellationToken::new(), leadership);
+    let _end_term = term.cancel.clone().drop_guard();
     info!(epoch, driver = %driver.config.id, advertise = %driver.config.advertise, "elected leader");
     begin(driver, &term).await?;
 
@@ -151,13 +155,14 @@ async fn session(
             }
         }
     };
-    // Stop dispatching and committing before anything else.
-    term.cancel.cancel();
-    driver.set_role(Role::Standby { leader: None });
     match outcome {
         None => {
+            // Stop dispatching and committing before anything else.
+            clock.resign();
             let resign = etcd_client::ResignOptions::new().with_leader(leader_key);
             let resigned = within(ttl, client.resign(Some(resign))).await;
+            term.cancel.cancel();
+            driver.set_role(Role::Standby { leader: None });
             let _ = revoke_all(&mut client, stale_leases, ttl).await;
             info!(
                 epoch,
@@ -168,6 +173,9 @@ async fn session(
             Ok(())
         }
         Some(e) => {
+            // Stop dispatching and committing before anything else.
+            term.cancel.cancel();
+            driver.set_role(Role::Standby { leader: None });
             warn!(epoch, error = %e, "stepping down");
             term.shutdown().await;
             Err(e)

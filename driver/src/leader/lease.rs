@@ -8,6 +8,7 @@
 //! so a leader resumed after SIGSTOP sees at once that its lease is stale.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// True while a lease renewed at `last` is safely alive at `now`.
@@ -19,6 +20,9 @@ pub fn is_fresh(last: Instant, now: Instant, ttl: Duration) -> bool {
 pub struct LeaseClock {
     ttl: Duration,
     last_renewal: Mutex<Instant>,
+    /// Set when the leader gives the lease up (SIGTERM): from then on it
+    /// counts as stale, whatever the renewals say.
+    resigned: AtomicBool,
 }
 
 impl LeaseClock {
@@ -26,6 +30,7 @@ impl LeaseClock {
         LeaseClock {
             ttl,
             last_renewal: Mutex::new(granted_at),
+            resigned: AtomicBool::new(false),
         }
     }
 
@@ -40,7 +45,19 @@ impl LeaseClock {
         }
     }
 
+    /// Gives the lease up: [`LeaseClock::fresh`] is false from now on.
+    pub fn resign(&self) {
+        self.resigned.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_resigned(&self) -> bool {
+        self.resigned.load(Ordering::SeqCst)
+    }
+
     pub fn fresh(&self) -> bool {
+        if self.is_resigned() {
+            return false;
+        }
         match self.last_renewal.lock() {
             Ok(last) => is_fresh(*last, Instant::now(), self.ttl),
             Err(_) => false,
@@ -60,6 +77,15 @@ mod tests {
         assert!(is_fresh(t0, t0 + Duration::from_millis(1999), ttl));
         assert!(!is_fresh(t0, t0 + Duration::from_millis(2000), ttl));
         assert!(!is_fresh(t0, t0 + Duration::from_secs(60), ttl));
+    }
+
+    #[test]
+    fn a_resigned_lease_is_never_fresh() {
+        let clock = LeaseClock::new(Duration::from_secs(3), Instant::now());
+        assert!(clock.fresh());
+        clock.resign();
+        clock.renewed(Instant::now());
+        assert!(!clock.fresh());
     }
 
     #[test]
