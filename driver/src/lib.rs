@@ -81,7 +81,8 @@ async fn grpc_server(
 ) -> Result<impl Future<Output = Result<(), DriverError>>, DriverError> {
     let listener = tokio::net::TcpListener::bind(driver.config.listen).await?;
     let driver_addr = listener.local_addr()?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small frames (a task, a result) go out at once: no Nagle delay.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<QueryServiceServer<api::QueryApi>>()

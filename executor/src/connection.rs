@@ -145,23 +145,24 @@ pub(crate) async fn serve(
             _ = shutdown.cancelled() => return Ok(()),
             r = connect(&addr) => r,
         };
-        let err = match connected {
-            Err(e) => e,
+        let (err, welcomed) = match connected {
+            Err(e) => (e, false),
             Ok(client) => match session::run(&shared, &addr, client, &shutdown).await {
                 SessionEnd::Drained => return Ok(()),
-                SessionEnd::Lost { welcomed, error } => {
-                    if welcomed {
-                        failures = 0;
-                        redirect_streak = 0;
-                    }
-                    error
-                }
+                SessionEnd::Lost { welcomed, error } => (error, welcomed),
             },
         };
         if shutdown.is_cancelled() {
             return Ok(());
         }
-        failures = failures.saturating_add(1);
+        if welcomed {
+            // A session that worked ended (say, a leader handing over): try
+            // the next driver at once.
+            failures = 0;
+            redirect_streak = 0;
+        } else {
+            failures = failures.saturating_add(1);
+        }
         let hint = err.status().and_then(leader_hint);
         redirect_streak = match hint {
             Some(_) => redirect_streak.saturating_add(1),
