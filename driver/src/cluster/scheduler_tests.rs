@@ -46,6 +46,12 @@ fn ok(id: &str, rows: u64) -> pb::TaskResult {
     }
 }
 
+/// Runs task `id` through the scheduler in the background.
+fn submit(s: &Scheduler, id: &str) -> tokio::task::JoinHandle<TaskOutcome> {
+    let (s, task) = (s.clone(), task(id));
+    tokio::spawn(async move { s.run_task(task).await })
+}
+
 type Rx = mpsc::Receiver<Result<pb::DriverMessage, tonic::Status>>;
 
 async fn next_task(rx: &mut Rx) -> pb::TaskAssignment {
@@ -66,10 +72,7 @@ async fn a_task_runs_on_an_executor_and_its_result_comes_back() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
     let key = s.attach("e1".into(), 1, tx);
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     assert_eq!(next_task(&mut rx).await.task_id, "t1");
     // A result from another connection or epoch is ignored.
     s.result(key + 100, ok("t1", 1));
@@ -92,9 +95,8 @@ async fn slots_bound_the_tasks_an_executor_holds() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
     let key = s.attach("e1".into(), 1, tx);
-    let (a, b) = (s.clone(), s.clone());
-    let first = tokio::spawn(async move { a.run_task(task("t1")).await });
-    let second = tokio::spawn(async move { b.run_task(task("t2")).await });
+    let first = submit(&s, "t1");
+    let second = submit(&s, "t2");
     let got = next_task(&mut rx).await.task_id;
     assert!(
         tokio::time::timeout(Duration::from_millis(200), rx.recv())
@@ -115,10 +117,7 @@ async fn a_lost_executor_loses_its_tasks_at_once() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
     let key = s.attach("e1".into(), 2, tx);
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     next_task(&mut rx).await;
     s.detach(key, "stream closed");
     let outcome = tokio::time::timeout(Duration::from_secs(1), run)
@@ -133,10 +132,7 @@ async fn an_executor_without_heartbeats_times_out() {
     let (s, _cancel) = scheduler(Duration::from_millis(200));
     let (tx, mut rx) = mpsc::channel(16);
     s.attach("e1".into(), 1, tx);
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     next_task(&mut rx).await;
     let outcome = tokio::time::timeout(Duration::from_secs(2), run)
         .await
@@ -151,10 +147,7 @@ async fn a_withdrawn_task_is_cancelled_on_its_executor() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
     s.attach("e1".into(), 1, tx);
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     next_task(&mut rx).await;
     s.cancel("t1".into());
     let msg = tokio::time::timeout(Duration::from_secs(2), rx.recv())
@@ -166,10 +159,7 @@ async fn a_withdrawn_task_is_cancelled_on_its_executor() {
     }
     run.abort();
     // The slot is free again.
-    let again = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t2")).await }
-    });
+    let again = submit(&s, "t2");
     assert_eq!(next_task(&mut rx).await.task_id, "t2");
     again.abort();
 }
@@ -177,10 +167,7 @@ async fn a_withdrawn_task_is_cancelled_on_its_executor() {
 #[tokio::test]
 async fn queued_tasks_wait_for_an_executor() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (tx, mut rx) = mpsc::channel(16);
     let key = s.attach("late".into(), 1, tx);
@@ -210,10 +197,7 @@ async fn nothing_is_dispatched_on_a_stale_lease() {
     );
     let (tx, mut rx) = mpsc::channel(16);
     s.attach("e1".into(), 1, tx);
-    let run = tokio::spawn({
-        let s = s.clone();
-        async move { s.run_task(task("t1")).await }
-    });
+    let run = submit(&s, "t1");
     assert!(
         tokio::time::timeout(Duration::from_millis(300), rx.recv())
             .await
