@@ -1,7 +1,13 @@
 //! `sluice local`: a whole cluster in one process (a standalone driver and
 //! two executors), a demo query, and its progress printed live until Ctrl-C
 //! or SIGTERM cancels the one shutdown token.
+//!
+//! The screen shows the progress view only. The cluster's logs go to
+//! `<dir>/sluice-local.log` (filtered by `SLUICE_LOG`), whose path is printed
+//! at start. On a terminal the view is a table with a header; otherwise each
+//! batch is one plain `progress` line, for scripts.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +23,8 @@ use crate::progress::{self, Outcome};
 use crate::queries::{self, RateQuery};
 
 pub const DEMO_QUERY: &str = "demo";
+/// The log file, under `--dir`.
+pub const LOG_FILE: &str = "sluice-local.log";
 
 /// The flags of `local`.
 #[derive(Debug, Clone, clap::Args)]
@@ -46,6 +54,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
     for d in [&checkpoints, &out] {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
+    let log = dir.join(LOG_FILE);
+    sluice_common::telemetry::init_file(&log)
+        .with_context(|| format!("cannot open the log file {}", log.display()))?;
     let (checkpoints, out) = (path_str(&checkpoints)?, path_str(&out)?);
     println!(
         "sluice local: driver on {} (http {})",
@@ -53,6 +64,10 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
     );
     println!("  checkpoint: {checkpoints}");
     println!("  data:       {out}");
+    println!(
+        "  logs:       {} (SLUICE_LOG sets the filter)",
+        log.display()
+    );
 
     let shutdown = CancellationToken::new();
     let signals = inproc::spawn_signal_handler(shutdown.clone());
@@ -112,8 +127,16 @@ async fn follow_demo(
         Err(e) => return Err(e.into()),
     }
     println!("progress of {DEMO_QUERY} (Ctrl-C to stop):");
+    let terminal = std::io::stdout().is_terminal();
+    if terminal {
+        println!("{}", output::PROGRESS_HEADER);
+    }
     let outcome = progress::stream(&mut client, DEMO_QUERY, true, shutdown, |p| {
-        println!("{}", output::progress_line(p));
+        if terminal {
+            println!("{}", output::progress_row(p));
+        } else {
+            println!("{}", output::progress_line(p));
+        }
     })
     .await?;
     if let Outcome::Terminal(state) = outcome {

@@ -132,10 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             total_rows,
             json,
         } => verify::command(&sink, total_rows, json).await,
-        Command::Local(args) => {
-            sluice_common::telemetry::init();
-            local::run(args).await
-        }
+        Command::Local(args) => local::run(args).await,
         Command::Bench(args) => {
             init_quiet_logs();
             bench::run(args).await

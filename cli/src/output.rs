@@ -51,6 +51,25 @@ pub fn progress_line(p: &BatchProgress) -> String {
     )
 }
 
+/// The column header of [`progress_row`], for a terminal view.
+pub const PROGRESS_HEADER: &str =
+    " BATCH       ROWS   INPUT ROWS/S  PROCESSED ROWS/S  TOTAL MS   EXEC MS  EPOCH";
+
+/// One right-aligned row per committed batch, under [`PROGRESS_HEADER`].
+pub fn progress_row(p: &BatchProgress) -> String {
+    let d = p.duration_ms.unwrap_or_default();
+    format!(
+        "{:>6} {:>10} {:>14.1} {:>17.1} {:>9} {:>9} {:>6}",
+        p.batch_id,
+        p.num_input_rows,
+        p.input_rows_per_second,
+        p.processed_rows_per_second,
+        d.total,
+        d.execution,
+        p.epoch,
+    )
+}
+
 fn spec_json(s: &QueryStatus) -> Option<Value> {
     let spec = s.spec.as_ref()?;
     let spec = sluice_common::spec::QuerySpec::try_from(spec).ok()?;
@@ -257,6 +276,38 @@ mod tests {
         assert_eq!(state_name(QueryState::Finished as i32), "FINISHED");
         assert_eq!(state_name(QueryState::Stopped as i32), "STOPPED");
         assert_eq!(state_name(99), "UNSPECIFIED");
+    }
+
+    #[test]
+    fn progress_rows_line_up_under_the_header() {
+        let p = BatchProgress {
+            batch_id: 12,
+            num_input_rows: 4000,
+            input_rows_per_second: 1000.0,
+            processed_rows_per_second: 250_000.25,
+            duration_ms: Some(Durations {
+                total: 16,
+                execution: 9,
+                ..Default::default()
+            }),
+            epoch: 3,
+            ..Default::default()
+        };
+        let row = progress_row(&p);
+        assert_eq!(row.len(), PROGRESS_HEADER.len(), "{row}");
+        // Each value ends where its column's name ends.
+        for (name, value) in [
+            ("BATCH", "12"),
+            ("ROWS", "4000"),
+            ("INPUT ROWS/S", "1000.0"),
+            ("PROCESSED ROWS/S", "250000.2"),
+            ("TOTAL MS", "16"),
+            ("EXEC MS", "9"),
+            ("EPOCH", "3"),
+        ] {
+            let end = PROGRESS_HEADER.find(name).unwrap() + name.len();
+            assert_eq!(&row[end - value.len()..end], value, "{name} in {row}");
+        }
     }
 
     #[test]
