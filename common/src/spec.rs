@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 pub const MAX_PARTITIONS: u32 = 1024;
 pub const MAX_ROWS_PER_SECOND: u64 = 1_000_000_000_000;
 pub const MAX_INTERVAL_MS: u64 = 86_400_000;
+/// The largest spec, as text or encoded, that a driver accepts (1 MiB).
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,6 +63,17 @@ pub struct FileSinkSpec {
     pub format: String,
 }
 
+/// Refuses a spec of `size` bytes over [`MAX_SPEC_BYTES`], naming `field`.
+pub fn check_size(field: &str, size: usize) -> Result<()> {
+    if size > MAX_SPEC_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("the spec is {size} bytes; the limit is {MAX_SPEC_BYTES} bytes (1 MiB)"),
+        ));
+    }
+    Ok(())
+}
+
 fn default_format() -> String {
     "jsonl".to_string()
 }
@@ -68,6 +81,7 @@ fn default_format() -> String {
 impl QuerySpec {
     /// Parses YAML or JSON text and validates it.
     pub fn parse(text: &str) -> Result<Self> {
+        check_size("spec_text", text.len())?;
         let trimmed = text.trim_start();
         let spec: QuerySpec = if trimmed.starts_with('{') {
             let mut de = serde_json::Deserializer::from_str(text);

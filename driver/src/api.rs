@@ -33,9 +33,15 @@ impl QueryService for QueryApi {
     ) -> Result<Response<pb::SubmitResponse>, Status> {
         let term = self.driver.ready_term()?;
         let req = request.into_inner();
+        sluice_common::spec::check_size("spec_text", req.spec_text.len())
+            .map_err(DriverError::from)?;
         let spec = match (req.spec.as_ref(), req.spec_text.trim()) {
             (_, text) if !text.is_empty() => QuerySpec::parse(text).map_err(DriverError::from)?,
-            (Some(spec), _) => QuerySpec::try_from(spec).map_err(DriverError::from)?,
+            (Some(spec), _) => {
+                sluice_common::spec::check_size("spec", prost::Message::encoded_len(spec))
+                    .map_err(DriverError::from)?;
+                QuerySpec::try_from(spec).map_err(DriverError::from)?
+            }
             (None, _) => {
                 return Err(DriverError::Invalid("spec: set `spec` or `spec_text`".into()).into());
             }

@@ -36,6 +36,12 @@ use tracing::{error, info};
 
 use crate::state::Driver;
 
+/// The largest request QueryService decodes. Larger than any valid spec
+/// ([`sluice_common::spec::MAX_SPEC_BYTES`]), so that an oversized spec
+/// reaches the handler and gets `INVALID_ARGUMENT` naming the limit and its
+/// size, rather than a transport error.
+const MAX_REQUEST_BYTES: usize = 64 << 20;
+
 /// Runs a driver until `shutdown` is cancelled or a component fails.
 pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<(), DriverError> {
     let checkpoint = Checkpoint::open(&config.checkpoint_root)?;
@@ -95,9 +101,12 @@ async fn grpc_server(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(5)))
         .add_service(health)
         .add_service(reflection)
-        .add_service(QueryServiceServer::new(api::QueryApi {
-            driver: driver.clone(),
-        }))
+        .add_service(
+            QueryServiceServer::new(api::QueryApi {
+                driver: driver.clone(),
+            })
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
         .add_service(ClusterServiceServer::new(cluster::service::ClusterApi {
             driver,
         }));

@@ -1,0 +1,46 @@
+//! What a submit refuses up front, with `INVALID_ARGUMENT` and a message a
+//! user can act on, before anything is written:
+//! - a spec larger than the limit names the limit and the size, through
+//!   gRPC and through `sluice submit`;
+//! - a sink that overlaps another query's sink, or the checkpoint root,
+//!   names the other query or the checkpoint, after `..` and `.` are
+//!   normalized.
+
+use sluice_tests::{Cluster, Spec};
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_spec_is_invalid_naming_the_limit_and_the_size() {
+    let cluster = Cluster::new("oversized-spec");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let mut yaml = Spec::new("big", &cluster.sink_path("big")).to_yaml();
+    // A 5 MB comment: valid YAML, far over any sane spec.
+    yaml.push_str(&format!("# {}\n", "x".repeat(5 << 20)));
+    let size = yaml.len().to_string();
+
+    let err = cluster
+        .client(&drivers)
+        .submit(&yaml)
+        .await
+        .expect_err("a 5 MB spec must be refused");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("1048576") && err.message().contains(&size),
+        "the message must name the limit and the size ({size}): {err:?}"
+    );
+
+    let file = cluster.write_spec(&yaml);
+    let out = cluster
+        .cli(&drivers, &["submit", file.to_str().unwrap()])
+        .await;
+    out.assert_failure();
+    assert!(
+        out.stderr.contains("1048576") && out.stderr.contains(&size),
+        "sluice submit must name the limit and the size: {out}"
+    );
+
+    // Nothing was created, and the driver still serves.
+    let list = cluster.client(&drivers).list().await.unwrap();
+    assert!(list.is_empty(), "{list:?}");
+}
