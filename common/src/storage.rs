@@ -40,6 +40,35 @@ pub fn validate_location(location: &str) -> std::result::Result<(), String> {
     local_path(location).map(|_| ())
 }
 
+/// Whether two locations overlap: one is the other or lies inside it.
+/// `.` and `..` are resolved lexically first (symbolic links are not
+/// followed). A location that is not a local path overlaps nothing.
+pub fn locations_overlap(a: &str, b: &str) -> bool {
+    match (local_path(a), local_path(b)) {
+        (Ok(a), Ok(b)) => {
+            let (a, b) = (normalize(&a), normalize(&b));
+            a.starts_with(&b) || b.starts_with(&a)
+        }
+        _ => false,
+    }
+}
+
+/// `path` with `.` dropped and each `..` taking away the component before it.
+fn normalize(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 fn local_path(location: &str) -> std::result::Result<std::path::PathBuf, String> {
     let path = match location.strip_prefix("file://") {
         Some(rest) => rest,
@@ -215,6 +244,20 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overlap_is_by_whole_components_after_normalizing() {
+        assert!(locations_overlap("/data/out", "/data/out"));
+        assert!(locations_overlap("/data/out/", "file:///data/out"));
+        assert!(locations_overlap("/data/out/a", "/data/out"));
+        assert!(locations_overlap("/data", "/data/out/a"));
+        assert!(locations_overlap("/data/x/../out/./a", "/data/out"));
+        assert!(locations_overlap("/data/out/../../data/out", "/data/out/b"));
+        assert!(!locations_overlap("/data/out", "/data/out-2"));
+        assert!(!locations_overlap("/data/out/../out-2", "/data/out"));
+        assert!(!locations_overlap("/a", "/b"));
+        assert!(!locations_overlap("s3://bucket/x", "s3://bucket/x"));
+    }
 
     #[tokio::test]
     async fn create_is_create_only_and_adopts() {

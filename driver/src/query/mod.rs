@@ -17,6 +17,7 @@ use std::sync::Arc;
 use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, RateSourceMeta, StopRecord};
 use sluice_common::spec::QuerySpec;
+use sluice_common::storage::locations_overlap;
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
 
@@ -102,6 +103,13 @@ pub async fn submit(
     if let Some(existing) = term.queries.get(&spec.name) {
         return Err(conflict(&spec, existing.spec.as_ref(), existing.state()));
     }
+    let others: Vec<(String, String)> = term
+        .queries
+        .list()
+        .iter()
+        .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
+        .collect();
+    check_sink(&spec, &others, &driver.config.checkpoint_root)?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
@@ -145,6 +153,28 @@ pub async fn submit(
     term.queries.insert(entry.clone());
     runner::spawn(driver.clone(), term.clone(), entry.clone());
     Ok(entry)
+}
+
+/// Refuses a sink that overlaps (is, contains or lies inside) another
+/// query's sink or the checkpoint root: their files would collide, or a
+/// sink would write into a checkpoint. `others` are (name, sink) pairs.
+fn check_sink(
+    spec: &QuerySpec,
+    others: &[(String, String)],
+    checkpoint_root: &str,
+) -> Result<(), DriverError> {
+    let sink = spec.sink_path();
+    if locations_overlap(sink, checkpoint_root) {
+        return Err(DriverError::Invalid(format!(
+            "sink.files.path: {sink} overlaps the checkpoint root {checkpoint_root}"
+        )));
+    }
+    if let Some((name, other)) = others.iter().find(|(_, o)| locations_overlap(sink, o)) {
+        return Err(DriverError::Invalid(format!(
+            "sink.files.path: {sink} overlaps the sink of query {name:?} ({other})"
+        )));
+    }
+    Ok(())
 }
 
 fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryState) -> DriverError {
