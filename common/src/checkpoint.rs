@@ -8,7 +8,7 @@
 //!   offsets/<N>     the plan of batch N                        create-only
 //!   commits/<N>     what batch N committed                     create-only
 //!   sources/rate    the rate source's start time               create-only
-//! <root>/epochs/<E> the standalone driver's epoch claims       create-only
+//! <root>/epochs/<E> the standalone driver's epoch claims       create-only (see crate::epochs)
 //! ```
 //!
 //! `N` and `E` are zero-padded to 20 digits so that a listing's lexical
@@ -143,37 +143,6 @@ impl Checkpoint {
             dir: Path::from_iter(["queries", name]),
         }
     }
-
-    /// Claims the next standalone epoch: one more than the highest claimed
-    /// so far, created create-only so that two drivers never share one.
-    pub async fn claim_epoch(&self, driver_id: &str) -> Result<u64> {
-        let dir = Path::from("epochs");
-        loop {
-            let files = self.storage.list_files(&dir).await?;
-            let highest = files
-                .iter()
-                .filter_map(|m| m.location.filename()?.parse::<u64>().ok())
-                .max()
-                .unwrap_or(0);
-            let epoch = highest + 1;
-            let body = serde_json::json!({ "version": RECORD_VERSION, "driver": driver_id,
-                "claimed_ms": crate::time::now_ms() });
-            let path = dir.clone().join(padded(epoch));
-            if let Created::New = self.storage.create(&path, encode(&body)?).await? {
-                return Ok(epoch);
-            }
-        }
-    }
-
-    /// The highest epoch claimed so far (0 when none).
-    pub async fn highest_epoch(&self) -> Result<u64> {
-        let files = self.storage.list_files(&Path::from("epochs")).await?;
-        Ok(files
-            .iter()
-            .filter_map(|m| m.location.filename()?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0))
-    }
 }
 
 /// The files of one query.
@@ -295,7 +264,7 @@ impl QueryCheckpoint {
     }
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| Error::Corrupt {
         path: path.to_string(),
         reason: e.to_string(),
@@ -334,14 +303,5 @@ mod tests {
         let err = q.commit(11).await.unwrap_err().to_string();
         assert!(err.contains("00000000000000000011"), "{err}");
         assert_eq!(cp.query_names().await.unwrap(), vec!["q".to_string()]);
-    }
-
-    #[tokio::test]
-    async fn epochs_only_grow() {
-        let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
-        assert_eq!(cp.claim_epoch("a").await.unwrap(), 1);
-        assert_eq!(cp.claim_epoch("b").await.unwrap(), 2);
-        assert_eq!(cp.highest_epoch().await.unwrap(), 2);
     }
 }

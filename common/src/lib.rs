@@ -3,6 +3,7 @@
 //! exactly-once checker, errors and telemetry.
 
 pub mod checkpoint;
+pub mod epochs;
 pub mod error;
 pub mod rate;
 pub mod shutdown;

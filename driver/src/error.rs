@@ -23,6 +23,10 @@ pub enum DriverError {
     Deposed { epoch: u64 },
     #[error("cancelled")]
     Cancelled,
+    /// A newer standalone driver claimed a later epoch: this one must exit
+    /// rather than claim yet another and depose it back.
+    #[error("replaced: epoch {epoch} was deposed by {by}")]
+    Replaced { epoch: u64, by: String },
     #[error("task failed: {0}")]
     TaskFailed(String),
     #[error("internal error: {0}")]

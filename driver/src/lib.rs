@@ -74,6 +74,9 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
             }
             Err(e) => {
                 error!(error = %e, "driver component panicked; shutting down");
+                if result.is_ok() {
+                    result = Err(DriverError::Internal(format!("a component panicked: {e}")));
+                }
                 cancel.cancel();
             }
         }
