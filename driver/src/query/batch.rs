@@ -16,7 +16,7 @@ use sluice_common::rate::partition_range;
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::retry::{Next, after_failure};
 use super::runner::Ctx;
@@ -139,7 +139,7 @@ pub async fn execute(
         .with_label_values(&[&ctx.entry.name])
         .inc_by(rows);
     m.batch_seconds.observe(total.as_secs_f64());
-    info!(batch, epoch, rows, total_ms = ms(total), "batch committed");
+    debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
     ctx.entry.record(progress, end_value);
     Ok(())
 }

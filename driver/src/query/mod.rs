@@ -11,6 +11,7 @@ pub mod entry;
 pub mod registry;
 pub mod retry;
 pub mod runner;
+pub mod summary;
 
 use std::sync::Arc;
 

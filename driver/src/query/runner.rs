@@ -28,6 +28,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use super::batch::{self, Timings};
 use super::entry::QueryEntry;
 use super::retry::backoff;
+use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::planner::{PlanDecision, PlanInput, plan};
@@ -115,19 +116,39 @@ async fn drive(
     );
     let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
     let mut last_start: Option<Instant> = None;
+    let mut summary = Summarizer::new(Instant::now());
     loop {
         let (offsets, timings) = match rerun.take() {
             Some(o) => (o, Timings::replay(last_start)),
             None => match plan_next(&ctx, next, committed_end, interval, last_start).await? {
                 Some(x) => x,
-                None => return Ok(()),
+                None => {
+                    log_summary(summary.finish(Instant::now()));
+                    return Ok(());
+                }
             },
         };
         last_start = Some(timings.started);
         batch::execute(&ctx, &offsets, timings).await?;
         committed_end = offsets.source.end_value();
         next = offsets.batch_id + 1;
+        let rows = offsets.source.rows();
+        log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         purge_old(&ctx, offsets.batch_id);
+    }
+}
+
+/// The INFO line of a running query (see [`crate::query::summary`]).
+fn log_summary(summary: Option<Summary>) {
+    if let Some(s) = summary {
+        info!(
+            batches = s.batches,
+            rows = s.rows,
+            last_batch = s.last_batch,
+            rows_total = s.rows_total,
+            rows_per_second = s.rows_per_second.round() as u64,
+            "query progress"
+        );
     }
 }
 
