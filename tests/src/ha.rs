@@ -19,11 +19,16 @@ use sluice_proto::QueryState;
 /// the least).
 pub const TTL_MS: u64 = 2000;
 
-/// Starts a driver that campaigns through `etcd` with [`TTL_MS`].
+/// Starts a driver that campaigns through `etcd` with [`TTL_MS`]. It logs
+/// each committed batch (a DEBUG line), which the chaos tests read.
 pub fn start_ha_driver(cluster: &Cluster, etcd: &EtcdCluster) -> Driver {
     cluster.start_driver_with(DriverOpts {
         etcd: etcd.endpoints(),
         lease_ttl_ms: Some(TTL_MS),
+        env: vec![(
+            "RUST_LOG".into(),
+            "info,sluice_driver::query::batch=debug".into(),
+        )],
         ..DriverOpts::default()
     })
 }

@@ -53,7 +53,12 @@ async fn paused_leader_is_fenced_after_sigcont() {
 
     // Snapshot what exists at SIGCONT time, and where the old log ends.
     watch.poll();
-    let log_before = std::fs::read(old.log_path()).map_or(0, |b| b.len());
+    let log_so_far = std::fs::read(old.log_path()).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&log_so_far).contains("batch committed"),
+        "the leader logs each commit (at DEBUG), which the check below reads"
+    );
+    let log_before = log_so_far.len();
     let resumed_at = SystemTime::now();
     old.resume();
     let before = watch.records.len();
