@@ -37,16 +37,24 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             let meta = qc.metadata().await?;
             let spec = qc.spec().await;
             let stopped = qc.exists("stopped").await?;
-            Ok::<_, CommonError>((meta, spec, stopped))
+            let planned = qc.latest("offsets").await?.is_some();
+            Ok::<_, CommonError>((meta, spec, stopped, planned))
         }
         .await;
         let stop = term.cancel.child_token();
         let entry = match loaded {
-            Ok((None, _, _)) => {
+            // `metadata` is written last by a submit, and a query plans
+            // batches only after it: a query that planned a batch and has
+            // no metadata is damaged, not an interrupted submit.
+            Ok((None, _, _, true)) => {
+                let err = format!("missing checkpoint file {}", qc.describe("metadata"));
+                failed_entry(name.clone(), name, term, err)
+            }
+            Ok((None, _, _, false)) => {
                 warn!(query = %name, "no metadata: an interrupted submit; skipped");
                 continue;
             }
-            Ok((Some(meta), Ok(Some(spec)), stopped)) => {
+            Ok((Some(meta), Ok(Some(spec)), stopped, _)) => {
                 let state = if stopped {
                     QueryState::Stopped
                 } else {
@@ -61,7 +69,7 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
                     stop,
                 )
             }
-            Ok((Some(meta), spec, _)) => {
+            Ok((Some(meta), spec, _, _)) => {
                 let err = match spec {
                     Err(e) => e.to_string(),
                     _ => format!("missing checkpoint file {}", qc.describe("spec.json")),

@@ -167,11 +167,8 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
     match decide(offsets, commits) {
         Recovery::Fresh => Ok((0, 0, None)),
         Recovery::Next { committed } => {
-            let c = ctx
-                .storage("read commit", || ctx.qc.commit(committed))
-                .await?;
-            let c = c.ok_or_else(|| missing(format!("commits/{}", padded(committed))))?;
-            Ok((committed + 1, c.end_value, None))
+            let end = committed_end(ctx, committed).await?;
+            Ok((committed + 1, end, None))
         }
         Recovery::Rerun { batch } => {
             let o = ctx
@@ -181,11 +178,7 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
             let end = if batch == 0 {
                 0
             } else {
-                let c = ctx
-                    .storage("read commit", || ctx.qc.commit(batch - 1))
-                    .await?;
-                c.ok_or_else(|| missing(format!("commits/{}", padded(batch - 1))))?
-                    .end_value
+                committed_end(ctx, batch - 1).await?
             };
             let SourceOffsets::Rate { start_value, .. } = o.source;
             if start_value != end || o.batch_id != batch {
@@ -205,6 +198,40 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
         }
         .into()),
     }
+}
+
+/// Where committed batch `batch` ended, from `commits/N`, checked against
+/// `offsets/N`: both are read and decoded, so that a damaged record is
+/// reported by name even when its batch committed long ago.
+async fn committed_end(ctx: &Ctx, batch: u64) -> Result<u64, DriverError> {
+    let rel = |log: &str| format!("{log}/{}", padded(batch));
+    let missing = |rel: String| CommonError::Corrupt {
+        path: ctx.qc.describe(&rel),
+        reason: "missing".into(),
+    };
+    let c = ctx
+        .storage("read commit", || ctx.qc.commit(batch))
+        .await?
+        .ok_or_else(|| missing(rel("commits")))?;
+    let o = ctx
+        .storage("read offsets", || ctx.qc.offsets(batch))
+        .await?
+        .ok_or_else(|| missing(rel("offsets")))?;
+    if o.batch_id != batch || c.batch_id != batch || o.source.end_value() != c.end_value {
+        return Err(CommonError::Corrupt {
+            path: ctx.qc.describe(&rel("offsets")),
+            reason: format!(
+                "plans batch {} ending at {}, but commits/{} records batch {} ending at {}",
+                o.batch_id,
+                o.source.end_value(),
+                padded(batch),
+                c.batch_id,
+                c.end_value
+            ),
+        }
+        .into());
+    }
+    Ok(c.end_value)
 }
 
 /// Waits for the trigger and for new rows, then writes `offsets/N`.
