@@ -53,6 +53,33 @@ pub fn locations_overlap(a: &str, b: &str) -> bool {
     }
 }
 
+/// Filesystems no sink may write to.
+const VIRTUAL_ROOTS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// What can be known before any write that a sink at `location` can never
+/// work: it lies on a virtual filesystem, or it (or a directory above it)
+/// exists and is not a directory. Reads metadata only.
+pub fn check_sink_location(location: &str) -> std::result::Result<(), String> {
+    let path = normalize(&local_path(location)?);
+    if let Some(root) = VIRTUAL_ROOTS.iter().find(|r| path.starts_with(r)) {
+        return Err(format!(
+            "{} is under {root}, a virtual filesystem",
+            path.display()
+        ));
+    }
+    let mut at = Some(path.as_path());
+    while let Some(p) = at {
+        if let Ok(meta) = std::fs::metadata(p) {
+            if !meta.is_dir() {
+                return Err(format!("{} exists and is not a directory", p.display()));
+            }
+            return Ok(());
+        }
+        at = p.parent();
+    }
+    Ok(())
+}
+
 /// `path` with `.` dropped and each `..` taking away the component before it.
 fn normalize(path: &std::path::Path) -> std::path::PathBuf {
     use std::path::Component;
@@ -244,6 +271,38 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn writing_under_a_file_is_a_permanent_error_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        std::fs::write(dir.path().join("blocker"), "a file").unwrap();
+        let err = s
+            .create(&Path::from("blocker/x"), Bytes::from("one"))
+            .await
+            .unwrap_err();
+        assert!(!err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("blocker"), "{err}");
+    }
+
+    #[test]
+    fn sinks_that_can_never_work_are_known_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        let at = |p: &std::path::Path| check_sink_location(p.to_str().unwrap());
+        assert!(at(&file).unwrap_err().contains("not a directory"));
+        assert!(at(&file.join("below")).unwrap_err().contains("file"));
+        assert!(at(&dir.path().join("new/deeper")).is_ok());
+        assert!(at(dir.path()).is_ok());
+        let proc = check_sink_location("/proc/self/out").unwrap_err();
+        assert!(proc.contains("/proc"), "{proc}");
+        assert!(
+            check_sink_location("/x/../sys/y")
+                .unwrap_err()
+                .contains("/sys")
+        );
+    }
 
     #[test]
     fn overlap_is_by_whole_components_after_normalizing() {

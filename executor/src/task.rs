@@ -51,7 +51,8 @@ pub fn admit(task_epoch: u64, max_seen: u64) -> Admission {
 pub fn error_kind(err: &sluice_common::Error) -> ErrorKind {
     use sluice_common::Error as E;
     match err {
-        E::Storage { .. } => ErrorKind::Storage,
+        E::Storage { .. } if err.is_retryable() => ErrorKind::Storage,
+        E::Storage { .. } => ErrorKind::Fatal,
         E::Conflict { .. }
         | E::Corrupt { .. }
         | E::InvalidSpec { .. }

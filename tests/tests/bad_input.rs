@@ -2,9 +2,9 @@
 //! nothing: invalid specs (INVALID_ARGUMENT naming the field), a name in
 //! use (ALREADY_EXISTS), a changed spec (FAILED_PRECONDITION naming what
 //! differs), a garbled checkpoint file (only that query fails, nothing is
-//! deleted) and an unwritable sink (retried, shown in `status`).
+//! deleted) and a sink that can never be written (refused at submit when
+//! that can be known then, else FAILED at once naming the path).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
@@ -174,61 +174,63 @@ async fn a_garbled_commit_fails_only_its_query_and_deletes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unwritable_sink_is_retried_and_reported_until_fixed() {
+async fn a_sink_that_can_never_work_is_refused_or_fails_naming_the_path() {
     let cluster = Cluster::new("unwritable");
     let driver = cluster.start_ready_driver().await;
     let drivers = driver.addr().to_string();
     let _executor = cluster.start_executor(&drivers);
-    // A regular file where the sink directory should be: creating anything
-    // under it fails with ENOTDIR, even as root.
+    let mut client = cluster.client(&drivers);
+
+    // Known at submit: a regular file where the sink directory should be,
+    // and a virtual filesystem.
+    let file = cluster.sink_path("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    for (label, path, named) in [
+        ("an existing file", file.clone(), file.to_str().unwrap()),
+        ("under /proc", "/proc/sluice-out".into(), "/proc"),
+    ] {
+        let err = client
+            .submit(&Spec::new("refused", &path).to_yaml())
+            .await
+            .expect_err(label);
+        assert_eq!(err.code(), Code::InvalidArgument, "{label}: {err:?}");
+        assert!(
+            err.message().contains("sink.files.path") && err.message().contains(named),
+            "{label}: {err:?}"
+        );
+    }
+
+    // Known only when writing: the sink directory becomes a file while the
+    // query runs (ENOTDIR, even as root). The query fails at once, naming
+    // the path, instead of retrying forever.
     let sink = cluster.sink_path("blocked");
-    std::fs::write(&sink, "not a directory").unwrap();
     let spec = Spec::new("blocked", &sink)
         .partitions(2)
         .rows_per_second(2000)
-        .total_rows(2000);
-    let mut client = cluster.client(&drivers);
+        .interval_ms(100);
+    client.submit(&spec.to_yaml()).await.expect("submit");
     client
-        .submit(&spec.to_yaml())
-        .await
-        .expect("submit succeeds");
-
-    let status = client
-        .wait_for(
-            "blocked",
-            "showing an error",
-            Duration::from_secs(30),
-            |s| !s.error.is_empty() || s.state != QueryState::Running as i32,
-        )
+        .wait_committed("blocked", 1, Duration::from_secs(30))
         .await;
-    assert_eq!(
-        status.state,
-        QueryState::Running as i32,
-        "retried, not failed: {status:#?}"
+    let moved = cluster.sink_path("blocked-moved");
+    std::fs::rename(&sink, &moved).unwrap();
+    std::fs::write(&sink, "not a directory").unwrap();
+    let failed_by = Instant::now() + Duration::from_secs(20);
+    let status = client
+        .wait_state("blocked", QueryState::Failed, Duration::from_secs(20))
+        .await;
+    assert!(Instant::now() < failed_by);
+    assert!(
+        status.error.contains(sink.to_str().unwrap()),
+        "the error names the sink: {status:#?}"
     );
     let out = cluster
         .cli(&drivers, &["status", "blocked", "--json"])
         .await;
     out.assert_success();
-    let json = out.json();
-    assert_eq!(json["state"], "RUNNING", "{out}");
-    assert!(
-        json["error"].as_str().is_some_and(|e| !e.is_empty()),
-        "{out}"
-    );
+    assert_eq!(out.json()["state"], "FAILED", "{out}");
 
-    // It keeps retrying rather than failing.
-    let until = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < until {
-        let s = client.get("blocked").await.expect("get");
-        assert_eq!(s.state, QueryState::Running as i32, "{s:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    std::fs::remove_file(&sink).unwrap();
-    client
-        .wait_state("blocked", QueryState::Finished, Duration::from_secs(90))
-        .await;
-    assert!(Path::new(&sink).is_dir());
-    assert_exactly_once(&sink, 2000).await;
+    // What was committed before is all there, once.
+    assert!(status.committed_rows > 0, "{status:#?}");
+    assert_exactly_once(&moved, status.committed_rows).await;
 }

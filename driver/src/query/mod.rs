@@ -18,7 +18,7 @@ use std::sync::Arc;
 use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, RateSourceMeta, StopRecord};
 use sluice_common::spec::QuerySpec;
-use sluice_common::storage::locations_overlap;
+use sluice_common::storage::{check_sink_location, locations_overlap};
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
 
@@ -164,15 +164,17 @@ pub async fn submit(
     Ok(entry)
 }
 
-/// Refuses a sink that overlaps (is, contains or lies inside) another
-/// query's sink or the checkpoint root: their files would collide, or a
-/// sink would write into a checkpoint. `others` are (name, sink) pairs.
+/// Refuses a sink that can never be written (see
+/// [`check_sink_location`]) or that overlaps (is, contains or lies inside)
+/// another query's sink or the checkpoint root: their files would collide,
+/// or a sink would write into a checkpoint. `others` are (name, sink) pairs.
 fn check_sink(
     spec: &QuerySpec,
     others: &[(String, String)],
     checkpoint_root: &str,
 ) -> Result<(), DriverError> {
     let sink = spec.sink_path();
+    check_sink_location(sink).map_err(|r| DriverError::Invalid(format!("sink.files.path: {r}")))?;
     if locations_overlap(sink, checkpoint_root) {
         return Err(DriverError::Invalid(format!(
             "sink.files.path: {sink} overlaps the checkpoint root {checkpoint_root}"
