@@ -18,7 +18,7 @@ use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{debug, warn};
 
-use super::retry::{Next, after_failure};
+use super::retry::{Failures, Next, after_failure};
 use super::runner::Ctx;
 use crate::cluster::scheduler::{Scheduler, TaskOutcome};
 use crate::error::DriverError;
@@ -170,7 +170,7 @@ async fn run_partition(
         end_value,
     } = offsets.source;
     let max = ctx.driver.config.max_task_attempts;
-    let (mut attempt, mut failures, mut storage_streak) = (0u32, 0u32, 0u32);
+    let (mut attempt, mut failures) = (0u32, Failures::default());
     loop {
         let task_id = format!("{}/{}/{}/{}", ctx.entry.id, offsets.batch_id, p, attempt);
         let task = pb::TaskAssignment {
@@ -200,7 +200,7 @@ async fn run_partition(
         guard.task_id = None;
         let (kind, message) = match outcome {
             TaskOutcome::Done(out) => {
-                if storage_streak > 0 || failures > 0 {
+                if failures != Failures::default() {
                     ctx.entry.set_error(String::new());
                 }
                 return Ok(out);
@@ -221,25 +221,36 @@ async fn run_partition(
         if kind == Some(pb::ErrorKind::StaleEpoch) {
             ctx.driver.confirm_leadership(&ctx.term).await?;
         }
-        match after_failure(kind, failures, storage_streak, max) {
+        // A term that is ending loses its tasks: that says nothing of them.
+        if ctx.term.cancel.is_cancelled() {
+            return Err(DriverError::Cancelled);
+        }
+        let next = after_failure(kind, failures, max);
+        failures.record(kind);
+        let lost = || {
+            format!(
+                "executor lost while running this task {} times",
+                failures.lost_streak
+            )
+        };
+        match next {
+            Next::Fail if kind.is_none() => {
+                return Err(DriverError::TaskFailed(format!("{what}: {}", lost())));
+            }
             Next::Fail => {
                 return Err(DriverError::TaskFailed(format!(
                     "{what} (gave up after {} attempts)",
                     attempt + 1
                 )));
             }
-            Next::Retry { delay, counted } => {
+            Next::Retry { delay } => {
                 if kind.is_some() {
                     warn!(batch = offsets.batch_id, partition = p, attempt, error = %message, "task failed; retrying");
                     ctx.entry.set_error(format!("{what} (retrying)"));
                 } else {
-                    debug!(batch = offsets.batch_id, partition = p, reason = %message, "task lost; retrying");
-                }
-                if counted {
-                    failures += 1;
-                }
-                if kind == Some(pb::ErrorKind::Storage) {
-                    storage_streak += 1;
+                    warn!(batch = offsets.batch_id, partition = p, attempt, lost = failures.lost_streak, reason = %message, "executor lost while running a task; retrying");
+                    ctx.entry
+                        .set_error(format!("{what}: {} (retrying)", lost()));
                 }
                 ctx.sleep(delay).await?;
                 attempt += 1;

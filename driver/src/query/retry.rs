@@ -1,13 +1,13 @@
 //! What to do after a task attempt fails: a pure decision over the error
-//! kind and the attempts so far.
+//! kind and the failures so far.
 //!
-//! | outcome            | retried       | counts toward max_task_attempts |
-//! |--------------------|---------------|---------------------------------|
-//! | executor lost      | at once       | no                              |
-//! | storage error      | with backoff, for as long as it lasts | no            |
-//! | retryable error    | with backoff  | yes                             |
-//! | stale epoch        | after a check of the leadership | yes           |
-//! | fatal error        | never: the query fails           |               |
+//! | outcome            | retried       | fails the query after |
+//! |--------------------|---------------|-----------------------|
+//! | executor lost      | at once       | `max_task_attempts` losses in a row (a poison task) |
+//! | storage error      | with backoff, for as long as it lasts | never |
+//! | retryable error    | with backoff  | `max_task_attempts` counted failures |
+//! | stale epoch        | after a check of the leadership | as a retryable error |
+//! | fatal error        | never         | the first              |
 
 use std::time::Duration;
 
@@ -15,34 +15,55 @@ use sluice_proto::ErrorKind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    Retry { delay: Duration, counted: bool },
+    Retry { delay: Duration },
     Fail,
 }
 
-/// `failures` is the number of counted failures before this one.
-pub fn after_failure(
-    kind: Option<ErrorKind>,
-    failures: u32,
-    storage_streak: u32,
-    max: u32,
-) -> Next {
+/// The failures of one task so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Failures {
+    /// Retryable errors and stale epochs.
+    pub counted: u32,
+    /// Storage errors in a row.
+    pub storage_streak: u32,
+    /// Attempts in a row whose executor was lost while running them.
+    pub lost_streak: u32,
+}
+
+impl Failures {
+    /// Counts one more failure of `kind` (`None`: the executor was lost).
+    pub fn record(&mut self, kind: Option<ErrorKind>) {
+        match kind {
+            None => self.lost_streak += 1,
+            Some(ErrorKind::Storage) => {
+                self.storage_streak += 1;
+                self.lost_streak = 0;
+            }
+            Some(_) => {
+                self.counted += 1;
+                self.lost_streak = 0;
+            }
+        }
+    }
+}
+
+/// Decides after a failure of `kind`; `f` holds the failures before it.
+pub fn after_failure(kind: Option<ErrorKind>, f: Failures, max: u32) -> Next {
     match kind {
+        None if f.lost_streak + 1 >= max => Next::Fail,
         None => Next::Retry {
             delay: Duration::ZERO,
-            counted: false,
         },
         Some(ErrorKind::Storage) => Next::Retry {
-            delay: backoff(storage_streak, 10_000),
-            counted: false,
+            delay: backoff(f.storage_streak, 10_000),
         },
         Some(ErrorKind::Fatal) => Next::Fail,
         Some(ErrorKind::Retryable | ErrorKind::StaleEpoch | ErrorKind::Unspecified) => {
-            if failures + 1 >= max {
+            if f.counted + 1 >= max {
                 Next::Fail
             } else {
                 Next::Retry {
-                    delay: backoff(failures, 5_000),
-                    counted: true,
+                    delay: backoff(f.counted, 5_000),
                 }
             }
         }
@@ -59,54 +80,81 @@ pub fn backoff(step: u32, cap_ms: u64) -> Duration {
 mod tests {
     use super::*;
 
+    fn after(kinds: &[Option<ErrorKind>]) -> Failures {
+        let mut f = Failures::default();
+        for k in kinds {
+            f.record(*k);
+        }
+        f
+    }
+
     #[test]
-    fn lost_executors_retry_at_once_without_counting() {
+    fn lost_executors_retry_at_once_until_a_poison_task_fails() {
+        let lost = [None, None, None];
         assert_eq!(
-            after_failure(None, 3, 0, 4),
+            after_failure(None, after(&lost[..2]), 4),
             Next::Retry {
-                delay: Duration::ZERO,
-                counted: false
+                delay: Duration::ZERO
             }
         );
+        assert_eq!(after_failure(None, after(&lost), 4), Next::Fail);
+        // Only losses in a row count.
+        let broken = [None, None, Some(ErrorKind::Retryable), None];
+        assert!(matches!(
+            after_failure(None, after(&broken), 4),
+            Next::Retry { .. }
+        ));
+        assert_eq!(after(&broken).lost_streak, 1);
     }
 
     #[test]
     fn retryable_errors_stop_at_max_attempts() {
         let k = Some(ErrorKind::Retryable);
         assert_eq!(
-            after_failure(k, 0, 0, 4),
+            after_failure(k, after(&[]), 4),
             Next::Retry {
-                delay: backoff(0, 5000),
-                counted: true
+                delay: backoff(0, 5000)
             }
         );
-        assert!(matches!(after_failure(k, 2, 0, 4), Next::Retry { .. }));
-        assert_eq!(after_failure(k, 3, 0, 4), Next::Fail);
-        assert_eq!(after_failure(k, 0, 0, 1), Next::Fail);
+        assert!(matches!(
+            after_failure(k, after(&[k, k]), 4),
+            Next::Retry { .. }
+        ));
+        assert_eq!(after_failure(k, after(&[k, None, k, k]), 4), Next::Fail);
+        assert_eq!(after_failure(k, after(&[]), 1), Next::Fail);
     }
 
     #[test]
     fn storage_errors_back_off_forever() {
         let k = Some(ErrorKind::Storage);
+        let many = Failures {
+            counted: 99,
+            ..Failures::default()
+        };
         assert_eq!(
-            after_failure(k, 99, 0, 4),
+            after_failure(k, many, 4),
             Next::Retry {
-                delay: backoff(0, 10_000),
-                counted: false
+                delay: backoff(0, 10_000)
             }
         );
+        let long = Failures {
+            storage_streak: 30,
+            ..Failures::default()
+        };
         assert_eq!(
-            after_failure(k, 0, 30, 4),
+            after_failure(k, long, 4),
             Next::Retry {
-                delay: Duration::from_secs(10),
-                counted: false
+                delay: Duration::from_secs(10)
             }
         );
     }
 
     #[test]
     fn fatal_errors_fail_at_once() {
-        assert_eq!(after_failure(Some(ErrorKind::Fatal), 0, 0, 4), Next::Fail);
+        assert_eq!(
+            after_failure(Some(ErrorKind::Fatal), Failures::default(), 4),
+            Next::Fail
+        );
     }
 
     #[test]
