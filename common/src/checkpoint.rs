@@ -52,6 +52,10 @@ pub struct OffsetRecord {
     pub batch_timestamp_ms: i64,
     pub watermark_ms: i64,
     pub source: SourceOffsets,
+    /// The driver's cap on one task's rows when this batch was planned
+    /// (absent in records written before there was one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows_per_task: Option<u64>,
 }
 
 /// The input range of a batch. For the rate source, the batch covers the

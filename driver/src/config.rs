@@ -34,6 +34,10 @@ pub struct Cli {
     /// Attempts per task before its query fails.
     #[arg(long, env = "SLUICE_MAX_TASK_ATTEMPTS", default_value_t = 4)]
     pub max_task_attempts: u32,
+    /// The most rows one task may hold: every batch is capped at this many
+    /// rows per partition, whatever its spec says.
+    #[arg(long, env = "SLUICE_MAX_ROWS_PER_TASK", default_value_t = 1_000_000)]
+    pub max_rows_per_task: u64,
     /// Committed batches kept in each query's offsets/ and commits/ logs.
     #[arg(long, env = "SLUICE_RETAIN_BATCHES", default_value_t = 100)]
     pub retain_batches: u64,
@@ -59,6 +63,7 @@ pub struct DriverConfig {
     pub executor_timeout: Duration,
     pub id: String,
     pub max_task_attempts: u32,
+    pub max_rows_per_task: u64,
     pub retain_batches: u64,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
@@ -98,6 +103,11 @@ impl TryFrom<Cli> for DriverConfig {
         if cli.max_task_attempts == 0 {
             return Err(DriverError::Config(
                 "--max-task-attempts must be at least 1".into(),
+            ));
+        }
+        if cli.max_rows_per_task == 0 {
+            return Err(DriverError::Config(
+                "--max-rows-per-task must be at least 1".into(),
             ));
         }
         if cli.retain_batches == 0 {
@@ -151,6 +161,7 @@ impl TryFrom<Cli> for DriverConfig {
                 .id
                 .unwrap_or_else(|| format!("driver-{}", uuid::Uuid::new_v4().simple())),
             max_task_attempts: cli.max_task_attempts,
+            max_rows_per_task: cli.max_rows_per_task,
             retain_batches: cli.retain_batches,
         })
     }

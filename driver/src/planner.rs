@@ -10,6 +10,24 @@ pub struct PlanInput {
     pub available: u64,
     pub max_rows_per_batch: Option<u64>,
     pub total_rows: Option<u64>,
+    /// The driver's cap on one task's rows (`--max-rows-per-task`).
+    pub max_rows_per_task: u64,
+    /// The source's partitions: one task each.
+    pub partitions: u32,
+}
+
+impl PlanInput {
+    /// The most rows one batch may hold: the spec's `max_rows_per_batch`,
+    /// and at most `max_rows_per_task` rows in each partition's task,
+    /// whatever the spec says.
+    pub fn batch_cap(&self) -> u64 {
+        let per_tasks = self
+            .max_rows_per_task
+            .max(1)
+            .saturating_mul(u64::from(self.partitions.max(1)));
+        self.max_rows_per_batch
+            .map_or(per_tasks, |cap| cap.max(1).min(per_tasks))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +51,7 @@ pub fn plan(input: PlanInput) -> PlanDecision {
     if limit <= input.committed_end {
         return PlanDecision::Wait;
     }
-    let mut end = limit;
-    if let Some(cap) = input.max_rows_per_batch {
-        end = end.min(input.committed_end.saturating_add(cap.max(1)));
-    }
+    let end = limit.min(input.committed_end.saturating_add(input.batch_cap()));
     PlanDecision::Batch {
         start: input.committed_end,
         end,
@@ -53,7 +68,46 @@ mod tests {
             available,
             max_rows_per_batch: None,
             total_rows: None,
+            max_rows_per_task: u64::MAX,
+            partitions: 1,
         }
+    }
+
+    #[test]
+    fn the_task_cap_bounds_every_batch_whatever_the_spec_says() {
+        // 1024 partitions at 10^12 rows/s: 8 * 10^9 rows available.
+        let huge = PlanInput {
+            max_rows_per_task: 1_000_000,
+            partitions: 1024,
+            ..input(0, 8_000_000_000)
+        };
+        assert_eq!(
+            plan(huge),
+            PlanDecision::Batch {
+                start: 0,
+                end: 1_024_000_000
+            }
+        );
+        let tighter_spec = PlanInput {
+            max_rows_per_batch: Some(10),
+            ..huge
+        };
+        assert_eq!(
+            plan(tighter_spec),
+            PlanDecision::Batch { start: 0, end: 10 }
+        );
+        let looser_spec = PlanInput {
+            max_rows_per_batch: Some(u64::MAX),
+            max_rows_per_task: 7,
+            partitions: 3,
+            ..input(5, 1000)
+        };
+        assert_eq!(plan(looser_spec), PlanDecision::Batch { start: 5, end: 26 });
+        // A batch at the cap gives no partition more than the task cap.
+        let per_partition = |p: u64, start: u64, end: u64, n: u64| {
+            (start..end).filter(|v| v % n == p).count() as u64
+        };
+        assert!((0..3).all(|p| per_partition(p, 5, 26, 3) <= 7));
     }
 
     #[test]

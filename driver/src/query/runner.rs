@@ -262,6 +262,8 @@ async fn plan_next(
             available,
             max_rows_per_batch: ctx.spec.max_rows_per_batch,
             total_rows: rate.total_rows,
+            max_rows_per_task: ctx.driver.config.max_rows_per_task,
+            partitions: rate.partitions,
         };
         let (start, end) = match plan(input) {
             PlanDecision::Finished => return Ok(None),
@@ -284,6 +286,7 @@ async fn plan_next(
                 start_value: start,
                 end_value: end,
             },
+            max_rows_per_task: Some(ctx.driver.config.max_rows_per_task),
         };
         let latest_offset = started.elapsed();
         let t = Instant::now();
