@@ -69,11 +69,23 @@ pub fn generate(
     start: u64,
     end: u64,
 ) -> Result<Vec<RecordBatch>> {
+    chunks(p, parts, rows_per_second, start_ms, start, end).collect()
+}
+
+/// Like [`generate`], one chunk at a time: memory holds one chunk, however
+/// many rows the task has.
+pub fn chunks(
+    p: u32,
+    parts: u32,
+    rows_per_second: u64,
+    start_ms: i64,
+    start: u64,
+    end: u64,
+) -> impl Iterator<Item = Result<RecordBatch>> {
     let (first, count) = partition_range(p, parts, start, end);
     let step = u64::from(parts.max(1));
-    let mut out = Vec::with_capacity(count.div_ceil(CHUNK_ROWS) as usize);
-    let mut done = 0;
-    while done < count {
+    (0..count.div_ceil(CHUNK_ROWS)).map(move |i| {
+        let done = i * CHUNK_ROWS;
         let n = (count - done).min(CHUNK_ROWS);
         let base = first + done * step;
         let values: UInt64Array = (0..n).map(|i| base + i * step).collect();
@@ -82,12 +94,9 @@ pub fn generate(
             .iter()
             .map(|&v| timestamp_ms(start_ms, v, rows_per_second))
             .collect();
-        let batch = RecordBatch::try_new(schema(), vec![Arc::new(values), Arc::new(stamps)])
-            .map_err(|e| Error::Encoding(e.to_string()))?;
-        out.push(batch);
-        done += n;
-    }
-    Ok(out)
+        RecordBatch::try_new(schema(), vec![Arc::new(values), Arc::new(stamps)])
+            .map_err(|e| Error::Encoding(e.to_string()))
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{RECORD_VERSION, encode, padded};
 use crate::error::{Error, Result};
-use crate::storage::{Created, Storage};
+use crate::storage::{Created, Storage, Visible, VisibleWriter};
 
 pub const MANIFEST_DIR: &str = "_sluice";
 
@@ -100,6 +100,38 @@ impl FileSink {
             path: name,
             rows,
             bytes: len,
+        })
+    }
+
+    /// Starts writing one task's part file in chunks (see
+    /// [`VisibleWriter`]); [`FileSink::finish_part`] makes it visible.
+    pub async fn begin_part(&self, batch: u64, partition: u32) -> Result<VisibleWriter> {
+        let name = part_name(batch, partition);
+        self.storage.begin_visible(&Path::from(name.as_str())).await
+    }
+
+    /// Makes a part file visible, create-only: a file already there with
+    /// the same bytes is adopted, with other bytes it is a conflict.
+    pub async fn finish_part(
+        &self,
+        writer: VisibleWriter,
+        batch: u64,
+        partition: u32,
+        rows: u64,
+    ) -> Result<SinkFile> {
+        let name = part_name(batch, partition);
+        let bytes = match writer.finish().await? {
+            Visible::New { bytes } | Visible::Identical { bytes } => bytes,
+            Visible::Different => {
+                return Err(Error::Conflict {
+                    path: self.storage.describe(&Path::from(name.as_str())),
+                });
+            }
+        };
+        Ok(SinkFile {
+            path: name,
+            rows,
+            bytes,
         })
     }
 

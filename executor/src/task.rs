@@ -182,8 +182,19 @@ pub async fn execute(
     }
 }
 
-/// Generates and encodes the rows off the async threads, then writes the
-/// part file create-only.
+/// Chunks of encoded rows in flight between the generator and the writer.
+const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// Writes one rate task's part file in bounded memory:
+///
+/// ```text
+///  blocking thread: generate CHUNK_ROWS rows ─► encode jsonl ─► channel (2)
+///  this task:       channel ─► part file writer (multipart, 2 parts of 4 MiB)
+/// ```
+///
+/// So a running task holds at most a few chunks of 64 Ki rows (a few MiB)
+/// plus the writer's parts, whatever its size. Dropping this future (a
+/// cancelled task) stops the generator and removes the unfinished file.
 pub async fn run_rate(
     plan: RatePlan,
     sinks: Arc<SinkCache>,
@@ -195,40 +206,62 @@ pub async fn run_rate(
         rate,
         sink_path,
     } = plan;
-    let work = tokio::task::spawn_blocking(move || -> Result<_, ExecutorError> {
-        let batches = sluice_common::rate::generate(
+    let (_, expected) = sluice_common::rate::partition_range(
+        partition,
+        rate.partitions,
+        rate.start_value,
+        rate.end_value,
+    );
+    if expected == 0 {
+        return Ok(TaskOutput {
+            rows: 0,
+            files: Vec::new(),
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+    let sink = tokio::task::spawn_blocking(move || sinks.get(&sink_path))
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+    let mut writer = sink.begin_part(batch_id, partition).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(CHUNKS_IN_FLIGHT);
+    let generator = tokio::task::spawn_blocking(move || -> Result<u64, ExecutorError> {
+        let mut rows = 0u64;
+        for chunk in sluice_common::rate::chunks(
             partition,
             rate.partitions,
             rate.rows_per_second,
             rate.start_ms,
             rate.start_value,
             rate.end_value,
-        )?;
-        let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-        if rows == 0 {
-            return Ok(None);
+        ) {
+            let chunk = chunk?;
+            rows += chunk.num_rows() as u64;
+            let data = sluice_common::sink::encode_jsonl(&[chunk])?;
+            if tx.blocking_send(bytes::Bytes::from(data)).is_err() {
+                break; // the writer is gone: the task failed or was cancelled
+            }
         }
-        let data = sluice_common::sink::encode_jsonl(&batches)?;
-        Ok(Some((sinks.get(&sink_path)?, rows, data)))
+        Ok(rows)
     });
-    let encoded = work
+    while let Some(chunk) = rx.recv().await {
+        writer.write(chunk).await?;
+    }
+    let rows = generator
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    let (rows, files) = match encoded {
-        None => (0, Vec::new()),
-        Some((sink, rows, data)) => {
-            let f = sink.write_part(batch_id, partition, rows, data).await?;
-            let file = SinkFile {
-                path: f.path,
-                rows: f.rows,
-                bytes: f.bytes,
-            };
-            (rows, vec![file])
-        }
-    };
+    if rows != expected {
+        return Err(ExecutorError::TaskPanicked(format!(
+            "generated {rows} rows of the {expected} planned"
+        )));
+    }
+    let f = sink.finish_part(writer, batch_id, partition, rows).await?;
     Ok(TaskOutput {
         rows,
-        files,
+        files: vec![SinkFile {
+            path: f.path,
+            rows: f.rows,
+            bytes: f.bytes,
+        }],
         duration_ms: started.elapsed().as_millis() as u64,
     })
 }

@@ -77,8 +77,10 @@ fn error_kinds() {
     assert_eq!(task_error(&malformed).kind(), ErrorKind::Fatal);
 }
 
+/// A sink under a regular file can never be written (ENOTDIR): a fatal
+/// error, not a storage error retried forever.
 #[tokio::test]
-async fn an_unwritable_sink_is_a_storage_error_naming_the_path() {
+async fn a_sink_under_a_file_is_a_fatal_error_naming_the_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let root = file.path().join("out");
     let root = root.to_str().unwrap();
@@ -87,7 +89,7 @@ async fn an_unwritable_sink_is_a_storage_error_naming_the_path() {
     let Some(Outcome::Error(e)) = r.outcome else {
         panic!("expected an error: {r:?}");
     };
-    assert_eq!(e.kind(), ErrorKind::Storage);
+    assert_eq!(e.kind(), ErrorKind::Fatal);
     assert!(e.message.contains(root), "{}", e.message);
 }
 

@@ -19,6 +19,9 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 
 use crate::error::{Error, Result};
 
+mod visible;
+pub use visible::{Visible, VisibleWriter};
+
 /// The outcome of a create-only write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
@@ -183,12 +186,7 @@ impl Storage {
     /// temporary name that starts with `.`, so that readers of the directory
     /// skip it, and then renamed into place if the name is free.
     pub async fn create_visible(&self, path: &Path, bytes: Bytes) -> Result<Created> {
-        let name = path.filename().unwrap_or("file");
-        let tmp_name = format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple());
-        let mut parts: Vec<object_store::path::PathPart<'_>> = path.parts().collect();
-        parts.pop();
-        parts.push(tmp_name.as_str().into());
-        let tmp = Path::from_iter(parts);
+        let tmp = visible::temp_sibling(path);
         self.store
             .put(&tmp, PutPayload::from(bytes))
             .await
