@@ -143,6 +143,8 @@ pub fn cluster_json(c: &ClusterInfo) -> Value {
                 "slots": e.slots,
                 "running_tasks": e.running_tasks,
                 "heartbeat_age_ms": e.heartbeat_age_ms,
+                "incarnation": e.incarnation,
+                "conflict": e.conflict,
             })
         })
         .collect();
@@ -170,6 +172,11 @@ pub fn cluster_text(c: &ClusterInfo) -> String {
                 e.slots.to_string(),
                 e.running_tasks.to_string(),
                 e.heartbeat_age_ms.to_string(),
+                if e.conflict.is_empty() {
+                    "-".to_string()
+                } else {
+                    one_line(&e.conflict)
+                },
             ]
         })
         .collect();
@@ -180,7 +187,16 @@ pub fn cluster_text(c: &ClusterInfo) -> String {
         c.epoch,
         standbys,
         c.executors.len(),
-        table(&["EXECUTOR", "SLOTS", "RUNNING", "HEARTBEAT_AGE_MS"], &rows),
+        table(
+            &[
+                "EXECUTOR",
+                "SLOTS",
+                "RUNNING",
+                "HEARTBEAT_AGE_MS",
+                "CONFLICT"
+            ],
+            &rows
+        ),
     )
 }
 

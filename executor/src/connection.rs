@@ -25,7 +25,7 @@ use std::time::Duration;
 use sluice_proto::cluster_service_client::ClusterServiceClient;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::Shared;
 use crate::config::normalize_address;
@@ -154,6 +154,18 @@ pub(crate) async fn serve(
         };
         if shutdown.is_cancelled() {
             return Ok(());
+        }
+        // The driver keeps one process per executor id, the newest: an
+        // older one is told so once, and stops instead of fighting back.
+        if let Some(s) = err.status()
+            && s.code() == tonic::Code::FailedPrecondition
+        {
+            error!(executor = %shared.config.id, driver = %addr, reason = %s.message(),
+                "another process uses this executor id; stopping");
+            return Err(ExecutorError::Replaced(format!(
+                "driver {addr}: {}",
+                s.message()
+            )));
         }
         if welcomed {
             // A session that worked ended (say, a leader handing over): try

@@ -40,6 +40,11 @@ pub enum ExecutorError {
     #[error("executor draining")]
     Draining,
 
+    /// Another process with this executor id is newer: this one was
+    /// replaced, or refused, and must stop rather than fight back.
+    #[error("{0}")]
+    Replaced(String),
+
     /// A task's future panicked.
     #[error("task panicked: {0}")]
     TaskPanicked(String),
@@ -61,6 +66,7 @@ impl ExecutorError {
             | ExecutorError::TaskPanicked(_) => true,
             ExecutorError::Common(e) => e.is_retryable(),
             ExecutorError::Config(_)
+            | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)
             | ExecutorError::StaleEpoch { .. } => false,
         }

@@ -34,6 +34,10 @@ pub(crate) struct Shared {
     pub(crate) config: ExecutorConfig,
     /// The highest driver epoch seen (Welcome or task). Only grows.
     pub(crate) max_epoch: AtomicU64,
+    /// Fixed at start, larger for a process started later: of two
+    /// processes with one id, the driver keeps the newer (see the driver's
+    /// `cluster::identity`).
+    pub(crate) incarnation: u64,
     /// One permit per slot.
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) sinks: Arc<task::SinkCache>,
@@ -51,7 +55,10 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         drivers = ?config.drivers,
         "executor starting"
     );
+    let incarnation = new_incarnation();
+    tracing::info!(executor = %config.id, incarnation, "incarnation");
     let shared = Arc::new(Shared {
+        incarnation,
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         max_epoch: AtomicU64::new(0),
         sinks: Arc::default(),
@@ -60,4 +67,11 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
     let result = connection::serve(shared.clone(), shutdown).await;
     tracing::info!(executor = %shared.config.id, "executor stopped");
     result
+}
+
+/// The start time in milliseconds, shifted left 16 bits, with 16 random
+/// bits below to order two processes started in the same millisecond.
+fn new_incarnation() -> u64 {
+    let ms = u64::try_from(sluice_common::time::now_ms()).unwrap_or(0);
+    (ms << 16) | (uuid::Uuid::new_v4().as_u128() as u64 & 0xffff)
 }

@@ -78,6 +78,7 @@ pub(crate) async fn run(
         executor_id: shared.config.id.clone(),
         slots: shared.config.slots,
         max_epoch_seen: shared.max_epoch.load(Ordering::SeqCst),
+        incarnation: shared.incarnation,
     });
     let mut session = Session {
         shared,

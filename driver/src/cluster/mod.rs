@@ -1,5 +1,6 @@
 //! Executor membership and task scheduling.
 
+pub mod identity;
 pub mod placement;
 pub mod scheduler;
 #[cfg(test)]

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::identity::{self, Admit};
 use super::placement::{Capacity, place};
 use crate::leader::lease::LeaseClock;
 use crate::metrics::Metrics;
@@ -44,7 +45,9 @@ enum Event {
         key: u64,
         id: String,
         slots: u32,
+        incarnation: u64,
         tx: ExecutorTx,
+        reply: oneshot::Sender<Result<(), String>>,
     },
     Heartbeat {
         key: u64,
@@ -79,6 +82,7 @@ pub struct Scheduler {
 struct Executor {
     id: String,
     slots: u32,
+    incarnation: u64,
     tx: ExecutorTx,
     running: Vec<String>,
     last_heartbeat: Instant,
@@ -98,6 +102,8 @@ struct Actor {
     executors: HashMap<u64, Executor>,
     pending: VecDeque<(pb::TaskAssignment, oneshot::Sender<TaskOutcome>)>,
     running: HashMap<String, Running>,
+    /// The last conflict over each executor id (see [`identity`]).
+    conflicts: HashMap<String, String>,
 }
 
 impl Scheduler {
@@ -119,6 +125,7 @@ impl Scheduler {
             executors: HashMap::new(),
             pending: VecDeque::new(),
             running: HashMap::new(),
+            conflicts: HashMap::new(),
         };
         tracker.spawn(actor.run(rx, cancel));
         Scheduler {
@@ -127,11 +134,33 @@ impl Scheduler {
         }
     }
 
-    /// Registers an attached executor; returns its connection key.
-    pub fn attach(&self, id: String, slots: u32, tx: ExecutorTx) -> u64 {
+    /// Registers an attached executor and returns its connection key, or
+    /// refuses it with the reason (an older process with a taken id; see
+    /// [`identity`]).
+    pub async fn attach(
+        &self,
+        id: String,
+        slots: u32,
+        incarnation: u64,
+        tx: ExecutorTx,
+    ) -> Result<u64, String> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let _ = self.tx.send(Event::Attached { key, id, slots, tx });
-        key
+        let (reply, answer) = oneshot::channel();
+        let event = Event::Attached {
+            key,
+            id,
+            slots,
+            incarnation,
+            tx,
+            reply,
+        };
+        if self.tx.send(event).is_err() {
+            return Err("the scheduler stopped".into());
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err("the scheduler stopped".into()))?;
+        Ok(key)
     }
 
     pub fn heartbeat(&self, key: u64) {
@@ -195,25 +224,56 @@ impl Actor {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Attached { key, id, slots, tx } => {
-                let stale: Vec<u64> = self
-                    .executors
-                    .iter()
-                    .filter(|(_, e)| e.id == id)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for old in stale {
-                    self.lose(old, "replaced by a new connection");
+            Event::Attached {
+                key,
+                id,
+                slots,
+                incarnation,
+                tx,
+                reply,
+            } => {
+                let attached = self.executors.iter().find(|(_, e)| e.id == id);
+                let (old, old_incarnation) =
+                    attached.map_or((None, None), |(k, e)| (Some(*k), Some(e.incarnation)));
+                match identity::admit(old_incarnation, incarnation) {
+                    Admit::Fresh => {}
+                    Admit::Reconnect => {
+                        if let Some(old) = old {
+                            self.lose(old, "reconnected on a new stream");
+                        }
+                    }
+                    Admit::Replace { older } => {
+                        let msg = identity::conflict_message(&id, older, incarnation);
+                        warn!(executor = %id, older, newer = incarnation, "executor id taken over by a newer process");
+                        if let Some(e) = old.and_then(|k| self.executors.get(&k)) {
+                            let _ = e.tx.try_send(Err(tonic::Status::failed_precondition(
+                                format!("replaced: {msg}"),
+                            )));
+                        }
+                        if let Some(old) = old {
+                            self.lose(old, "replaced by a newer process");
+                        }
+                        self.conflicts.insert(id.clone(), msg);
+                    }
+                    Admit::Refuse { newer } => {
+                        let msg = identity::conflict_message(&id, incarnation, newer);
+                        warn!(executor = %id, older = incarnation, newer, "older executor process refused");
+                        self.conflicts.insert(id.clone(), msg.clone());
+                        let _ = reply.send(Err(format!("refused: {msg}")));
+                        return;
+                    }
                 }
-                info!(executor = %id, slots, epoch = self.epoch, "executor attached");
+                info!(executor = %id, slots, incarnation, epoch = self.epoch, "executor attached");
                 let ex = Executor {
                     id,
                     slots,
+                    incarnation,
                     tx,
                     running: Vec::new(),
                     last_heartbeat: Instant::now(),
                 };
                 self.executors.insert(key, ex);
+                let _ = reply.send(Ok(()));
             }
             Event::Heartbeat { key } => {
                 if let Some(e) = self.executors.get_mut(&key) {
@@ -234,6 +294,8 @@ impl Actor {
                         slots: e.slots,
                         running_tasks: e.running.len() as u32,
                         heartbeat_age_ms: now.duration_since(e.last_heartbeat).as_millis() as u64,
+                        incarnation: e.incarnation,
+                        conflict: self.conflicts.get(&e.id).cloned().unwrap_or_default(),
                     })
                     .collect();
                 let _ = reply.send(list);

@@ -71,7 +71,7 @@ async fn next_task(rx: &mut Rx) -> pb::TaskAssignment {
 async fn a_task_runs_on_an_executor_and_its_result_comes_back() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
-    let key = s.attach("e1".into(), 1, tx);
+    let key = s.attach("e1".into(), 1, 1, tx).await.unwrap();
     let run = submit(&s, "t1");
     assert_eq!(next_task(&mut rx).await.task_id, "t1");
     // A result from another connection or epoch is ignored.
@@ -94,7 +94,7 @@ async fn a_task_runs_on_an_executor_and_its_result_comes_back() {
 async fn slots_bound_the_tasks_an_executor_holds() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
-    let key = s.attach("e1".into(), 1, tx);
+    let key = s.attach("e1".into(), 1, 1, tx).await.unwrap();
     let first = submit(&s, "t1");
     let second = submit(&s, "t2");
     let got = next_task(&mut rx).await.task_id;
@@ -116,7 +116,7 @@ async fn slots_bound_the_tasks_an_executor_holds() {
 async fn a_lost_executor_loses_its_tasks_at_once() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
-    let key = s.attach("e1".into(), 2, tx);
+    let key = s.attach("e1".into(), 2, 1, tx).await.unwrap();
     let run = submit(&s, "t1");
     next_task(&mut rx).await;
     s.detach(key, "stream closed");
@@ -131,7 +131,7 @@ async fn a_lost_executor_loses_its_tasks_at_once() {
 async fn an_executor_without_heartbeats_times_out() {
     let (s, _cancel) = scheduler(Duration::from_millis(200));
     let (tx, mut rx) = mpsc::channel(16);
-    s.attach("e1".into(), 1, tx);
+    s.attach("e1".into(), 1, 1, tx).await.unwrap();
     let run = submit(&s, "t1");
     next_task(&mut rx).await;
     let outcome = tokio::time::timeout(Duration::from_secs(2), run)
@@ -146,7 +146,7 @@ async fn an_executor_without_heartbeats_times_out() {
 async fn a_withdrawn_task_is_cancelled_on_its_executor() {
     let (s, _cancel) = scheduler(Duration::from_secs(5));
     let (tx, mut rx) = mpsc::channel(16);
-    s.attach("e1".into(), 1, tx);
+    s.attach("e1".into(), 1, 1, tx).await.unwrap();
     let run = submit(&s, "t1");
     next_task(&mut rx).await;
     s.cancel("t1".into());
@@ -170,7 +170,7 @@ async fn queued_tasks_wait_for_an_executor() {
     let run = submit(&s, "t1");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (tx, mut rx) = mpsc::channel(16);
-    let key = s.attach("late".into(), 1, tx);
+    let key = s.attach("late".into(), 1, 1, tx).await.unwrap();
     assert_eq!(next_task(&mut rx).await.task_id, "t1");
     s.result(key, ok("t1", 5));
     assert!(matches!(run.await.unwrap(), TaskOutcome::Done(_)));
@@ -196,7 +196,7 @@ async fn nothing_is_dispatched_on_a_stale_lease() {
         Some(lease.clone()),
     );
     let (tx, mut rx) = mpsc::channel(16);
-    s.attach("e1".into(), 1, tx);
+    s.attach("e1".into(), 1, 1, tx).await.unwrap();
     let run = submit(&s, "t1");
     assert!(
         tokio::time::timeout(Duration::from_millis(300), rx.recv())
@@ -209,4 +209,31 @@ async fn nothing_is_dispatched_on_a_stale_lease() {
     s.heartbeat(99);
     assert_eq!(next_task(&mut rx).await.task_id, "t1");
     run.abort();
+}
+
+#[tokio::test]
+async fn a_newer_process_replaces_an_older_one_with_its_id_once() {
+    let (s, _cancel) = scheduler(Duration::from_secs(5));
+    let (old_tx, mut old_rx) = mpsc::channel(16);
+    s.attach("dup".into(), 1, 10, old_tx).await.unwrap();
+    let (new_tx, _new_rx) = mpsc::channel(16);
+    s.attach("dup".into(), 1, 20, new_tx).await.unwrap();
+    let told = tokio::time::timeout(Duration::from_secs(2), old_rx.recv())
+        .await
+        .expect("the replaced stream hears of it")
+        .expect("a message");
+    let status = told.expect_err("a status");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(status.message().contains("replaced"), "{status:?}");
+    // The older process comes back: refused, and the newer keeps the id.
+    let (again_tx, _again_rx) = mpsc::channel(16);
+    let refused = s.attach("dup".into(), 1, 10, again_tx).await.unwrap_err();
+    assert!(
+        refused.contains("refused") && refused.contains("dup"),
+        "{refused}"
+    );
+    let list = s.executors().await;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].incarnation, 20);
+    assert!(list[0].conflict.contains("two processes"), "{list:?}");
 }

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  executor                          driver
-//!  Hello{id, slots} ───────────────► attach to the scheduler
+//!  Hello{id, slots, incarnation} ──► attach to the scheduler (one process
+//!                                    per id: see `identity`)
 //!                  ◄─────────────── Welcome{epoch}
 //!  Heartbeat ──────────────────────► liveness
 //!                  ◄─────────────── TaskAssignment / CancelTask
@@ -72,7 +73,14 @@ impl ClusterService for ClusterApi {
             .map_err(|_| DriverError::ShuttingDown)?;
         let key = term
             .scheduler
-            .attach(hello.executor_id.clone(), hello.slots, tx);
+            .attach(
+                hello.executor_id.clone(),
+                hello.slots,
+                hello.incarnation,
+                tx,
+            )
+            .await
+            .map_err(DriverError::FailedPrecondition)?;
         let scheduler = term.scheduler.clone();
         let cancel = term.cancel.clone();
         term.tasks.spawn(async move {
