@@ -135,6 +135,28 @@ impl FileSink {
         })
     }
 
+    /// Checks that every file in `files` exists with the size its writer
+    /// reported, all at once. A missing or different file is
+    /// [`Error::Corrupt`], naming it: a manifest never lists a file that
+    /// readers would not find as described.
+    pub async fn check_files(&self, files: &[SinkFile]) -> Result<()> {
+        let checks = files.iter().map(|f| async move {
+            let path = Path::from(f.path.as_str());
+            let found = self.storage.size(&path).await?;
+            if found == Some(f.bytes) {
+                return Ok(());
+            }
+            Err(Error::Corrupt {
+                path: self.storage.describe(&path),
+                reason: match found {
+                    None => format!("reported written ({} bytes) but missing", f.bytes),
+                    Some(n) => format!("reported as {} bytes but has {n}", f.bytes),
+                },
+            })
+        });
+        futures::future::try_join_all(checks).await.map(|_| ())
+    }
+
     /// Writes the manifest of a batch, or adopts the one already there.
     pub async fn write_manifest(&self, manifest: &SinkManifest) -> Result<SinkManifest> {
         let path = Path::from_iter([MANIFEST_DIR, &padded(manifest.batch_id)]);
@@ -196,5 +218,29 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Conflict { .. }));
+    }
+
+    #[tokio::test]
+    async fn reported_files_are_checked_against_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::open(dir.path().to_str().unwrap()).unwrap();
+        let f = sink.write_part(1, 0, 1, b"{}\n".to_vec()).await.unwrap();
+        sink.check_files(std::slice::from_ref(&f)).await.unwrap();
+        let wrong = SinkFile {
+            bytes: 9,
+            ..f.clone()
+        };
+        let err = sink.check_files(&[f.clone(), wrong]).await.unwrap_err();
+        assert!(
+            err.to_string().contains("reported as 9 bytes but has 3"),
+            "{err}"
+        );
+        let gone = SinkFile {
+            path: "part-x.jsonl".into(),
+            ..f
+        };
+        let err = sink.check_files(&[gone]).await.unwrap_err();
+        assert!(err.to_string().contains("part-x.jsonl"), "{err}");
+        assert!(err.to_string().contains("missing"), "{err}");
     }
 }

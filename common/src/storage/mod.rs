@@ -156,6 +156,15 @@ impl Storage {
         }
     }
 
+    /// The size of `path`, or `None` when it does not exist.
+    pub async fn size(&self, path: &Path) -> Result<Option<u64>> {
+        match self.store.head(path).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        }
+    }
+
     /// True when `path` exists.
     pub async fn exists(&self, path: &Path) -> Result<bool> {
         match self.store.head(path).await {

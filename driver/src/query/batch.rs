@@ -82,8 +82,12 @@ pub async fn execute(
             offsets.source.rows()
         )));
     }
-    let manifest = FileSink::manifest(batch, epoch, files);
     let sink = ctx.sink()?;
+    // An executor's word is checked: the manifest lists only files that
+    // exist with the size that was reported.
+    ctx.storage("check sink files", || sink.check_files(&files))
+        .await?;
+    let manifest = FileSink::manifest(batch, epoch, files);
     ctx.storage("write sink manifest", || sink.write_manifest(&manifest))
         .await?;
     let sink_commit = t.elapsed();
