@@ -27,6 +27,17 @@ pub fn part_name(batch: u64, partition: u32) -> String {
     format!("part-{}-{partition:05}.jsonl", padded(batch))
 }
 
+/// The batch of a temporary part file, `.part-<batch>-<partition>.jsonl.
+/// <uuid>.tmp` (with `#N` while an upload is unfinished); `None` for any
+/// other name.
+pub fn temp_batch(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(".part-")?;
+    if !rest.contains(".tmp") {
+        return None;
+    }
+    rest.get(..20)?.parse().ok()
+}
+
 /// One file of a batch, as listed in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkFile {
@@ -101,6 +112,18 @@ impl FileSink {
             rows,
             bytes: len,
         })
+    }
+
+    /// Removes the temporary files that failed, cancelled or killed
+    /// attempts left behind: those of batches up to `upto`, or all of them
+    /// when `upto` is `None` (the query has ended). Returns how many.
+    pub async fn purge_temp(&self, upto: Option<u64>) -> Result<usize> {
+        self.storage
+            .remove_hidden(move |name| match temp_batch(name) {
+                Some(batch) => upto.is_none_or(|u| batch <= u),
+                None => false,
+            })
+            .await
     }
 
     /// Starts writing one task's part file in chunks (see
@@ -218,6 +241,32 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Conflict { .. }));
+    }
+
+    #[tokio::test]
+    async fn temporary_files_of_finished_batches_are_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::open(dir.path().to_str().unwrap()).unwrap();
+        let names = [
+            ".part-00000000000000000003-00001.jsonl.0a1b.tmp",
+            ".part-00000000000000000004-00000.jsonl.0a1c.tmp#1",
+            ".part-00000000000000000009-00000.jsonl.0a1d.tmp",
+            ".keep-me",
+            "part-00000000000000000003-00001.jsonl",
+        ];
+        for n in names {
+            std::fs::write(dir.path().join(n), "x").unwrap();
+        }
+        assert_eq!(temp_batch(names[1]), Some(4));
+        assert_eq!(temp_batch(names[3]), None);
+        assert_eq!(sink.purge_temp(Some(4)).await.unwrap(), 2);
+        assert_eq!(sink.purge_temp(None).await.unwrap(), 1);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".keep-me", "part-00000000000000000003-00001.jsonl"]);
     }
 
     #[tokio::test]

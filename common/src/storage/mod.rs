@@ -36,6 +36,8 @@ pub enum Created {
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
     display: String,
+    /// The root directory on the local (or shared) filesystem.
+    root: std::path::PathBuf,
 }
 
 /// Checks that `location` is an absolute path or a `file://` URL.
@@ -135,6 +137,7 @@ impl Storage {
         Ok(Storage {
             store: Arc::new(fs),
             display: dir.display().to_string(),
+            root: dir.clone(),
         })
     }
 
@@ -154,6 +157,47 @@ impl Storage {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(Error::storage(self.describe(path), e)),
         }
+    }
+
+    /// Removes the hidden files (names starting with `.`) directly under
+    /// the root for which `remove` says yes, including the staging files of
+    /// unfinished uploads (`<name>#N`), which listings through
+    /// object_store do not show. Returns how many were removed; a file
+    /// that is already gone is not an error.
+    pub async fn remove_hidden(
+        &self,
+        remove: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Result<usize> {
+        let root = self.root.clone();
+        let describe = self.display.clone();
+        let fail = move |e: std::io::Error| {
+            Error::storage(
+                &describe,
+                object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                },
+            )
+        };
+        tokio::task::spawn_blocking(move || {
+            let mut removed = 0;
+            for entry in std::fs::read_dir(&root).map_err(&fail)? {
+                let entry = entry.map_err(&fail)?;
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if !name.starts_with('.') || !remove(name) {
+                    continue;
+                }
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            Ok(removed)
+        })
+        .await
+        .expect("the removal of hidden files panicked")
     }
 
     /// The size of `path`, or `None` when it does not exist.

@@ -7,6 +7,7 @@
 //! ```
 
 pub mod batch;
+pub mod cleanup;
 pub mod entry;
 pub mod registry;
 pub mod retry;

@@ -26,6 +26,7 @@ use sluice_common::{Error as CommonError, rate};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
+use super::cleanup::{self, Cleaner};
 use super::entry::QueryEntry;
 use super::retry::backoff;
 use super::summary::{Summarizer, Summary};
@@ -55,11 +56,19 @@ pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
 
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let stop = entry.stop.clone();
+    let sink_path = entry.spec.as_ref().map(|s| s.sink_path().to_string());
     let result = tokio::select! {
         biased;
         _ = stop.cancelled() => Err(DriverError::Cancelled),
         r = drive(driver, term, entry.clone()) => r,
     };
+    let ended = matches!(result, Ok(())) || entry.state() == QueryState::Stopped;
+    if let Some(path) = sink_path.filter(|_| ended)
+        && let Ok(sink) = FileSink::open(&path)
+    {
+        // Nothing of this query runs any more: no temporary file is in use.
+        cleanup::purge(sink, None).await;
+    }
     match result {
         Ok(()) => {
             entry.transition(QueryState::Finished, None);
@@ -108,6 +117,10 @@ async fn drive(
 
     let (mut next, mut committed_end, mut rerun) = recover(&ctx).await?;
     ctx.entry.set_committed(next as i64 - 1, committed_end);
+    let mut cleaner = Cleaner::default();
+    if let Some(committed) = next.checked_sub(1) {
+        cleaner.after_commit(&ctx, committed);
+    }
     info!(
         batch = next,
         committed_end,
@@ -135,6 +148,7 @@ async fn drive(
         let rows = offsets.source.rows();
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         purge_old(&ctx, offsets.batch_id);
+        cleaner.after_commit(&ctx, offsets.batch_id);
     }
 }
 

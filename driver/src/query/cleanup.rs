@@ -1,0 +1,79 @@
+//! Temporary files in a query's sink that failed, cancelled or killed task
+//! attempts left behind (`.part-<batch>-...tmp`, and `...tmp#N` for an
+//! unfinished upload). An executor removes its own when an attempt fails or
+//! is cancelled; a killed executor cannot, so the driver removes:
+//!
+//! - at recovery, those of batches up to the last committed one;
+//! - after a commit, those of batches up to it, in the background, at most
+//!   once every [`EVERY`] (a listing of the sink directory is not free);
+//! - when the query finishes or is stopped, all of them.
+//!
+//! The files of a batch that is not committed are left alone while the
+//! query runs: an attempt may still be writing them.
+
+use std::time::{Duration, Instant};
+
+use sluice_common::sink::FileSink;
+use tracing::{debug, warn};
+
+use super::runner::Ctx;
+
+/// The least time between two purges after commits.
+pub const EVERY: Duration = Duration::from_secs(10);
+
+/// Decides when a purge after a commit is due.
+#[derive(Debug, Default)]
+pub struct Cleaner {
+    last: Option<Instant>,
+}
+
+impl Cleaner {
+    /// Whether a purge is due at `now`; if so, it counts as done.
+    pub fn due(&mut self, now: Instant) -> bool {
+        let due = self.last.is_none_or(|l| now.duration_since(l) >= EVERY);
+        if due {
+            self.last = Some(now);
+        }
+        due
+    }
+
+    /// After batch `committed`: purges in the background when due.
+    pub fn after_commit(&mut self, ctx: &Ctx, committed: u64) {
+        if self.due(Instant::now()) {
+            spawn_purge(ctx, Some(committed));
+        }
+    }
+}
+
+/// Purges the temporary files of batches up to `upto` (all when `None`)
+/// in a task owned by the term.
+pub fn spawn_purge(ctx: &Ctx, upto: Option<u64>) {
+    let Ok(sink) = ctx.sink().cloned() else {
+        return;
+    };
+    ctx.term.tasks.spawn(purge(sink, upto));
+}
+
+/// Purges now; a failure is logged and left for the next purge.
+pub async fn purge(sink: FileSink, upto: Option<u64>) {
+    match sink.purge_temp(upto).await {
+        Ok(0) => {}
+        Ok(n) => debug!(removed = n, upto, "temporary sink files removed"),
+        Err(e) => warn!(error = %e, upto, "cannot remove temporary sink files; will try again"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purges_after_commits_are_spaced() {
+        let t0 = Instant::now();
+        let mut c = Cleaner::default();
+        assert!(c.due(t0), "the first commit purges");
+        assert!(!c.due(t0 + Duration::from_secs(9)));
+        assert!(c.due(t0 + EVERY));
+        assert!(!c.due(t0 + EVERY + Duration::from_secs(1)));
+    }
+}
