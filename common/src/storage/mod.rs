@@ -211,11 +211,7 @@ impl Storage {
 
     /// True when `path` exists.
     pub async fn exists(&self, path: &Path) -> Result<bool> {
-        match self.store.head(path).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(Error::storage(self.describe(path), e)),
-        }
+        Ok(self.size(path).await?.is_some())
     }
 
     /// Writes `bytes` to `path` atomically, only if `path` does not exist.

@@ -41,14 +41,7 @@ pub enum TaskOutcome {
 }
 
 enum Event {
-    Attached {
-        key: u64,
-        id: String,
-        slots: u32,
-        incarnation: u64,
-        tx: ExecutorTx,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
+    Attached(Attach),
     Heartbeat {
         key: u64,
     },
@@ -70,6 +63,16 @@ enum Event {
     Snapshot {
         reply: oneshot::Sender<Vec<pb::ExecutorInfo>>,
     },
+}
+
+/// A hello: an executor connection that asks to be attached.
+struct Attach {
+    key: u64,
+    id: String,
+    slots: u32,
+    incarnation: u64,
+    tx: ExecutorTx,
+    reply: oneshot::Sender<Result<(), String>>,
 }
 
 /// A handle to the scheduler actor.
@@ -146,14 +149,14 @@ impl Scheduler {
     ) -> Result<u64, String> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
-        let event = Event::Attached {
+        let event = Event::Attached(Attach {
             key,
             id,
             slots,
             incarnation,
             tx,
             reply,
-        };
+        });
         if self.tx.send(event).is_err() {
             return Err("the scheduler stopped".into());
         }
@@ -224,57 +227,7 @@ impl Actor {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Attached {
-                key,
-                id,
-                slots,
-                incarnation,
-                tx,
-                reply,
-            } => {
-                let attached = self.executors.iter().find(|(_, e)| e.id == id);
-                let (old, old_incarnation) =
-                    attached.map_or((None, None), |(k, e)| (Some(*k), Some(e.incarnation)));
-                match identity::admit(old_incarnation, incarnation) {
-                    Admit::Fresh => {}
-                    Admit::Reconnect => {
-                        if let Some(old) = old {
-                            self.lose(old, "reconnected on a new stream");
-                        }
-                    }
-                    Admit::Replace { older } => {
-                        let msg = identity::conflict_message(&id, older, incarnation);
-                        warn!(executor = %id, older, newer = incarnation, "executor id taken over by a newer process");
-                        if let Some(e) = old.and_then(|k| self.executors.get(&k)) {
-                            let _ = e.tx.try_send(Err(tonic::Status::failed_precondition(
-                                format!("replaced: {msg}"),
-                            )));
-                        }
-                        if let Some(old) = old {
-                            self.lose(old, "replaced by a newer process");
-                        }
-                        self.conflicts.insert(id.clone(), msg);
-                    }
-                    Admit::Refuse { newer } => {
-                        let msg = identity::conflict_message(&id, incarnation, newer);
-                        warn!(executor = %id, older = incarnation, newer, "older executor process refused");
-                        self.conflicts.insert(id.clone(), msg.clone());
-                        let _ = reply.send(Err(format!("refused: {msg}")));
-                        return;
-                    }
-                }
-                info!(executor = %id, slots, incarnation, epoch = self.epoch, "executor attached");
-                let ex = Executor {
-                    id,
-                    slots,
-                    incarnation,
-                    tx,
-                    running: Vec::new(),
-                    last_heartbeat: Instant::now(),
-                };
-                self.executors.insert(key, ex);
-                let _ = reply.send(Ok(()));
-            }
+            Event::Attached(attach) => self.attach(attach),
             Event::Heartbeat { key } => {
                 if let Some(e) = self.executors.get_mut(&key) {
                     e.last_heartbeat = Instant::now();
@@ -302,6 +255,61 @@ impl Actor {
             }
         }
         self.metrics.executors.set(self.executors.len() as i64);
+    }
+
+    /// One process per executor id (see [`identity`]).
+    fn attach(&mut self, a: Attach) {
+        let Attach {
+            key,
+            id,
+            slots,
+            incarnation,
+            tx,
+            reply,
+        } = a;
+        let attached = self.executors.iter().find(|(_, e)| e.id == id);
+        let (old, old_incarnation) =
+            attached.map_or((None, None), |(k, e)| (Some(*k), Some(e.incarnation)));
+        match identity::admit(old_incarnation, incarnation) {
+            Admit::Fresh => {}
+            Admit::Reconnect => {
+                if let Some(old) = old {
+                    self.lose(old, "reconnected on a new stream");
+                }
+            }
+            Admit::Replace { older } => {
+                let msg = identity::conflict_message(&id, older, incarnation);
+                warn!(executor = %id, older, newer = incarnation, "executor id taken over by a newer process");
+                if let Some(e) = old.and_then(|k| self.executors.get(&k)) {
+                    let _ =
+                        e.tx.try_send(Err(tonic::Status::failed_precondition(format!(
+                            "replaced: {msg}"
+                        ))));
+                }
+                if let Some(old) = old {
+                    self.lose(old, "replaced by a newer process");
+                }
+                self.conflicts.insert(id.clone(), msg);
+            }
+            Admit::Refuse { newer } => {
+                let msg = identity::conflict_message(&id, incarnation, newer);
+                warn!(executor = %id, older = incarnation, newer, "older executor process refused");
+                self.conflicts.insert(id.clone(), msg.clone());
+                let _ = reply.send(Err(format!("refused: {msg}")));
+                return;
+            }
+        }
+        info!(executor = %id, slots, incarnation, epoch = self.epoch, "executor attached");
+        let ex = Executor {
+            id,
+            slots,
+            incarnation,
+            tx,
+            running: Vec::new(),
+            last_heartbeat: Instant::now(),
+        };
+        self.executors.insert(key, ex);
+        let _ = reply.send(Ok(()));
     }
 
     fn complete(&mut self, key: u64, result: pb::TaskResult) {
