@@ -4,7 +4,8 @@
 //! ```text
 //!  write(chunk) ──► multipart upload of .<name>.<uuid>.tmp   (staging file)
 //!  finish() ──────► complete the upload ──► rename_if_not_exists(tmp, name)
-//!                      name taken? compare size and digest with the file there
+//!                      name taken? compare the temporary file with the one
+//!                      there (size, then a streamed digest of each), then remove it
 //! ```
 //!
 //! Memory holds the chunk being written and the upload's buffer, never the
@@ -44,7 +45,6 @@ pub struct VisibleWriter {
     path: Path,
     tmp: Path,
     upload: WriteMultipart,
-    digest: DefaultHasher,
     bytes: u64,
 }
 
@@ -62,7 +62,6 @@ impl Storage {
             path: path.clone(),
             tmp,
             upload: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
-            digest: DefaultHasher::new(),
             bytes: 0,
         })
     }
@@ -85,7 +84,6 @@ impl VisibleWriter {
             .wait_for_capacity(PARTS_IN_FLIGHT)
             .await
             .map_err(|e| Error::storage(self.storage.describe(&self.tmp), e))?;
-        self.digest.write(&chunk);
         self.bytes += chunk.len() as u64;
         self.upload.put(chunk);
         Ok(())
@@ -99,7 +97,6 @@ impl VisibleWriter {
             path,
             tmp,
             upload,
-            digest,
             bytes,
         } = self;
         upload
@@ -107,22 +104,23 @@ impl VisibleWriter {
             .await
             .map_err(|e| Error::storage(storage.describe(&tmp), e))?;
         let renamed = storage.store.rename_if_not_exists(&tmp, &path).await;
-        if renamed.is_ok() {
-            return Ok(Visible::New { bytes });
-        }
-        let _ = storage.store.delete(&tmp).await;
-        match renamed {
+        let outcome = match renamed {
+            Ok(()) => return Ok(Visible::New { bytes }),
+            // Taken (a retried attempt): the same bytes? Only this rare path
+            // reads anything back.
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let (theirs, their_bytes) = storage.digest(&path).await?;
-                Ok(if their_bytes == bytes && theirs == digest.finish() {
-                    Visible::Identical { bytes }
-                } else {
-                    Visible::Different
-                })
+                let ours = storage.digest(&tmp).await;
+                let theirs = storage.digest(&path).await;
+                match (ours, theirs) {
+                    (Ok(ours), Ok(theirs)) if ours == theirs => Ok(Visible::Identical { bytes }),
+                    (Ok(_), Ok(_)) => Ok(Visible::Different),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
             }
             Err(e) => Err(Error::storage(storage.describe(&path), e)),
-            Ok(()) => unreachable!("handled above"),
-        }
+        };
+        let _ = storage.store.delete(&tmp).await;
+        outcome
     }
 }
 
