@@ -86,7 +86,8 @@ impl FileSink {
         &self.storage
     }
 
-    /// Writes one task's part file, create-only.
+    /// Writes one task's part file from one buffer, create-only: the
+    /// chunked writer ([`FileSink::begin_part`]) with a single chunk.
     pub async fn write_part(
         &self,
         batch: u64,
@@ -94,24 +95,9 @@ impl FileSink {
         rows: u64,
         data: Vec<u8>,
     ) -> Result<SinkFile> {
-        let name = part_name(batch, partition);
-        let path = Path::from(name.as_str());
-        let bytes = Bytes::from(data);
-        let len = bytes.len() as u64;
-        match self.storage.create_visible(&path, bytes.clone()).await? {
-            Created::New => {}
-            Created::Existing(existing) if existing == bytes => {}
-            Created::Existing(_) => {
-                return Err(Error::Conflict {
-                    path: self.storage.describe(&path),
-                });
-            }
-        }
-        Ok(SinkFile {
-            path: name,
-            rows,
-            bytes: len,
-        })
+        let mut writer = self.begin_part(batch, partition).await?;
+        writer.write(Bytes::from(data)).await?;
+        self.finish_part(writer, batch, partition, rows).await
     }
 
     /// Removes the temporary files that failed, cancelled or killed

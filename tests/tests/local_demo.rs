@@ -82,12 +82,10 @@ async fn the_demo_screen_shows_progress_and_the_logs_go_to_a_file() {
     assert!(!logs.contains('\u{1b}'), "colour codes in the log file");
 
     local.term();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while local.is_running() {
-        assert!(Instant::now() < deadline, "sluice local ignored SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = local.exit_status().expect("exited");
+    let status = local
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("sluice local ignored SIGTERM");
     assert!(status.success(), "sluice local exited with {status}");
     let screen = std::fs::read_to_string(local.log_path()).unwrap();
     assert!(screen.contains("shutting down"), "{screen}");

@@ -4,7 +4,7 @@
 //! message instead of fighting back, `sluice cluster` shows the conflict,
 //! and the query finishes exactly-once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_tests::{Cluster, ExecutorOpts, QueryState, Spec, assert_exactly_once};
 
@@ -29,12 +29,11 @@ async fn the_newer_of_two_executors_with_one_id_wins_once() {
     client.wait_committed("q", 1, Duration::from_secs(30)).await;
 
     let newer = cluster.start_executor_with(driver.addr(), twin());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while older.process().is_running() {
-        assert!(Instant::now() < deadline, "the older executor is still up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = older.process().exit_status().expect("exited");
+    let status = older
+        .process()
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("the older executor is still up");
     assert!(!status.success(), "{status}");
     let log = std::fs::read_to_string(older.process().log_path()).unwrap();
     assert!(

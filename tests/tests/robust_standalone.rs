@@ -81,16 +81,16 @@ async fn an_epoch_counter_at_its_maximum_is_an_error_naming_the_file() {
     std::fs::write(&last, br#"{"version":1,"driver":"old"}"#).unwrap();
 
     let driver = cluster.start_driver();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while driver.process().is_running() {
-        assert!(
-            Instant::now() < deadline,
-            "the driver neither failed nor stopped:\n{}",
-            driver.process().log_tail(20)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = driver.process().exit_status().expect("exited");
+    let status = driver
+        .process()
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "the driver neither failed nor stopped:\n{}",
+                driver.process().log_tail(20)
+            )
+        });
     assert!(!status.success(), "{status}");
     let log = std::fs::read_to_string(driver.process().log_path()).unwrap();
     assert!(

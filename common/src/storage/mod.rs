@@ -231,29 +231,6 @@ impl Storage {
         }
     }
 
-    /// Like [`Storage::create`], but the bytes are first written under a
-    /// temporary name that starts with `.`, so that readers of the directory
-    /// skip it, and then renamed into place if the name is free.
-    pub async fn create_visible(&self, path: &Path, bytes: Bytes) -> Result<Created> {
-        let tmp = visible::temp_sibling(path);
-        self.store
-            .put(&tmp, PutPayload::from(bytes))
-            .await
-            .map_err(|e| Error::storage(self.describe(&tmp), e))?;
-        let res = self.store.rename_if_not_exists(&tmp, path).await;
-        match res {
-            Ok(()) => Ok(Created::New),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let _ = self.store.delete(&tmp).await;
-                self.adopt(path).await
-            }
-            Err(e) => {
-                let _ = self.store.delete(&tmp).await;
-                Err(Error::storage(self.describe(path), e))
-            }
-        }
-    }
-
     async fn adopt(&self, path: &Path) -> Result<Created> {
         match self.get(path).await? {
             Some(b) => Ok(Created::Existing(b)),
@@ -377,24 +354,6 @@ mod tests {
         assert_eq!(
             s.create(&p, Bytes::from("two")).await.unwrap(),
             Created::Existing(Bytes::from("one"))
-        );
-        let q = Path::from("sink/part-1");
-        assert_eq!(
-            s.create_visible(&q, Bytes::from("x")).await.unwrap(),
-            Created::New
-        );
-        assert_eq!(
-            s.create_visible(&q, Bytes::from("y")).await.unwrap(),
-            Created::Existing(Bytes::from("x"))
-        );
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("sink"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        assert_eq!(
-            names,
-            vec!["part-1".to_string()],
-            "temporary files are cleaned up"
         );
     }
 

@@ -68,7 +68,7 @@ impl Storage {
 }
 
 /// `.<name>.<uuid>.tmp` beside `path`: readers of the directory skip it.
-pub(super) fn temp_sibling(path: &Path) -> Path {
+fn temp_sibling(path: &Path) -> Path {
     let name = path.filename().unwrap_or("file");
     let tmp_name = format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple());
     let mut parts: Vec<object_store::path::PathPart<'_>> = path.parts().collect();

@@ -174,10 +174,6 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
     let commits = ctx
         .storage("list commits", || ctx.qc.latest("commits"))
         .await?;
-    let missing = |rel: String| CommonError::Corrupt {
-        path: ctx.qc.describe(&rel),
-        reason: "missing".into(),
-    };
     match decide(offsets, commits) {
         Recovery::Fresh => Ok((0, 0, None)),
         Recovery::Next { committed } => {
@@ -188,7 +184,7 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
             let o = ctx
                 .storage("read offsets", || ctx.qc.offsets(batch))
                 .await?;
-            let o = o.ok_or_else(|| missing(format!("offsets/{}", padded(batch))))?;
+            let o = o.ok_or_else(|| missing(ctx, format!("offsets/{}", padded(batch))))?;
             let end = if batch == 0 {
                 0
             } else {
@@ -219,18 +215,14 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
 /// reported by name even when its batch committed long ago.
 async fn committed_end(ctx: &Ctx, batch: u64) -> Result<u64, DriverError> {
     let rel = |log: &str| format!("{log}/{}", padded(batch));
-    let missing = |rel: String| CommonError::Corrupt {
-        path: ctx.qc.describe(&rel),
-        reason: "missing".into(),
-    };
     let c = ctx
         .storage("read commit", || ctx.qc.commit(batch))
         .await?
-        .ok_or_else(|| missing(rel("commits")))?;
+        .ok_or_else(|| missing(ctx, rel("commits")))?;
     let o = ctx
         .storage("read offsets", || ctx.qc.offsets(batch))
         .await?
-        .ok_or_else(|| missing(rel("offsets")))?;
+        .ok_or_else(|| missing(ctx, rel("offsets")))?;
     if o.batch_id != batch || c.batch_id != batch || o.source.end_value() != c.end_value {
         return Err(CommonError::Corrupt {
             path: ctx.qc.describe(&rel("offsets")),
@@ -246,6 +238,14 @@ async fn committed_end(ctx: &Ctx, batch: u64) -> Result<u64, DriverError> {
         .into());
     }
     Ok(c.end_value)
+}
+
+/// A checkpoint file of this query that should exist and does not.
+fn missing(ctx: &Ctx, rel: String) -> CommonError {
+    CommonError::Corrupt {
+        path: ctx.qc.describe(&rel),
+        reason: "missing".into(),
+    }
 }
 
 /// Waits for the trigger and for new rows, then writes `offsets/N`.
