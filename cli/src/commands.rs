@@ -6,9 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_proto::{
-    ClusterRequest, ListQueriesRequest, QueryRef, QueryState, QueryStatus, WaitRequest,
-};
+use sluice_proto::{ClusterRequest, ListQueriesRequest, QueryRef, QueryStatus, WaitRequest};
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -86,16 +84,6 @@ pub async fn cluster(client: &mut Client, json: bool) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The exit code of `wait` for a state: 0 for FINISHED or STOPPED, 1 for
-/// FAILED, `None` while the query still runs.
-pub fn wait_exit_code(state: i32) -> Option<u8> {
-    match QueryState::try_from(state) {
-        Ok(QueryState::Finished | QueryState::Stopped) => Some(0),
-        Ok(QueryState::Failed) => Some(1),
-        Ok(QueryState::Running | QueryState::Unspecified) | Err(_) => None,
-    }
-}
-
 /// The timeout of the next Wait RPC: what is left before the deadline (at
 /// least 1 ms, since 0 means forever), at most [`WAIT_CHUNK`].
 pub fn wait_chunk_ms(remaining: Option<Duration>) -> u64 {
@@ -126,7 +114,7 @@ pub async fn wait(
             .await;
         match res {
             Ok(s) => {
-                if let Some(code) = wait_exit_code(s.state) {
+                if let Some(code) = output::wait_exit_code(s.state) {
                     println!("{}", output::state_name(s.state));
                     if code != 0 {
                         eprintln!("error: query {} failed: {}", s.name, s.error);
@@ -154,17 +142,9 @@ fn timed_out(query: &str, timeout: Option<Duration>, last: Option<&QueryStatus>)
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use sluice_proto::QueryState;
 
-    #[test]
-    fn wait_exit_codes() {
-        assert_eq!(wait_exit_code(QueryState::Finished as i32), Some(0));
-        assert_eq!(wait_exit_code(QueryState::Stopped as i32), Some(0));
-        assert_eq!(wait_exit_code(QueryState::Failed as i32), Some(1));
-        assert_eq!(wait_exit_code(QueryState::Running as i32), None);
-        assert_eq!(wait_exit_code(QueryState::Unspecified as i32), None);
-        assert_eq!(wait_exit_code(42), None);
-    }
+    use super::*;
 
     #[test]
     fn wait_chunks_never_mean_forever() {
@@ -191,6 +171,35 @@ mod tests {
                 .unwrap();
             assert_eq!(got, code, "{state:?}");
         }
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_standby_redirects_to_the_leader_and_dead_addresses_are_skipped() {
+        let stop = tokio_util::sync::CancellationToken::new();
+        use crate::fake_driver::Fake;
+        let leader = Fake::leader(QueryState::Running, 0)
+            .serve(stop.clone())
+            .await;
+        let standby = Fake {
+            standby_of: Some(format!("http://{leader}")),
+            ..Fake::leader(QueryState::Running, 0)
+        }
+        .serve(stop.clone())
+        .await;
+        let mut c = Client::new(vec![standby.clone()]).unwrap();
+        let s = get(&mut c, "q").await.unwrap();
+        assert_eq!(s.id, "id-of-q");
+        assert_eq!(c.current_addr(), leader);
+
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut c = Client::new(vec![dead.to_string(), standby]).unwrap();
+        let s = get(&mut c, "q").await.unwrap();
+        assert_eq!(s.name, "q");
+        assert_eq!(c.current_addr(), leader);
         stop.cancel();
     }
 }

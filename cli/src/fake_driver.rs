@@ -150,7 +150,6 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use super::*;
     use crate::client::{CliError, Client};
 
     #[tokio::test]
@@ -170,33 +169,5 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, CliError::GaveUp { .. }), "{err}");
         assert!(err.to_string().contains("cannot connect"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn a_standby_redirects_to_the_leader_and_dead_addresses_are_skipped() {
-        let stop = tokio_util::sync::CancellationToken::new();
-        let leader = Fake::leader(QueryState::Running, 0)
-            .serve(stop.clone())
-            .await;
-        let standby = Fake {
-            standby_of: Some(format!("http://{leader}")),
-            ..Fake::leader(QueryState::Running, 0)
-        }
-        .serve(stop.clone())
-        .await;
-        let mut c = Client::new(vec![standby.clone()]).unwrap();
-        let s = crate::commands::get(&mut c, "q").await.unwrap();
-        assert_eq!(s.id, "id-of-q");
-        assert_eq!(c.current_addr(), leader);
-
-        let dead = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let mut c = Client::new(vec![dead.to_string(), standby]).unwrap();
-        let s = crate::commands::get(&mut c, "q").await.unwrap();
-        assert_eq!(s.name, "q");
-        assert_eq!(c.current_addr(), leader);
-        stop.cancel();
     }
 }

@@ -4,10 +4,8 @@
 //! the one place where errors are printed (`error: ...`, exit code 1).
 
 mod bench;
-mod child;
 mod client;
 mod commands;
-mod failover;
 #[cfg(test)]
 mod fake_driver;
 mod inproc;
@@ -15,7 +13,6 @@ mod local;
 mod output;
 mod progress;
 mod queries;
-mod recovery;
 mod retry;
 mod stats;
 mod verify;

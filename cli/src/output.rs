@@ -4,7 +4,7 @@
 //! Everything here is a pure function.
 
 use serde_json::{Value, json};
-use sluice_proto::{BatchProgress, ClusterInfo, QueryStatus};
+use sluice_proto::{BatchProgress, ClusterInfo, QueryState, QueryStatus};
 
 pub use sluice_proto::state_name;
 
@@ -233,9 +233,29 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The exit code of `wait` for a state: 0 for FINISHED or STOPPED, 1 for
+/// FAILED, `None` while the query still runs.
+pub fn wait_exit_code(state: i32) -> Option<u8> {
+    match QueryState::try_from(state) {
+        Ok(QueryState::Finished | QueryState::Stopped) => Some(0),
+        Ok(QueryState::Failed) => Some(1),
+        Ok(QueryState::Running | QueryState::Unspecified) | Err(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_exit_codes() {
+        assert_eq!(wait_exit_code(QueryState::Finished as i32), Some(0));
+        assert_eq!(wait_exit_code(QueryState::Stopped as i32), Some(0));
+        assert_eq!(wait_exit_code(QueryState::Failed as i32), Some(1));
+        assert_eq!(wait_exit_code(QueryState::Running as i32), None);
+        assert_eq!(wait_exit_code(QueryState::Unspecified as i32), None);
+        assert_eq!(wait_exit_code(42), None);
+    }
     use sluice_proto::Durations;
     use sluice_proto::QueryState;
 

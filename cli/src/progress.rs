@@ -9,8 +9,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{CliError, Client};
-use crate::commands::{get, wait_exit_code};
+use crate::commands::get;
 use crate::output;
+use crate::output::wait_exit_code;
 
 /// How often a follow stream checks whether the query has ended.
 const STATE_POLL: Duration = Duration::from_millis(500);

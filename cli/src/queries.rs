@@ -7,7 +7,7 @@ use std::time::Duration;
 use sluice_proto::{QueryStatus, SubmitRequest, SubmitResponse, WaitRequest};
 
 use crate::client::{CliError, Client};
-use crate::commands::wait_exit_code;
+use crate::output::wait_exit_code;
 
 /// A query over the rate source into a jsonl file sink.
 #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@
 //! order is the numeric order. Every record carries a `version` field, and
 //! every decode error names the file.
 
+use crate::storage::Path;
 use bytes::Bytes;
-use object_store::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

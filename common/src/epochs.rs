@@ -6,7 +6,7 @@
 //! the address it advertises, so that a deposed driver can point clients
 //! and executors at its successor.
 
-use object_store::path::Path;
+use crate::storage::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Checkpoint, RECORD_VERSION, decode, encode, padded};

@@ -1,6 +1,8 @@
 //! The one error type of `sluice-common`. Every variant says whether the
 //! operation that produced it may be retried.
 
+use crate::storage::failure::{BackendError, is_permanent};
+
 /// Errors from specs, storage, checkpoints, sources and sinks.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -14,7 +16,7 @@ pub enum Error {
     Storage {
         path: String,
         #[source]
-        source: object_store::Error,
+        source: BackendError,
     },
 
     /// A checkpoint or sink file exists but cannot be understood.
@@ -46,12 +48,12 @@ impl Error {
     /// filesystem that is not mounted yet), retried with backoff.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Storage { source, .. } => !storage_is_permanent(source),
+            Error::Storage { source, .. } => !is_permanent(source),
             _ => false,
         }
     }
 
-    pub(crate) fn storage(path: impl std::fmt::Display, source: object_store::Error) -> Self {
+    pub(crate) fn storage(path: impl std::fmt::Display, source: BackendError) -> Self {
         Error::Storage {
             path: path.to_string(),
             source,
@@ -66,75 +68,23 @@ impl Error {
     }
 }
 
-/// See [`Error::is_retryable`].
-fn storage_is_permanent(e: &object_store::Error) -> bool {
-    use object_store::Error as O;
-    use std::io::ErrorKind as K;
-    if matches!(
-        e,
-        O::PermissionDenied { .. }
-            | O::Unauthenticated { .. }
-            | O::NotSupported { .. }
-            | O::InvalidPath { .. }
-            | O::NotImplemented { .. }
-    ) {
-        return true;
-    }
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = next {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                K::NotADirectory | K::IsADirectory | K::PermissionDenied | K::ReadOnlyFilesystem
-            );
-        }
-        next = err.source();
-    }
-    false
-}
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::failure::io_failure;
     use std::io::ErrorKind as K;
 
-    fn io_storage(kind: K) -> Error {
-        Error::storage(
-            "/sink/part-1",
-            object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: Box::new(std::io::Error::from(kind)),
-            },
-        )
-    }
-
     #[test]
-    fn storage_errors_are_split_by_cause() {
-        for kind in [
-            K::NotADirectory,
-            K::IsADirectory,
-            K::PermissionDenied,
-            K::ReadOnlyFilesystem,
-        ] {
-            assert!(!io_storage(kind).is_retryable(), "{kind:?} is permanent");
-        }
-        for kind in [K::StorageFull, K::TimedOut, K::Other, K::NotFound] {
-            assert!(io_storage(kind).is_retryable(), "{kind:?} is transient");
-        }
-        let denied = Error::storage(
-            "/x",
-            object_store::Error::PermissionDenied {
-                path: "/x".into(),
-                source: "no".into(),
-            },
-        );
-        assert!(!denied.is_retryable());
+    fn storage_errors_are_split_by_cause_and_name_the_path() {
+        let permanent = Error::storage("/sink/part-1", io_failure(K::NotADirectory));
+        assert!(!permanent.is_retryable());
         assert!(
-            io_storage(K::NotADirectory)
-                .to_string()
-                .contains("/sink/part-1")
+            permanent.to_string().contains("/sink/part-1"),
+            "{permanent}"
         );
+        assert!(Error::storage("/x", io_failure(K::StorageFull)).is_retryable());
+        assert!(!Error::Config("x".into()).is_retryable());
     }
 }

@@ -11,9 +11,9 @@
 //! name that is taken is adopted when its bytes match; a mismatch is a
 //! [`Error::Conflict`] and is never overwritten.
 
+use crate::storage::Path;
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{RECORD_VERSION, encode, padded};

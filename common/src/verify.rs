@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use object_store::path::Path;
+use crate::storage::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

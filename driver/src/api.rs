@@ -15,9 +15,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::error::DriverError;
-use crate::leader::etcd::candidates;
 use crate::query;
-use crate::state::{Driver, Leadership};
+use crate::state::Driver;
 
 pub struct QueryApi {
     pub driver: Arc<Driver>,
@@ -183,14 +182,13 @@ impl QueryService for QueryApi {
         let term = self.driver.ready_term()?;
         let executors = term.scheduler.executors().await;
         let advertise = &self.driver.config.advertise;
-        let standbys = match &term.leadership {
-            Leadership::Etcd { client, name, .. } => candidates(client, name)
-                .await
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|a| a != advertise)
-                .collect(),
-            Leadership::Standalone => Vec::new(),
+        // The cluster view is informational: without etcd it shows no standbys.
+        let standbys = match term.leadership.standbys(advertise).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the standby drivers");
+                Vec::new()
+            }
         };
         Ok(Response::new(pb::ClusterInfo {
             leader: advertise.clone(),

@@ -35,8 +35,9 @@ pub enum DriverError {
     Config(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The election's store (etcd) failed or did not answer in time.
     #[error("etcd: {0}")]
-    Etcd(#[source] etcd_client::Error),
+    Election(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]
@@ -50,7 +51,7 @@ impl DriverError {
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
             DriverError::Starting => true,
             DriverError::Deposed { .. } | DriverError::Cancelled => true,
-            DriverError::Io(_) | DriverError::Transport(_) | DriverError::Etcd(_) => true,
+            DriverError::Io(_) | DriverError::Transport(_) | DriverError::Election(_) => true,
             DriverError::Common(e) => e.is_retryable(),
             _ => false,
         }

@@ -17,7 +17,7 @@ use tracing::warn;
 use crate::cluster::scheduler::Scheduler;
 use crate::config::DriverConfig;
 use crate::error::DriverError;
-use crate::leader::lease::LeaseClock;
+use crate::leader::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::query::registry::Queries;
 
@@ -87,18 +87,7 @@ impl Driver {
     /// term is cancelled at once.
     pub async fn confirm_leadership(&self, term: &Term) -> Result<(), DriverError> {
         term.fence()?;
-        let current = match &term.leadership {
-            Leadership::Standalone => self.checkpoint.highest_epoch().await?,
-            Leadership::Etcd { client, name, .. } => {
-                let mut client = client.clone();
-                let call = client.leader(name.as_str());
-                let resp = tokio::time::timeout(std::time::Duration::from_secs(2), call)
-                    .await
-                    .map_err(|_| DriverError::Internal("etcd did not answer".into()))?
-                    .map_err(DriverError::Etcd)?;
-                resp.kv().map_or(0, |kv| kv.create_revision() as u64)
-            }
-        };
+        let current = term.leadership.leading_epoch(&self.checkpoint).await?;
         if current != term.epoch {
             warn!(
                 epoch = term.epoch,
@@ -114,18 +103,6 @@ impl Driver {
     pub fn is_leader(&self) -> bool {
         self.term().is_ok()
     }
-}
-
-/// How a term holds its leadership.
-pub enum Leadership {
-    /// The epoch is a create-only claim under `<root>/epochs/`.
-    Standalone,
-    /// The epoch is the revision of the etcd leader key, held by a lease.
-    Etcd {
-        client: Box<etcd_client::Client>,
-        name: String,
-        lease: Arc<LeaseClock>,
-    },
 }
 
 /// One leadership term.
@@ -171,21 +148,7 @@ impl Term {
     /// cancelled and, when elected, its lease was renewed within 2/3 of the
     /// TTL. Checked right before every checkpoint write.
     pub fn fence(&self) -> Result<(), DriverError> {
-        if self.cancel.is_cancelled() {
-            return Err(DriverError::Deposed { epoch: self.epoch });
-        }
-        if let Some(lease) = self.leadership.lease()
-            && !lease.fresh()
-        {
-            if lease.is_resigned() {
-                // Handing over: the term ends once the resign is done.
-                return Err(DriverError::Deposed { epoch: self.epoch });
-            }
-            warn!(epoch = self.epoch, "lease renewal overdue; stepping down");
-            self.cancel.cancel();
-            return Err(DriverError::Deposed { epoch: self.epoch });
-        }
-        Ok(())
+        self.leadership.fence(self.epoch, &self.cancel)
     }
 
     /// Cancels everything the term started and waits for it to finish.
@@ -193,14 +156,5 @@ impl Term {
         self.cancel.cancel();
         self.tasks.close();
         self.tasks.wait().await;
-    }
-}
-
-impl Leadership {
-    pub fn lease(&self) -> Option<Arc<LeaseClock>> {
-        match self {
-            Leadership::Standalone => None,
-            Leadership::Etcd { lease, .. } => Some(lease.clone()),
-        }
     }
 }

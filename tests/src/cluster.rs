@@ -14,20 +14,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crate::bins::{DRIVER, EXECUTOR, bin};
 use crate::cli::{CliOutput, run_cli};
 use crate::client::Client;
-use crate::node::{Driver, Executor};
+use crate::node::{Driver, Executor, READY_TIMEOUT};
 use crate::ports::free_addr;
 use crate::process::{Inner, Process, ProcessSpec, lock};
 
 /// Lines of each log printed when a test fails.
 pub const LOG_TAIL_LINES: usize = 60;
-/// The default wait for a driver's `/readyz`.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Flags of one driver; `Default` is a standalone test driver.
 #[derive(Debug, Clone)]
 pub struct DriverOpts {

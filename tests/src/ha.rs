@@ -9,8 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::check::{assert_epochs_non_decreasing, assert_exactly_once, log_entries, query_dir};
 use crate::client::Client;
-use crate::cluster::{Cluster, DriverOpts, READY_TIMEOUT};
+use crate::cluster::{Cluster, DriverOpts};
 use crate::etcd::EtcdCluster;
+use crate::node::READY_TIMEOUT;
 use crate::node::{Driver, Executor};
 use crate::spec::Spec;
 use sluice_proto::QueryState;

@@ -27,9 +27,10 @@ pub use check::{
 };
 pub use cli::CliOutput;
 pub use client::{Client, state_name};
-pub use cluster::{Cluster, DriverOpts, ExecutorOpts, READY_TIMEOUT, addrs};
+pub use cluster::{Cluster, DriverOpts, ExecutorOpts, addrs};
 pub use etcd::{Etcd, EtcdCluster};
 pub use ha::{OnPanic, Record, TTL_MS, Watch, finish_and_check};
+pub use node::READY_TIMEOUT;
 pub use node::{Driver, Executor};
 pub use ports::{free_addr, free_port};
 pub use process::{Process, ProcessSpec};

@@ -5,9 +5,11 @@
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-use crate::cluster::READY_TIMEOUT;
 use crate::http;
 use crate::process::Process;
+
+/// How long a driver may take to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A `sluice-driver` process with its gRPC and HTTP addresses, which stay
 /// the same across restarts.

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
-use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::error::{Error, Result};
 
+pub(crate) mod failure;
 mod visible;
+pub use object_store::path::Path;
 pub use visible::{Visible, VisibleWriter};
 
 /// The outcome of a create-only write.

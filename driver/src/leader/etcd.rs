@@ -19,16 +19,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, GetOptions, LeaderKey};
+use etcd_client::{Client, ConnectOptions, LeaderKey};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::begin;
+use super::leadership::{ETCD_DEADLINE, Leadership, etcd_error, within};
 use super::lease::LeaseClock;
 use crate::config::ElectionConfig;
 use crate::error::DriverError;
 use crate::query::retry::backoff;
-use crate::state::{Driver, Leadership, Role, Term};
+use crate::state::{Driver, Role, Term};
 
 /// Campaigns until `cancel` fires, leading whenever elected.
 pub async fn run(
@@ -102,6 +103,10 @@ async fn session(
     ));
     info!(lease = lease_id, ttl_ms = ttl.as_millis() as u64, election = %name, "campaigning");
 
+    // The one etcd call without a fixed deadline: a campaign waits, by
+    // design, until this candidate is elected. It is bounded by the session
+    // instead: shutdown, a lost lease or an overdue renewal (checked every
+    // TTL/10 below) drops it.
     let mut campaign_client = client.clone();
     let advertise = driver.config.advertise.clone();
     let campaign = campaign_client.campaign(name.as_str(), advertise, lease_id);
@@ -121,7 +126,7 @@ async fn session(
                 }
             }
             r = &mut campaign => {
-                let mut resp = r.map_err(DriverError::Etcd)?;
+                let mut resp = r.map_err(etcd_error)?;
                 break resp.take_leader().ok_or_else(|| DriverError::Internal("campaign returned no leader key".into()))?;
             }
         }
@@ -129,11 +134,7 @@ async fn session(
     hints.abort();
 
     let epoch = leader_key.rev() as u64;
-    let leadership = Leadership::Etcd {
-        client: Box::new(client.clone()),
-        name: name.clone(),
-        lease: clock.clone(),
-    };
+    let leadership = Leadership::elected(client.clone(), name.clone(), clock.clone());
     // Not a child of the shutdown token: on SIGTERM the term first stops
     // committing (the lease is marked resigned), then resigns, and only then
     // closes the executors' streams, so that they find the new leader at once.
@@ -193,31 +194,23 @@ async fn revoke_all(
     let mut failed = None;
     let mut kept = Vec::new();
     for id in leases.drain(..) {
-        match within(ttl, client.lease_revoke(id)).await {
-            Ok(_) => {}
-            Err(DriverError::Etcd(etcd_client::Error::GRpcStatus(s)))
-                if s.code() == tonic::Code::NotFound => {}
-            Err(e) => {
+        match tokio::time::timeout(ttl, client.lease_revoke(id)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(etcd_client::Error::GRpcStatus(s))) if s.code() == tonic::Code::NotFound => {}
+            Ok(Err(e)) => {
                 kept.push(id);
-                failed = Some(e);
+                failed = Some(etcd_error(e));
+            }
+            Err(_) => {
+                kept.push(id);
+                failed = Some(DriverError::Election(
+                    format!("etcd did not revoke lease {id:x} within {ttl:?}").into(),
+                ));
             }
         }
     }
     *leases = kept;
     failed.map_or(Ok(()), Err)
-}
-
-/// Bounds one etcd call.
-async fn within<T>(
-    limit: Duration,
-    call: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, DriverError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(r) => r.map_err(DriverError::Etcd),
-        Err(_) => Err(DriverError::Internal(format!(
-            "etcd did not answer within {limit:?}"
-        ))),
-    }
 }
 
 fn lease_lost(r: Result<DriverError, tokio::task::JoinError>) -> DriverError {
@@ -237,7 +230,7 @@ async fn keep_alive(
         let opened = tokio::select! {
             biased;
             _ = cancel.cancelled() => return DriverError::Cancelled,
-            r = client.lease_keep_alive(lease_id) => r,
+            r = within(ETCD_DEADLINE, client.lease_keep_alive(lease_id)) => r,
         };
         let (mut keeper, mut stream) = match opened {
             Ok(pair) => pair,
@@ -258,7 +251,7 @@ async fn keep_alive(
                 _ = cancel.cancelled() => return DriverError::Cancelled,
                 _ = tick.tick() => {
                     sent.push_back(Instant::now());
-                    if keeper.keep_alive().await.is_err() {
+                    if within(period, keeper.keep_alive()).await.is_err() {
                         break;
                     }
                 }
@@ -307,19 +300,4 @@ async fn watch_leader(
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
     }
-}
-
-/// The advertised addresses of every driver campaigning in the election.
-pub async fn candidates(client: &Client, name: &str) -> Result<Vec<String>, DriverError> {
-    let mut client = client.clone();
-    let prefix = format!("{name}/");
-    let resp = client
-        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-        .await
-        .map_err(DriverError::Etcd)?;
-    Ok(resp
-        .kvs()
-        .iter()
-        .filter_map(|kv| kv.value_str().ok().map(str::to_string))
-        .collect())
 }

@@ -11,6 +11,7 @@
 //! cancels it.
 
 pub mod etcd;
+pub mod leadership;
 pub mod lease;
 
 use std::sync::Arc;
@@ -23,7 +24,8 @@ use tracing::{error, info, warn};
 use crate::error::DriverError;
 use crate::query;
 use crate::query::retry::backoff;
-use crate::state::{Driver, Leadership, Role, Term};
+use crate::state::{Driver, Role, Term};
+use leadership::Leadership;
 
 /// Runs the leadership of this driver until `cancel` fires.
 pub async fn run(driver: Arc<Driver>, cancel: CancellationToken) -> Result<(), DriverError> {
@@ -74,7 +76,12 @@ async fn lead_once(driver: &Arc<Driver>, cancel: &CancellationToken) -> Result<(
         _ = cancel.cancelled() => return Ok(()),
         epoch = claim => epoch?,
     };
-    let term = Term::new(epoch, driver, cancel.child_token(), Leadership::Standalone);
+    let term = Term::new(
+        epoch,
+        driver,
+        cancel.child_token(),
+        Leadership::standalone(),
+    );
     info!(epoch, driver = %config.id, advertise = %config.advertise, "leading (standalone)");
     let begun = begin(driver, &term).await;
     if begun.is_ok() {

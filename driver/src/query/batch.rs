@@ -18,8 +18,8 @@ use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{debug, warn};
 
+use super::ctx::Ctx;
 use super::retry::{Failures, Next, after_failure};
-use super::runner::Ctx;
 use crate::cluster::scheduler::{Scheduler, TaskOutcome};
 use crate::error::DriverError;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use sluice_common::sink::FileSink;
 use tracing::{debug, warn};
 
-use super::runner::Ctx;
+use super::ctx::Ctx;
 
 /// The least time between two purges after commits.
 pub const EVERY: Duration = Duration::from_secs(10);

@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod cleanup;
+pub mod ctx;
 pub mod entry;
 pub mod registry;
 pub mod retry;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::bench::{BenchArgs, cores, workdir};
-use crate::child::{ChildProcess, POLL, commit_above, highest_commit};
+use super::args::{BenchArgs, cores, workdir};
+use super::child::{ChildProcess, POLL, commit_above, highest_commit};
 use crate::client::Client;
 use crate::inproc::{self, InProcess};
 use crate::queries::{self, RateQuery};

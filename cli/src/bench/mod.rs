@@ -1,7 +1,9 @@
 //! `sluice bench SCENARIO`: runs a scenario on a local cluster and prints
 //! its figures as JSON. `throughput` and `overhead` run here on an
 //! in-process cluster; `recovery` (a driver child process) is in
-//! `recovery.rs` and `failover` (etcd and two drivers) in `failover.rs`. Every result carries `cores` and the scenario's parameters.
+//! `recovery.rs` and `failover` (etcd and two drivers) in `failover.rs`;
+//! the flags and the shared setup are in `args.rs`. Every result carries
+//! `cores` and the scenario's parameters.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -16,55 +18,15 @@ use crate::inproc::{self, InProcess};
 use crate::progress;
 use crate::queries::{self, RateQuery};
 use crate::stats::{Summary, round3};
-use crate::{failover, output, recovery, verify};
+use crate::{output, verify};
 
-/// "Unbounded": the largest rate a spec accepts, so every row is available at once.
-pub const UNBOUNDED_RPS: u64 = 1_000_000_000_000;
-/// The longest any one scenario may run.
-const RUN_LIMIT: Duration = Duration::from_secs(900);
+mod args;
+mod child;
+mod failover;
+mod recovery;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
-    Throughput,
-    Overhead,
-    Recovery,
-    Failover,
-}
-
-/// The flags of `bench`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct BenchArgs {
-    pub scenario: Scenario,
-    /// Print compact JSON on one line (the default is pretty-printed JSON).
-    #[arg(long)]
-    pub json: bool,
-    /// throughput: total rows.
-    #[arg(long, default_value_t = 20_000_000)]
-    pub rows: u64,
-    /// throughput: the cap on rows per batch.
-    #[arg(long, default_value_t = 4_000_000)]
-    pub max_rows_per_batch: u64,
-    /// overhead: the number of 10-row batches.
-    #[arg(long, default_value_t = 200)]
-    pub batches: u64,
-    /// recovery: how many kill/restart rounds.
-    #[arg(long, default_value_t = 5)]
-    pub iterations: u32,
-    /// failover: how many SIGKILLs of the leader.
-    #[arg(long, default_value_t = 10)]
-    pub kills: u32,
-    /// failover: how many SIGTERM handovers.
-    #[arg(long, default_value_t = 10)]
-    pub handovers: u32,
-    /// Source partitions (default: 8 throughput, 2 overhead, 4 recovery and failover).
-    #[arg(long)]
-    pub partitions: Option<u32>,
-}
-
-/// The number of cores the benchmark can use.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+pub use args::{BenchArgs, Scenario};
+use args::{RUN_LIMIT, UNBOUNDED_RPS, cores, workdir};
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
@@ -84,20 +46,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     }
     Ok(code)
-}
-
-/// A temp dir with `checkpoints/` and `out/`; returns their paths.
-pub fn workdir() -> anyhow::Result<(tempfile::TempDir, String, String)> {
-    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let mut paths = Vec::new();
-    for sub in ["checkpoints", "out"] {
-        let p = dir.path().join(sub);
-        std::fs::create_dir_all(&p)?;
-        paths.push(p.to_str().context("temp path is not UTF-8")?.to_string());
-    }
-    let out = paths.pop().unwrap_or_default();
-    let root = paths.pop().unwrap_or_default();
-    Ok((dir, root, out))
 }
 
 /// An in-process driver and one executor with 2 slots; returns the cluster

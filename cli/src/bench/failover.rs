@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::bench::{BenchArgs, cores, workdir};
-use crate::child::{ChildProcess, POLL, commit_above};
+use super::args::{BenchArgs, cores, workdir};
+use super::child::{ChildProcess, POLL, commit_above};
 use crate::client::Client;
 use crate::inproc::{self, free_addr};
 use crate::queries::{self, RateQuery};
@@ -185,7 +185,7 @@ async fn rounds(
             let http = d.http;
             wait_for(|| async move { http_status(http, "/healthz").await == Some(200) }).await?;
             // Let the cluster settle before the next round.
-            let now = crate::child::highest_commit(commits)?;
+            let now = super::child::highest_commit(commits)?;
             commit_above(commits, now).await?;
         }
     }
@@ -211,7 +211,7 @@ async fn find_leader(drivers: &[Driver]) -> anyhow::Result<usize> {
 
 /// The epoch of the highest commit in `commits/`.
 fn latest_epoch(commits: &Path) -> anyhow::Result<u64> {
-    let n = crate::child::highest_commit(commits)?.context("no commit yet")?;
+    let n = super::child::highest_commit(commits)?.context("no commit yet")?;
     let text = std::fs::read(commits.join(format!("{n:020}")))?;
     let v: Value = serde_json::from_slice(&text)?;
     v["epoch"].as_u64().context("commit without an epoch")

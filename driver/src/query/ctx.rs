@@ -1,0 +1,78 @@
+//! What one query's runner works with, and the two ways it waits: for
+//! time (ended early by a stop) and for storage (retried with backoff,
+//! fenced on every attempt).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_common::checkpoint::QueryCheckpoint;
+use sluice_common::sink::FileSink;
+use sluice_common::spec::QuerySpec;
+use tracing::warn;
+
+use super::entry::QueryEntry;
+use super::retry::backoff;
+use crate::error::DriverError;
+use crate::state::{Driver, Term};
+
+/// Everything a runner works with.
+pub struct Ctx {
+    pub driver: Arc<Driver>,
+    pub term: Arc<Term>,
+    pub entry: Arc<QueryEntry>,
+    pub spec: QuerySpec,
+    pub qc: QueryCheckpoint,
+    pub rate_start_ms: i64,
+    pub sink: Option<FileSink>,
+}
+
+impl Ctx {
+    pub fn sink(&self) -> Result<&FileSink, DriverError> {
+        self.sink
+            .as_ref()
+            .ok_or_else(|| DriverError::Internal("sink not open".into()))
+    }
+
+    /// Sleeps unless the query is stopped or the term ends first.
+    pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
+        if d.is_zero() {
+            return Ok(());
+        }
+        tokio::select! {
+            biased;
+            _ = self.entry.stop.cancelled() => Err(DriverError::Cancelled),
+            _ = tokio::time::sleep(d) => Ok(()),
+        }
+    }
+
+    /// Runs a storage operation of this term, retrying retryable errors with
+    /// backoff for as long as they last; the error shows in the query's
+    /// status meanwhile. Each attempt first checks the term's fence.
+    pub async fn storage<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, DriverError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = sluice_common::Result<T>>,
+    {
+        let mut streak = 0u32;
+        loop {
+            // A term that may no longer commit touches nothing (fencing).
+            self.term.fence()?;
+            match op().await {
+                Ok(v) => {
+                    if streak > 0 {
+                        self.entry.set_error(String::new());
+                    }
+                    return Ok(v);
+                }
+                Err(e) if e.is_retryable() => {
+                    warn!(error = %e, what, attempt = streak + 1, "storage error; retrying");
+                    self.entry.set_error(format!("{what}: {e} (retrying)"));
+                    self.sleep(backoff(streak, 10_000)).await?;
+                    streak += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
