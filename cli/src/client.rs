@@ -14,7 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 pub use crate::retry::parse_addrs;
-use crate::retry::{backoff, endpoint_uri, is_transport_failure, leader_hint};
+use crate::retry::{BACKOFF, endpoint_uri, is_transport_failure};
 
 /// How long a call keeps retrying by default: long enough for a leader
 /// failover (bounded by the lease TTL) or a driver restart.
@@ -74,7 +74,7 @@ impl CliError {
             CliError::Unavailable {
                 addr: addr.to_string(),
                 message: status.message().to_string(),
-                leader: leader_hint(status.metadata()),
+                leader: sluice_proto::leader_hint(status),
             }
         } else {
             CliError::Rpc {
@@ -177,7 +177,7 @@ impl Client {
             } else {
                 tried = 0;
                 attempt += 1;
-                backoff(attempt - 1)
+                BACKOFF.delay(attempt - 1)
             };
             if deadline.is_some_and(|d| Instant::now() + delay >= d) {
                 return Err(CliError::GaveUp {

@@ -1,11 +1,10 @@
-//! Pure decisions of the client: which failures are worth retrying, the
-//! leader hint of a standby, driver address forms and the backoff schedule.
+//! Pure decisions of the client: which failures are worth retrying, driver
+//! address forms and the backoff schedule.
 
 use std::time::Duration;
 
-use sluice_proto::LEADER_METADATA_KEY;
+use sluice_common::backoff::Backoff;
 use tonic::Code;
-use tonic::metadata::MetadataMap;
 
 /// True when a failed call may be retried: UNAVAILABLE (a standby, a driver
 /// going down, a refused connection), or a broken connection that tonic
@@ -17,18 +16,6 @@ pub fn is_transport_failure(code: Code, has_source: bool) -> bool {
         Code::Unknown | Code::Internal | Code::Cancelled => has_source,
         _ => false,
     }
-}
-
-/// The leader address a standby put in the `sluice-leader` metadata.
-pub fn leader_hint(metadata: &MetadataMap) -> Option<String> {
-    let value = metadata.get(LEADER_METADATA_KEY)?.to_str().ok()?;
-    let value = value.trim();
-    let value = value
-        .strip_prefix("http://")
-        .or_else(|| value.strip_prefix("https://"))
-        .unwrap_or(value)
-        .trim_end_matches('/');
-    (!value.is_empty()).then(|| value.to_string())
 }
 
 /// Splits `--driver a,b` values into addresses, dropping blanks.
@@ -51,29 +38,12 @@ pub fn endpoint_uri(addr: &str) -> String {
     }
 }
 
-/// Backoff before retry number `attempt` (0-based): 50 ms doubling, capped at 1 s.
-pub fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50u64.saturating_mul(1 << attempt.min(5)).min(1000))
-}
+/// Between retries: 50 ms doubling, at most 1 s.
+pub const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn leader_hint_is_parsed_from_metadata() {
-        let mut md = MetadataMap::new();
-        assert_eq!(leader_hint(&md), None);
-        md.insert(LEADER_METADATA_KEY, "10.0.0.5:7070".parse().unwrap());
-        assert_eq!(leader_hint(&md).as_deref(), Some("10.0.0.5:7070"));
-        md.insert(
-            LEADER_METADATA_KEY,
-            " http://driver-1:7070/ ".parse().unwrap(),
-        );
-        assert_eq!(leader_hint(&md).as_deref(), Some("driver-1:7070"));
-        md.insert(LEADER_METADATA_KEY, "".parse().unwrap());
-        assert_eq!(leader_hint(&md), None);
-    }
 
     #[test]
     fn transport_failures_are_told_apart_from_server_answers() {
@@ -86,15 +56,12 @@ mod tests {
     }
 
     #[test]
-    fn addresses_and_backoff() {
+    fn addresses() {
         assert_eq!(
             parse_addrs(&["a:1, b:2", "", "c:3"]),
             vec!["a:1", "b:2", "c:3"]
         );
         assert_eq!(endpoint_uri("a:1"), "http://a:1");
         assert_eq!(endpoint_uri("https://a:1"), "https://a:1");
-        assert_eq!(backoff(0), Duration::from_millis(50));
-        assert_eq!(backoff(2), Duration::from_millis(200));
-        assert_eq!(backoff(30), Duration::from_millis(1000));
     }
 }

@@ -2,6 +2,7 @@
 //! `object_store`, the checkpoint logs, the rate source, the file sink, the
 //! exactly-once checker, errors and telemetry.
 
+pub mod backoff;
 pub mod checkpoint;
 pub mod epochs;
 pub mod error;

@@ -76,12 +76,8 @@ impl From<DriverError> for tonic::Status {
             _ => Code::Internal,
         };
         let mut status = tonic::Status::new(code, e.to_string());
-        if let DriverError::NotLeader { leader: Some(addr) } = &e
-            && let Ok(v) = addr.parse()
-        {
-            status
-                .metadata_mut()
-                .insert(sluice_proto::LEADER_METADATA_KEY, v);
+        if let DriverError::NotLeader { leader: Some(addr) } = &e {
+            sluice_proto::set_leader_hint(&mut status, addr);
         }
         status
     }

@@ -13,7 +13,7 @@
 //!   UNAVAILABLE + `sluice-leader`? ─yes─► follow it (once at once)
 //!            │ no: rotate to drivers[i+1]                   │
 //!            ▼                                              │
-//!   sleep backoff (100 ms, 200 ms, … capped at 2 s) ────────┘
+//!   sleep backoff (50 ms, 100 ms, capped at 200 ms) ────────┘
 //! ```
 //!
 //! The target rotation, the hint parsing and the backoff schedule are pure
@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_common::backoff::Backoff;
 use sluice_proto::cluster_service_client::ClusterServiceClient;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
@@ -37,19 +38,17 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 /// A driver that answers no ping for this long (e.g. a paused leader) is
 /// dropped, and the executor looks for the current leader.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
-const BACKOFF_FIRST: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// After a failure: 50 ms doubling, at most 200 ms, so that a failover
+/// is noticed quickly; retries happen only while no driver answers.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
 
 /// The delay before attempt number `failures + 1`, after `failures`
-/// consecutive failures: 0, 50 ms, 100 ms, then 200 ms, so
-/// that a failover is noticed quickly; retries happen only while no driver
-/// answers.
-pub fn backoff(failures: u32) -> Duration {
-    if failures == 0 {
-        return Duration::ZERO;
+/// consecutive failures: 0, then [`BACKOFF`].
+fn backoff(failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => BACKOFF.delay(n - 1),
     }
-    let factor = 1u32.checked_shl(failures - 1).unwrap_or(u32::MAX);
-    BACKOFF_FIRST.saturating_mul(factor).min(BACKOFF_MAX)
 }
 
 /// The delay before the next attempt. A fresh leader hint is followed at
@@ -62,17 +61,9 @@ pub fn next_delay(failures: u32, redirect_streak: u32) -> Duration {
     }
 }
 
-/// The leader address a standby put in an `UNAVAILABLE` status, normalised.
-pub fn leader_hint(status: &tonic::Status) -> Option<String> {
-    if status.code() != tonic::Code::Unavailable {
-        return None;
-    }
-    let value = status
-        .metadata()
-        .get(sluice_proto::LEADER_METADATA_KEY)?
-        .to_str()
-        .ok()?;
-    normalize_address(value).ok()
+/// The leader address a standby put in an `UNAVAILABLE` status, as a URL.
+fn leader_url(status: &tonic::Status) -> Option<String> {
+    normalize_address(&sluice_proto::leader_hint(status)?).ok()
 }
 
 /// The driver addresses to try, in order, plus a pending leader hint.
@@ -175,7 +166,7 @@ pub(crate) async fn serve(
         } else {
             failures = failures.saturating_add(1);
         }
-        let hint = err.status().and_then(leader_hint);
+        let hint = err.status().and_then(leader_url);
         redirect_streak = match hint {
             Some(_) => redirect_streak.saturating_add(1),
             None => 0,
@@ -211,7 +202,7 @@ mod tests {
     fn backoff_doubles_and_caps() {
         let ms: Vec<u128> = (0..8).map(|f| backoff(f).as_millis()).collect();
         assert_eq!(ms, vec![0, 50, 100, 200, 200, 200, 200, 200]);
-        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), Duration::from_millis(200));
     }
 
     #[test]
@@ -237,18 +228,10 @@ mod tests {
     }
 
     #[test]
-    fn hints_come_only_from_unavailable_with_metadata() {
+    fn a_hint_becomes_the_url_to_dial() {
         let mut s = tonic::Status::unavailable("not the leader");
-        assert_eq!(leader_hint(&s), None);
-        s.metadata_mut().insert(
-            sluice_proto::LEADER_METADATA_KEY,
-            "10.0.0.2:7070".parse().unwrap(),
-        );
-        assert_eq!(leader_hint(&s).as_deref(), Some("http://10.0.0.2:7070"));
-        let mut other = tonic::Status::internal("boom");
-        other
-            .metadata_mut()
-            .insert(sluice_proto::LEADER_METADATA_KEY, "x:1".parse().unwrap());
-        assert_eq!(leader_hint(&other), None);
+        assert_eq!(leader_url(&s), None);
+        sluice_proto::set_leader_hint(&mut s, "10.0.0.2:7070");
+        assert_eq!(leader_url(&s).as_deref(), Some("http://10.0.0.2:7070"));
     }
 }

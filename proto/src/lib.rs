@@ -6,8 +6,8 @@ tonic::include_proto!("sluice.v1");
 /// The encoded file descriptor set, for `tonic-reflection`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("sluice_descriptor");
 
-/// Response metadata key that carries the leader's address on a standby.
-pub const LEADER_METADATA_KEY: &str = "sluice-leader";
+mod hint;
+pub use hint::{LEADER_METADATA_KEY, leader_hint, set_leader_hint};
 
 /// A query state as users see it: `RUNNING`, `FINISHED`, `STOPPED`,
 /// `FAILED` (or `UNSPECIFIED` for a value this build does not know).

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use sluice_proto::query_service_client::QueryServiceClient;
 use sluice_proto::{
-    ClusterInfo, ClusterRequest, LEADER_METADATA_KEY, ListQueriesRequest, QueryRef, QueryState,
-    QueryStatus, SubmitRequest, SubmitResponse,
+    ClusterInfo, ClusterRequest, ListQueriesRequest, QueryRef, QueryState, QueryStatus,
+    SubmitRequest, SubmitResponse,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Response, Status};
@@ -66,11 +66,8 @@ impl Client {
             match f(client).await {
                 Ok(resp) => return Ok(resp.into_inner()),
                 Err(status) if status.code() == Code::Unavailable && self.addrs.len() > 1 => {
-                    let hint = status
-                        .metadata()
-                        .get(LEADER_METADATA_KEY)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|h| self.addrs.iter().position(|a| a == h));
+                    let hint = sluice_proto::leader_hint(&status)
+                        .and_then(|h| self.addrs.iter().position(|a| *a == h));
                     self.current = hint
                         .filter(|&i| i != self.current)
                         .unwrap_or((self.current + 1) % self.addrs.len());

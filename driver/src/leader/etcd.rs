@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, LeaderKey};
+use sluice_common::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -28,8 +29,10 @@ use super::leadership::{ETCD_DEADLINE, Leadership, etcd_error, within};
 use super::lease::LeaseClock;
 use crate::config::ElectionConfig;
 use crate::error::DriverError;
-use crate::query::retry::backoff;
 use crate::state::{Driver, Role, Term};
+
+/// Between etcd sessions that failed: 100 ms doubling, at most 1 s.
+const SESSION_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
 
 /// Campaigns until `cancel` fires, leading whenever elected.
 pub async fn run(
@@ -51,7 +54,7 @@ pub async fn run(
                 if started.elapsed() > cfg.lease_ttl * 5 {
                     failures = 0;
                 }
-                let delay = backoff(failures.min(3), 1_000);
+                let delay = SESSION_BACKOFF.delay(failures);
                 warn!(error = %e, retry_ms = delay.as_millis() as u64, "etcd session ended; retrying");
                 failures += 1;
                 tokio::select! {

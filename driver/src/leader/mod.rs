@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use sluice_common::backoff::Backoff;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::error::DriverError;
 use crate::query;
-use crate::query::retry::backoff;
 use crate::state::{Driver, Role, Term};
 use leadership::Leadership;
 
@@ -44,7 +44,7 @@ async fn standalone(driver: Arc<Driver>, cancel: CancellationToken) -> Result<()
             // network filesystem down): wait and try again, never crash-loop.
             Err(e) if e.is_retryable() && !cancel.is_cancelled() => {
                 driver.set_role(Role::Starting);
-                let delay = backoff(failures.min(5), 5_000);
+                let delay = CLAIM_BACKOFF.delay(failures);
                 warn!(error = %e, retry_ms = delay.as_millis() as u64, "cannot lead yet; retrying");
                 failures += 1;
                 tokio::select! {
@@ -57,6 +57,9 @@ async fn standalone(driver: Arc<Driver>, cancel: CancellationToken) -> Result<()
         }
     }
 }
+
+/// Between attempts to claim an epoch on storage that is not there yet.
+const CLAIM_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
 /// How often a standalone leader looks for a newer epoch claim.
 const EPOCH_POLL: Duration = Duration::from_millis(500);

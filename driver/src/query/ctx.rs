@@ -12,7 +12,7 @@ use sluice_common::spec::QuerySpec;
 use tracing::warn;
 
 use super::entry::QueryEntry;
-use super::retry::backoff;
+use super::retry::STORAGE_BACKOFF;
 use crate::error::DriverError;
 use crate::state::{Driver, Term};
 
@@ -68,7 +68,7 @@ impl Ctx {
                 Err(e) if e.is_retryable() => {
                     warn!(error = %e, what, attempt = streak + 1, "storage error; retrying");
                     self.entry.set_error(format!("{what}: {e} (retrying)"));
-                    self.sleep(backoff(streak, 10_000)).await?;
+                    self.sleep(STORAGE_BACKOFF.delay(streak)).await?;
                     streak += 1;
                 }
                 Err(e) => return Err(e.into()),

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use sluice_common::backoff::Backoff;
 use sluice_proto::ErrorKind;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +56,7 @@ pub fn after_failure(kind: Option<ErrorKind>, f: Failures, max: u32) -> Next {
             delay: Duration::ZERO,
         },
         Some(ErrorKind::Storage) => Next::Retry {
-            delay: backoff(f.storage_streak, 10_000),
+            delay: STORAGE_BACKOFF.delay(f.storage_streak),
         },
         Some(ErrorKind::Fatal) => Next::Fail,
         Some(ErrorKind::Retryable | ErrorKind::StaleEpoch | ErrorKind::Unspecified) => {
@@ -63,18 +64,18 @@ pub fn after_failure(kind: Option<ErrorKind>, f: Failures, max: u32) -> Next {
                 Next::Fail
             } else {
                 Next::Retry {
-                    delay: backoff(f.counted, 5_000),
+                    delay: TASK_BACKOFF.delay(f.counted),
                 }
             }
         }
     }
 }
 
-/// 100 ms doubling per step, capped at `cap_ms`.
-pub fn backoff(step: u32, cap_ms: u64) -> Duration {
-    let ms = 100u64.saturating_mul(1u64 << step.min(16));
-    Duration::from_millis(ms.min(cap_ms))
-}
+/// Storage errors: 100 ms doubling, at most 10 s apart.
+pub const STORAGE_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+/// Retried tasks: 100 ms doubling, at most 5 s apart.
+pub const TASK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 
 #[cfg(test)]
 mod tests {
@@ -113,7 +114,7 @@ mod tests {
         assert_eq!(
             after_failure(k, after(&[]), 4),
             Next::Retry {
-                delay: backoff(0, 5000)
+                delay: TASK_BACKOFF.delay(0)
             }
         );
         assert!(matches!(
@@ -134,7 +135,7 @@ mod tests {
         assert_eq!(
             after_failure(k, many, 4),
             Next::Retry {
-                delay: backoff(0, 10_000)
+                delay: STORAGE_BACKOFF.delay(0)
             }
         );
         let long = Failures {
@@ -155,12 +156,5 @@ mod tests {
             after_failure(Some(ErrorKind::Fatal), Failures::default(), 4),
             Next::Fail
         );
-    }
-
-    #[test]
-    fn backoff_doubles_then_caps() {
-        assert_eq!(backoff(0, 5000), Duration::from_millis(100));
-        assert_eq!(backoff(3, 5000), Duration::from_millis(800));
-        assert_eq!(backoff(40, 5000), Duration::from_millis(5000));
     }
 }
