@@ -27,6 +27,7 @@ pub fn progress_json(p: &BatchProgress) -> Value {
         },
         "timestamp_ms": p.timestamp_ms,
         "epoch": p.epoch,
+        "skipped_before": p.skipped_before,
     })
 }
 

@@ -141,6 +141,12 @@ async fn poll_terminal(client: &mut Client, query: &str) -> Option<(QueryStatus,
 
 /// Prints one batch as a JSON line or a human line.
 pub fn print_batch(p: &BatchProgress, json: bool) {
+    if p.skipped_before > 0 {
+        eprintln!(
+            "note: {} batch(es) before batch {} were not shown: this client read too slowly and the driver no longer holds them",
+            p.skipped_before, p.batch_id
+        );
+    }
     if json {
         println!("{}", output::progress_json(p));
     } else {

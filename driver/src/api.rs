@@ -159,16 +159,23 @@ impl QueryService for QueryApi {
                         n = live.recv() => n,
                     }
                 };
-                match next {
-                    Ok(p) if last.is_some_and(|l| p.batch_id <= l) => {}
-                    Ok(p) => {
-                        last = Some(p.batch_id);
-                        if tx.send(Ok(p)).await.is_err() {
-                            break;
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                let batch = match next {
+                    Ok(p) => vec![p],
+                    // This client read too slowly and the live channel
+                    // dropped records: refill from the history. What it no
+                    // longer holds is reported on the next record sent.
+                    Err(broadcast::error::RecvError::Lagged(_)) => entry.progress_after(last),
                     Err(broadcast::error::RecvError::Closed) => break,
+                };
+                for mut p in batch {
+                    if last.is_some_and(|l| p.batch_id <= l) {
+                        continue;
+                    }
+                    p.skipped_before = skipped(last, p.batch_id);
+                    last = Some(p.batch_id);
+                    if tx.send(Ok(p)).await.is_err() {
+                        return;
+                    }
                 }
             }
         });
@@ -197,5 +204,23 @@ impl QueryService for QueryApi {
             executors,
             driver_id: self.driver.config.id.clone(),
         }))
+    }
+}
+
+/// How many batches a progress stream skipped between the record it sent
+/// last and `next`. Batch ids of one query are consecutive.
+fn skipped(last: Option<u64>, next: u64) -> u64 {
+    last.map_or(0, |l| next.saturating_sub(l + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skipped;
+
+    #[test]
+    fn a_gap_in_batch_ids_is_counted() {
+        assert_eq!(skipped(None, 7), 0);
+        assert_eq!(skipped(Some(6), 7), 0);
+        assert_eq!(skipped(Some(3), 7), 3);
     }
 }

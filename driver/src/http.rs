@@ -51,11 +51,19 @@ async fn metrics(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
             m.queries.with_label_values(&[q.state().as_str()]).inc();
         }
     }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        m.render(),
-    )
+    let content_type = [(
+        axum::http::header::CONTENT_TYPE,
+        "text/plain; version=0.0.4",
+    )];
+    match m.render() {
+        Ok(text) => (StatusCode::OK, content_type, text),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot render the metrics");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                content_type,
+                format!("{e}\n"),
+            )
+        }
+    }
 }

@@ -5,7 +5,11 @@ use prometheus::{
     TextEncoder,
 };
 
-const STATIC: &str = "static metric definitions are valid";
+use crate::error::DriverError;
+
+fn failed(what: &str) -> impl Fn(prometheus::Error) -> DriverError + '_ {
+    move |e| DriverError::Internal(format!("metric {what}: {e}"))
+}
 
 /// Every metric the driver exports. Cheap to clone.
 #[derive(Clone)]
@@ -22,34 +26,41 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
-        let registry = Registry::new_custom(Some("sluice".into()), None).unwrap_or_default();
+    /// Defines and registers every metric. A definition or registration
+    /// that fails (a duplicate name, say) fails the driver's start.
+    pub fn new() -> Result<Self, DriverError> {
+        let registry =
+            Registry::new_custom(Some("sluice".into()), None).map_err(failed("registry"))?;
+        let buckets = prometheus::exponential_buckets(0.001, 2.0, 16).map_err(failed("buckets"))?;
         let m = Metrics {
             batches_committed: IntCounterVec::new(
                 Opts::new("batches_committed_total", "Micro-batches committed"),
                 &["query"],
             )
-            .expect(STATIC),
+            .map_err(failed("definition"))?,
             rows_committed: IntCounterVec::new(
                 Opts::new("rows_committed_total", "Rows committed to sinks"),
                 &["query"],
             )
-            .expect(STATIC),
+            .map_err(failed("definition"))?,
             batch_seconds: Histogram::with_opts(
                 HistogramOpts::new("batch_duration_seconds", "From planning to commit")
-                    .buckets(prometheus::exponential_buckets(0.001, 2.0, 16).unwrap_or_default()),
+                    .buckets(buckets),
             )
-            .expect(STATIC),
+            .map_err(failed("definition"))?,
             task_failures: IntCounterVec::new(
                 Opts::new("task_failures_total", "Task attempts that did not succeed"),
                 &["kind"],
             )
-            .expect(STATIC),
-            executors: IntGauge::new("executors", "Executors attached").expect(STATIC),
-            is_leader: IntGauge::new("is_leader", "1 on the leader").expect(STATIC),
-            epoch: IntGauge::new("epoch", "The leader epoch this driver holds").expect(STATIC),
+            .map_err(failed("definition"))?,
+            executors: IntGauge::new("executors", "Executors attached")
+                .map_err(failed("definition"))?,
+            is_leader: IntGauge::new("is_leader", "1 on the leader")
+                .map_err(failed("definition"))?,
+            epoch: IntGauge::new("epoch", "The leader epoch this driver holds")
+                .map_err(failed("definition"))?,
             queries: IntGaugeVec::new(Opts::new("queries", "Queries by state"), &["state"])
-                .expect(STATIC),
+                .map_err(failed("definition"))?,
             registry,
         };
         let collectors: [Box<dyn prometheus::core::Collector>; 8] = [
@@ -63,21 +74,21 @@ impl Metrics {
             Box::new(m.queries.clone()),
         ];
         for c in collectors {
-            let _ = m.registry.register(c);
+            let name = c
+                .desc()
+                .first()
+                .map_or_else(String::new, |d| d.fq_name.clone());
+            m.registry.register(c).map_err(failed(&name))?;
         }
-        m
+        Ok(m)
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub fn render(&self) -> Result<String, DriverError> {
         let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
-    }
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .map_err(failed("encoding"))?;
+        String::from_utf8(buf).map_err(|e| DriverError::Internal(format!("metrics text: {e}")))
     }
 }

@@ -148,8 +148,8 @@ impl SinkCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, FileSink>> {
-        // A panic while holding the lock cannot leave the map inconsistent.
-        self.sinks.lock().unwrap_or_else(|p| p.into_inner())
+        // A poisoned lock is a bug: panic.
+        self.sinks.lock().expect("sink cache lock poisoned")
     }
 }
 

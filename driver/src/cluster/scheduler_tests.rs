@@ -19,7 +19,7 @@ fn scheduler(timeout: Duration) -> (Scheduler, CancellationToken) {
     let s = Scheduler::spawn(
         EPOCH,
         timeout,
-        Metrics::new(),
+        Metrics::new().unwrap(),
         cancel.clone(),
         &tracker,
         None,
@@ -190,7 +190,7 @@ async fn nothing_is_dispatched_on_a_stale_lease() {
     let s = Scheduler::spawn(
         EPOCH,
         ttl,
-        Metrics::new(),
+        Metrics::new().unwrap(),
         cancel,
         &TaskTracker::new(),
         Some(lease.clone()),

@@ -40,9 +40,8 @@ impl LeaseClock {
 
     /// Records a renewal whose request was sent at `sent`.
     pub fn renewed(&self, sent: Instant) {
-        if let Ok(mut last) = self.last_renewal.lock() {
-            *last = (*last).max(sent);
-        }
+        let mut last = self.last_renewal.lock().expect("lease clock lock poisoned");
+        *last = (*last).max(sent);
     }
 
     /// Gives the lease up: [`LeaseClock::fresh`] is false from now on.
@@ -58,10 +57,8 @@ impl LeaseClock {
         if self.is_resigned() {
             return false;
         }
-        match self.last_renewal.lock() {
-            Ok(last) => is_fresh(*last, Instant::now(), self.ttl),
-            Err(_) => false,
-        }
+        let last = self.last_renewal.lock().expect("lease clock lock poisoned");
+        is_fresh(*last, Instant::now(), self.ttl)
     }
 }
 

@@ -134,6 +134,7 @@ pub async fn execute(
         }),
         timestamp_ms: offsets.batch_timestamp_ms,
         epoch,
+        skipped_before: 0,
     };
     let m = &ctx.driver.metrics;
     m.batches_committed

@@ -113,6 +113,20 @@ impl QueryEntry {
         });
     }
 
+    /// The recent progress. A poisoned lock is a bug: panic.
+    fn history(&self) -> std::sync::MutexGuard<'_, VecDeque<pb::BatchProgress>> {
+        self.history.lock().expect("progress history lock poisoned")
+    }
+
+    /// The retained progress of the batches after `batch`, oldest first.
+    pub fn progress_after(&self, batch: Option<u64>) -> Vec<pb::BatchProgress> {
+        self.history()
+            .iter()
+            .filter(|p| batch.is_none_or(|b| p.batch_id > b))
+            .cloned()
+            .collect()
+    }
+
     /// Records a committed batch.
     pub fn record(&self, progress: pb::BatchProgress, committed_rows: u64) {
         self.view.send_modify(|v| {
@@ -120,12 +134,12 @@ impl QueryEntry {
             v.committed_rows = committed_rows;
             v.error.clear();
         });
-        if let Ok(mut h) = self.history.lock() {
-            if h.len() == PROGRESS_HISTORY {
-                h.pop_front();
-            }
-            h.push_back(progress.clone());
+        let mut h = self.history();
+        if h.len() == PROGRESS_HISTORY {
+            h.pop_front();
         }
+        h.push_back(progress.clone());
+        drop(h);
         let _ = self.progress.send(progress);
     }
 
@@ -137,17 +151,13 @@ impl QueryEntry {
         broadcast::Receiver<pb::BatchProgress>,
     ) {
         let rx = self.progress.subscribe();
-        let past = self
-            .history
-            .lock()
-            .map(|h| h.iter().cloned().collect())
-            .unwrap_or_default();
+        let past = self.history().iter().cloned().collect();
         (past, rx)
     }
 
     pub fn to_proto(&self) -> pb::QueryStatus {
         let v = self.view();
-        let latest = self.history.lock().ok().and_then(|h| h.back().cloned());
+        let latest = self.history().back().cloned();
         pb::QueryStatus {
             id: self.id.clone(),
             name: self.name.clone(),

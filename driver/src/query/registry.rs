@@ -14,12 +14,14 @@ pub struct Queries {
 }
 
 impl Queries {
+    /// The map. A poisoned lock is a bug: panic.
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<QueryEntry>>> {
+        self.map.lock().expect("query map lock poisoned")
+    }
+
     /// Finds a query by name or id.
     pub fn find(&self, key: &str) -> Result<Arc<QueryEntry>, DriverError> {
-        let map = self
-            .map
-            .lock()
-            .map_err(|_| DriverError::Internal("query map poisoned".into()))?;
+        let map = self.map();
         if let Some(e) = map.get(key) {
             return Ok(e.clone());
         }
@@ -30,19 +32,14 @@ impl Queries {
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<QueryEntry>> {
-        self.map.lock().ok()?.get(name).cloned()
+        self.map().get(name).cloned()
     }
 
     pub fn list(&self) -> Vec<Arc<QueryEntry>> {
-        self.map
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        self.map().values().cloned().collect()
     }
 
     pub fn insert(&self, entry: Arc<QueryEntry>) {
-        if let Ok(mut m) = self.map.lock() {
-            m.insert(entry.name.clone(), entry);
-        }
+        self.map().insert(entry.name.clone(), entry);
     }
 }
