@@ -1,7 +1,7 @@
 //! The file sink.
 //!
 //! ```text
-//! <path>/part-<batch:020>-<partition:05>.jsonl   one task's rows
+//! <path>/part-<batch:020>-<partition:05>.<ext>   one task's rows
 //! <path>/_sluice/<batch:020>                     the batch's manifest
 //! <path>/.<name>.<uuid>.tmp                      in-flight writes (skipped by readers)
 //! ```
@@ -22,9 +22,9 @@ use crate::storage::{Created, Storage, Visible, VisibleWriter};
 
 pub const MANIFEST_DIR: &str = "_sluice";
 
-/// The name of a part file, relative to the sink root.
-pub fn part_name(batch: u64, partition: u32) -> String {
-    format!("part-{}-{partition:05}.jsonl", padded(batch))
+/// The name of a part file in format `ext`, relative to the sink root.
+pub fn part_name(batch: u64, partition: u32, ext: &str) -> String {
+    format!("part-{}-{partition:05}.{ext}", padded(batch))
 }
 
 /// The batch of a temporary part file, `.part-<batch>-<partition>.jsonl.
@@ -95,9 +95,10 @@ impl FileSink {
         rows: u64,
         data: Vec<u8>,
     ) -> Result<SinkFile> {
-        let mut writer = self.begin_part(batch, partition).await?;
+        let mut writer = self.begin_part(batch, partition, "jsonl").await?;
         writer.write(Bytes::from(data)).await?;
-        self.finish_part(writer, batch, partition, rows).await
+        self.finish_part(writer, batch, partition, "jsonl", rows)
+            .await
     }
 
     /// Removes the temporary files that failed, cancelled or killed
@@ -114,8 +115,8 @@ impl FileSink {
 
     /// Starts writing one task's part file in chunks (see
     /// [`VisibleWriter`]); [`FileSink::finish_part`] makes it visible.
-    pub async fn begin_part(&self, batch: u64, partition: u32) -> Result<VisibleWriter> {
-        let name = part_name(batch, partition);
+    pub async fn begin_part(&self, batch: u64, partition: u32, ext: &str) -> Result<VisibleWriter> {
+        let name = part_name(batch, partition, ext);
         self.storage.begin_visible(&Path::from(name.as_str())).await
     }
 
@@ -126,9 +127,10 @@ impl FileSink {
         writer: VisibleWriter,
         batch: u64,
         partition: u32,
+        ext: &str,
         rows: u64,
     ) -> Result<SinkFile> {
-        let name = part_name(batch, partition);
+        let name = part_name(batch, partition, ext);
         let bytes = match writer.finish().await? {
             Visible::New { bytes } | Visible::Identical { bytes } => bytes,
             Visible::Different => {

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod planner;
 pub mod query;
 pub mod recovery;
+pub mod source;
 pub mod state;
 
 use std::sync::Arc;

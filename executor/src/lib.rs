@@ -23,6 +23,8 @@ pub mod connection;
 pub mod error;
 mod runner;
 pub mod session;
+mod sink;
+mod source;
 pub mod task;
 
 pub use config::{Cli, ExecutorConfig};

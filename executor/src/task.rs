@@ -4,7 +4,7 @@
 //! TaskAssignment ─admit(epoch)─► stale? ──► TaskResult{error: STALE_EPOCH}
 //!        │ run
 //!        ▼
-//!   plan() (validate, in a slot) ──────► spawn_blocking(generate + encode)
+//!   plan() (validate, in a slot) ──────► spawn_blocking(read + encode)
 //!        │                                        │ rows == 0: no file
 //!        ▼                                        ▼
 //!   TaskResult{error: kind}  ◄── error ──  FileSink::write_part (create-only)
@@ -21,12 +21,13 @@ use std::time::Instant;
 
 use sluice_common::sink::FileSink;
 use sluice_proto::{
-    ErrorKind, RateTask, SinkFile, TaskAssignment, TaskError, TaskOutput, TaskResult, sink,
-    task_result::Outcome, task_source,
+    ErrorKind, SinkFile, TaskAssignment, TaskError, TaskOutput, TaskResult, sink,
+    task_result::Outcome,
 };
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::error::ExecutorError;
+use crate::source::{self, SourceReader};
 
 /// Whether a task may run, given the highest driver epoch seen so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,48 +85,37 @@ pub fn error_result(task_id: &str, epoch: u64, err: &ExecutorError) -> TaskResul
     }
 }
 
-/// What one rate task does, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RatePlan {
+/// What one task does, validated.
+pub struct TaskPlan {
     pub batch_id: u64,
     pub partition: u32,
-    pub rate: RateTask,
-    /// The file sink's root location.
+    pub source: Box<dyn SourceReader>,
+    /// The file sink's root location and format.
     pub sink_path: String,
+    pub format: String,
 }
 
 /// Validates an assignment into a plan; anything missing is fatal.
-pub fn plan(task: &TaskAssignment) -> Result<RatePlan, ExecutorError> {
-    let bad = |m: &str| {
-        Err(ExecutorError::MalformedTask(format!(
-            "task {}: {m}",
-            task.task_id
-        )))
-    };
-    let Some(task_source::Kind::Rate(rate)) = task.source.as_ref().and_then(|s| s.kind.as_ref())
-    else {
-        return bad("missing source");
-    };
+pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
+    let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+    let source = task
+        .source
+        .as_ref()
+        .ok_or_else(|| malformed("missing source".into()))?;
+    let source = source::open(source, task.partition).map_err(|e| malformed(e.to_string()))?;
     let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
-        return bad("missing sink");
+        return Err(malformed("missing sink".into()));
     };
-    if rate.partitions == 0 || task.partition >= rate.partitions {
-        return bad("partition out of range");
-    }
-    if rate.end_value < rate.start_value {
-        return bad("end_value is below start_value");
-    }
     if files.path.is_empty() {
-        return bad("missing sink path");
+        return Err(malformed("missing sink path".into()));
     }
-    if !(files.format.is_empty() || files.format == "jsonl") {
-        return bad("sink format must be jsonl");
-    }
-    Ok(RatePlan {
+    crate::sink::encoder(&files.format, source.schema()).map_err(|e| malformed(e.to_string()))?;
+    Ok(TaskPlan {
         batch_id: task.batch_id,
         partition: task.partition,
-        rate: *rate,
+        source,
         sink_path: files.path.clone(),
+        format: files.format.clone(),
     })
 }
 
@@ -162,7 +152,7 @@ pub async fn execute(
 ) -> TaskResult {
     let started = Instant::now();
     let outcome = match plan(&task) {
-        Ok(p) => run_rate(p, sinks, started).await,
+        Ok(p) => run(p, sinks, started).await,
         Err(e) => Err(e),
     };
     drop(permit);
@@ -182,88 +172,89 @@ pub async fn execute(
     }
 }
 
-/// Chunks of encoded rows in flight between the generator and the writer.
+/// Chunks of encoded rows in flight between the producer and the writer.
 const CHUNKS_IN_FLIGHT: usize = 2;
 
-/// Writes one rate task's part file in bounded memory:
+/// Writes one task's part file in bounded memory:
 ///
 /// ```text
-///  blocking thread: generate CHUNK_ROWS rows ─► encode jsonl ─► channel (2)
+///  blocking thread: source chunk ─► encode ─► channel (2)
 ///  this task:       channel ─► part file writer (multipart, 2 parts of 4 MiB)
 /// ```
 ///
-/// So a running task holds at most a few chunks of 64 Ki rows (a few MiB)
-/// plus the writer's parts, whatever its size. Dropping this future (a
-/// cancelled task) stops the generator and removes the unfinished file.
-pub async fn run_rate(
-    plan: RatePlan,
+/// So a running task holds at most a few chunks (a few MiB) plus the
+/// writer's parts, whatever its size. Dropping this future (a cancelled
+/// task) stops the producer and removes the unfinished file. A task whose
+/// output is empty writes no file.
+pub async fn run(
+    plan: TaskPlan,
     sinks: Arc<SinkCache>,
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
-    let RatePlan {
+    let TaskPlan {
         batch_id,
         partition,
-        rate,
+        source,
         sink_path,
+        format,
     } = plan;
-    let (_, expected) = sluice_common::rate::partition_range(
-        partition,
-        rate.partitions,
-        rate.start_value,
-        rate.end_value,
-    );
-    if expected == 0 {
-        return Ok(TaskOutput {
-            rows: 0,
-            files: Vec::new(),
-            duration_ms: started.elapsed().as_millis() as u64,
-        });
+    let planned = source.planned_rows();
+    let done = |input_rows, rows, files| TaskOutput {
+        rows,
+        files,
+        duration_ms: started.elapsed().as_millis() as u64,
+        input_rows,
+    };
+    if planned == Some(0) {
+        return Ok(done(0, 0, Vec::new()));
     }
     let sink = tokio::task::spawn_blocking(move || sinks.get(&sink_path))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    let mut writer = sink.begin_part(batch_id, partition).await?;
+    let ext = crate::sink::extension(&format).to_string();
+    let mut writer = sink.begin_part(batch_id, partition, &ext).await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(CHUNKS_IN_FLIGHT);
-    let generator = tokio::task::spawn_blocking(move || -> Result<u64, ExecutorError> {
-        let mut rows = 0u64;
-        for chunk in sluice_common::rate::chunks(
-            partition,
-            rate.partitions,
-            rate.rows_per_second,
-            rate.start_ms,
-            rate.start_value,
-            rate.end_value,
-        ) {
+    let producer = tokio::task::spawn_blocking(move || -> Result<(u64, u64), ExecutorError> {
+        let mut encoder = crate::sink::encoder(&format, source.schema())?;
+        let (mut input_rows, mut rows) = (0u64, 0u64);
+        for chunk in source.read() {
             let chunk = chunk?;
+            input_rows += chunk.num_rows() as u64;
             rows += chunk.num_rows() as u64;
-            let data = sluice_common::sink::encode_jsonl(&[chunk])?;
+            let data = encoder.encode(&chunk)?;
             if tx.blocking_send(bytes::Bytes::from(data)).is_err() {
-                break; // the writer is gone: the task failed or was cancelled
+                return Ok((input_rows, rows)); // the writer is gone: failed or cancelled
             }
         }
-        Ok(rows)
+        let tail = encoder.finish()?;
+        if !tail.is_empty() {
+            let _ = tx.blocking_send(bytes::Bytes::from(tail));
+        }
+        Ok((input_rows, rows))
     });
     while let Some(chunk) = rx.recv().await {
         writer.write(chunk).await?;
     }
-    let rows = generator
+    let (input_rows, rows) = producer
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    if rows != expected {
+    if let Some(planned) = planned.filter(|&p| p != input_rows) {
         return Err(ExecutorError::TaskPanicked(format!(
-            "generated {rows} rows of the {expected} planned"
+            "read {input_rows} rows of the {planned} planned"
         )));
     }
-    let f = sink.finish_part(writer, batch_id, partition, rows).await?;
-    Ok(TaskOutput {
-        rows,
-        files: vec![SinkFile {
-            path: f.path,
-            rows: f.rows,
-            bytes: f.bytes,
-        }],
-        duration_ms: started.elapsed().as_millis() as u64,
-    })
+    if rows == 0 {
+        return Ok(done(input_rows, 0, Vec::new()));
+    }
+    let f = sink
+        .finish_part(writer, batch_id, partition, &ext, rows)
+        .await?;
+    let file = SinkFile {
+        path: f.path,
+        rows: f.rows,
+        bytes: f.bytes,
+    };
+    Ok(done(input_rows, rows, vec![file]))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ fn slot() -> OwnedSemaphorePermit {
     Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
 }
 
-use sluice_proto::{FileSink as FileSinkSpec, Sink, TaskSource};
+use sluice_proto::{FileSink as FileSinkSpec, RateTask, Sink, TaskSource, task_source};
 
 fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment {
     TaskAssignment {
@@ -113,7 +113,9 @@ fn plans_reject_malformed_assignments() {
         (no_sink, "missing sink"),
         (bad_partition, "partition"),
     ] {
-        let e = plan(&t).unwrap_err();
+        let Err(e) = plan(&t) else {
+            panic!("{want}: the plan was accepted");
+        };
         assert!(matches!(e, ExecutorError::MalformedTask(_)));
         assert!(e.to_string().contains(want), "{e}");
         assert_eq!(task_error(&e).kind(), ErrorKind::Fatal);
@@ -131,7 +133,7 @@ async fn a_rate_task_writes_its_part_file() {
     let Some(Outcome::Ok(out)) = r.outcome else {
         panic!("task failed: {r:?}");
     };
-    assert_eq!(out.rows, 5);
+    assert_eq!((out.rows, out.input_rows), (5, 5));
     assert_eq!(out.files.len(), 1);
     let f = &out.files[0];
     assert_eq!(f.path, "part-00000000000000000007-00000.jsonl");

@@ -9,10 +9,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
-use sluice_common::checkpoint::{
-    CommitRecord, OffsetRecord, RECORD_VERSION, SourceOffsets, padded,
-};
-use sluice_common::rate::partition_range;
+use sluice_common::checkpoint::{CommitRecord, OffsetRecord, RECORD_VERSION, padded};
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
@@ -22,6 +19,7 @@ use super::ctx::Ctx;
 use super::retry::{Failures, Next, after_failure};
 use crate::cluster::scheduler::{Scheduler, TaskOutcome};
 use crate::error::DriverError;
+use crate::source::SourcePlanner;
 
 /// How long the phases before execution took.
 #[derive(Debug, Clone, Copy)]
@@ -44,28 +42,33 @@ impl Timings {
     }
 }
 
-/// Runs batch `offsets.batch_id` to its commit.
+/// Runs batch `offsets.batch_id` to its commit; returns the rows it read.
 pub async fn execute(
     ctx: &Ctx,
+    source: &dyn SourcePlanner,
     offsets: &OffsetRecord,
     timings: Timings,
-) -> Result<(), DriverError> {
+) -> Result<u64, DriverError> {
     let batch = offsets.batch_id;
     let epoch = ctx.term.epoch;
-    let rate = ctx.spec.rate();
-    let SourceOffsets::Rate {
-        start_value,
-        end_value,
-    } = offsets.source;
 
     let t = Instant::now();
-    let parts = (0..rate.partitions)
-        .filter(|&p| partition_range(p, rate.partitions, start_value, end_value).1 > 0)
-        .map(|p| run_partition(ctx, offsets, p));
+    let parts = source
+        .tasks(&offsets.source)
+        .into_iter()
+        .map(|(p, input)| run_partition(ctx, offsets, p, input));
     let outputs = try_join_all(parts).await?;
     let execution = t.elapsed();
 
     let t = Instant::now();
+    let input_rows: u64 = outputs.iter().map(|o| o.input_rows).sum();
+    if let Some(planned) = source.planned_rows(&offsets.source)
+        && planned != input_rows
+    {
+        return Err(DriverError::Internal(format!(
+            "batch {batch}: tasks read {input_rows} rows, the plan has {planned}"
+        )));
+    }
     let files: Vec<SinkFile> = outputs
         .into_iter()
         .flat_map(|o| o.files)
@@ -76,12 +79,6 @@ pub async fn execute(
         })
         .collect();
     let rows: u64 = files.iter().map(|f| f.rows).sum();
-    if rows != offsets.source.rows() {
-        return Err(DriverError::Internal(format!(
-            "batch {batch}: tasks wrote {rows} rows, the plan has {}",
-            offsets.source.rows()
-        )));
-    }
     let sink = ctx.sink()?;
     // An executor's word is checked: the manifest lists only files that
     // exist with the size that was reported.
@@ -98,7 +95,7 @@ pub async fn execute(
         batch_id: batch,
         epoch,
         num_rows: rows,
-        end_value,
+        end_value: offsets.source.end_value(),
         committed_ms: now_ms(),
     };
     let rel = format!("commits/{}", padded(batch));
@@ -121,9 +118,9 @@ pub async fn execute(
         id: ctx.entry.id.clone(),
         name: ctx.entry.name.clone(),
         batch_id: batch,
-        num_input_rows: rows,
-        input_rows_per_second: rows as f64 / secs(since_previous),
-        processed_rows_per_second: rows as f64 / secs(total),
+        num_input_rows: input_rows,
+        input_rows_per_second: input_rows as f64 / secs(since_previous),
+        processed_rows_per_second: input_rows as f64 / secs(total),
         duration_ms: Some(pb::Durations {
             latest_offset: ms(timings.latest_offset),
             wal_commit: ms(timings.wal_commit),
@@ -145,8 +142,8 @@ pub async fn execute(
         .inc_by(rows);
     m.batch_seconds.observe(total.as_secs_f64());
     debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
-    ctx.entry.record(progress, end_value);
-    Ok(())
+    ctx.entry.record(progress, offsets.source.end_value());
+    Ok(input_rows)
 }
 
 /// Withdraws a task attempt from the scheduler unless it completed.
@@ -168,12 +165,8 @@ async fn run_partition(
     ctx: &Ctx,
     offsets: &OffsetRecord,
     p: u32,
+    input: pb::TaskSource,
 ) -> Result<pb::TaskOutput, DriverError> {
-    let rate = ctx.spec.rate();
-    let SourceOffsets::Rate {
-        start_value,
-        end_value,
-    } = offsets.source;
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     loop {
@@ -186,15 +179,7 @@ async fn run_partition(
             partition: p,
             attempt,
             epoch: ctx.term.epoch,
-            source: Some(pb::TaskSource {
-                kind: Some(pb::task_source::Kind::Rate(pb::RateTask {
-                    partitions: rate.partitions,
-                    rows_per_second: rate.rows_per_second,
-                    start_ms: ctx.rate_start_ms,
-                    start_value,
-                    end_value,
-                })),
-            }),
+            source: Some(input),
             sink: Some(ctx.spec.sink.to_proto()),
         };
         let mut guard = InFlight {

@@ -23,7 +23,6 @@ pub struct Ctx {
     pub entry: Arc<QueryEntry>,
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
-    pub rate_start_ms: i64,
     pub sink: Option<FileSink>,
 }
 

@@ -15,12 +15,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{
-    OffsetRecord, RECORD_VERSION, RateSourceMeta, SourceOffsets, padded,
-};
+use sluice_common::Error as CommonError;
+use sluice_common::checkpoint::{OffsetRecord, RECORD_VERSION, SourceOffsets, padded};
 use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
-use sluice_common::{Error as CommonError, rate};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
@@ -30,8 +28,8 @@ use super::entry::QueryEntry;
 use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
-use crate::planner::{PlanDecision, PlanInput, plan};
 use crate::recovery::{Recovery, decide};
+use crate::source::{self, Limits, Next, SourcePlanner};
 use crate::state::{Driver, Term};
 
 /// Starts the runner of `entry` as a task owned by the term.
@@ -84,25 +82,18 @@ async fn drive(
         entry,
         spec,
         qc,
-        rate_start_ms: 0,
         sink: None,
     };
-    let meta: Option<RateSourceMeta> = ctx
-        .storage("read sources/rate", || ctx.qc.read("sources/rate"))
-        .await?;
-    ctx.rate_start_ms = meta
-        .ok_or_else(|| CommonError::Corrupt {
-            path: ctx.qc.describe("sources/rate"),
-            reason: "missing".into(),
-        })?
-        .start_ms;
+    let source = source::open(&ctx).await?;
+    let source = source.as_ref();
     let path = ctx.spec.sink_path().to_string();
     ctx.sink = Some(
         ctx.storage("open sink", || async { FileSink::open(&path) })
             .await?,
     );
 
-    let (mut next, mut committed_end, mut rerun) = recover(&ctx).await?;
+    let (mut next, mut committed, mut rerun) = recover(&ctx, source).await?;
+    let committed_end = committed.as_ref().map_or(0, SourceOffsets::end_value);
     ctx.entry.set_committed(next as i64 - 1, committed_end);
     let mut cleaner = Cleaner::default();
     if let Some(committed) = next.checked_sub(1) {
@@ -120,7 +111,9 @@ async fn drive(
     loop {
         let (offsets, timings) = match rerun.take() {
             Some(o) => (o, Timings::replay(last_start)),
-            None => match plan_next(&ctx, next, committed_end, interval, last_start).await? {
+            None => match plan_next(&ctx, source, next, committed.as_ref(), interval, last_start)
+                .await?
+            {
                 Some(x) => x,
                 None => {
                     log_summary(summary.finish(Instant::now()));
@@ -129,10 +122,9 @@ async fn drive(
             },
         };
         last_start = Some(timings.started);
-        batch::execute(&ctx, &offsets, timings).await?;
-        committed_end = offsets.source.end_value();
+        let rows = batch::execute(&ctx, source, &offsets, timings).await?;
         next = offsets.batch_id + 1;
-        let rows = offsets.source.rows();
+        committed = Some(offsets.source.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         purge_old(&ctx, offsets.batch_id);
         cleaner.after_commit(&ctx, offsets.batch_id);
@@ -153,8 +145,12 @@ fn log_summary(summary: Option<Summary>) {
     }
 }
 
-/// Where to start, from the checkpoint (see [`crate::recovery`]).
-async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverError> {
+/// Where to start, from the checkpoint (see [`crate::recovery`]): the next
+/// batch, the input of the last committed one, and the batch to re-run.
+async fn recover(
+    ctx: &Ctx,
+    source: &dyn SourcePlanner,
+) -> Result<(u64, Option<SourceOffsets>, Option<OffsetRecord>), DriverError> {
     let offsets = ctx
         .storage("list offsets", || ctx.qc.latest("offsets"))
         .await?;
@@ -162,32 +158,31 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
         .storage("list commits", || ctx.qc.latest("commits"))
         .await?;
     match decide(offsets, commits) {
-        Recovery::Fresh => Ok((0, 0, None)),
+        Recovery::Fresh => Ok((0, None, None)),
         Recovery::Next { committed } => {
-            let end = committed_end(ctx, committed).await?;
-            Ok((committed + 1, end, None))
+            let input = committed_input(ctx, committed).await?;
+            Ok((committed + 1, Some(input), None))
         }
         Recovery::Rerun { batch } => {
             let o = ctx
                 .storage("read offsets", || ctx.qc.offsets(batch))
                 .await?;
             let o = o.ok_or_else(|| missing(ctx, format!("offsets/{}", padded(batch))))?;
-            let end = if batch == 0 {
-                0
-            } else {
-                committed_end(ctx, batch - 1).await?
+            let committed = match batch.checked_sub(1) {
+                Some(prev) => Some(committed_input(ctx, prev).await?),
+                None => None,
             };
-            let SourceOffsets::Rate { start_value, .. } = o.source;
-            if start_value != end || o.batch_id != batch {
+            let gap = source.gap(committed.as_ref(), &o.source);
+            if let Some(reason) = gap
+                .or_else(|| (o.batch_id != batch).then(|| format!("records batch {}", o.batch_id)))
+            {
                 return Err(CommonError::Corrupt {
                     path: ctx.qc.describe(&format!("offsets/{}", padded(batch))),
-                    reason: format!(
-                        "starts at {start_value}, but the previous batch ended at {end}"
-                    ),
+                    reason,
                 }
                 .into());
             }
-            Ok((batch, end, Some(o)))
+            Ok((batch, committed, Some(o)))
         }
         Recovery::Damaged { reason } => Err(CommonError::Corrupt {
             path: ctx.qc.describe(""),
@@ -197,10 +192,10 @@ async fn recover(ctx: &Ctx) -> Result<(u64, u64, Option<OffsetRecord>), DriverEr
     }
 }
 
-/// Where committed batch `batch` ended, from `commits/N`, checked against
-/// `offsets/N`: both are read and decoded, so that a damaged record is
+/// What committed batch `batch` read, from `offsets/N`, checked against
+/// `commits/N`: both are read and decoded, so that a damaged record is
 /// reported by name even when its batch committed long ago.
-async fn committed_end(ctx: &Ctx, batch: u64) -> Result<u64, DriverError> {
+async fn committed_input(ctx: &Ctx, batch: u64) -> Result<SourceOffsets, DriverError> {
     let rel = |log: &str| format!("{log}/{}", padded(batch));
     let c = ctx
         .storage("read commit", || ctx.qc.commit(batch))
@@ -224,7 +219,7 @@ async fn committed_end(ctx: &Ctx, batch: u64) -> Result<u64, DriverError> {
         }
         .into());
     }
-    Ok(c.end_value)
+    Ok(o.source)
 }
 
 /// A checkpoint file of this query that should exist and does not.
@@ -235,59 +230,42 @@ fn missing(ctx: &Ctx, rel: String) -> CommonError {
     }
 }
 
-/// Waits for the trigger and for new rows, then writes `offsets/N`.
+/// Waits for the trigger and for new input, then writes `offsets/N`.
 /// Returns `None` once a bounded source is fully committed.
 async fn plan_next(
     ctx: &Ctx,
+    source: &dyn SourcePlanner,
     batch_id: u64,
-    committed_end: u64,
+    committed: Option<&SourceOffsets>,
     interval: Duration,
     last_start: Option<Instant>,
 ) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
-    let rate = ctx.spec.rate();
     if let Some(prev) = last_start {
         ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
             .await?;
     }
+    let limits = Limits {
+        max_rows_per_batch: ctx.spec.max_rows_per_batch,
+        max_rows_per_task: ctx.driver.config.max_rows_per_task,
+    };
     loop {
         let started = Instant::now();
-        let now = now_ms();
-        let available = rate::available_rows(
-            ctx.rate_start_ms,
-            now,
-            rate.rows_per_second,
-            rate.total_rows,
-        );
-        let input = PlanInput {
-            committed_end,
-            available,
-            max_rows_per_batch: ctx.spec.max_rows_per_batch,
-            total_rows: rate.total_rows,
-            max_rows_per_task: ctx.driver.config.max_rows_per_task,
-            partitions: rate.partitions,
-        };
-        let (start, end) = match plan(input) {
-            PlanDecision::Finished => return Ok(None),
-            PlanDecision::Wait => {
-                let due =
-                    rate::timestamp_ms(ctx.rate_start_ms, committed_end, rate.rows_per_second);
-                ctx.sleep(Duration::from_millis((due - now).clamp(1, 1000) as u64))
-                    .await?;
+        let input = match source.next(committed, limits).await? {
+            Next::Finished => return Ok(None),
+            Next::Wait(d) => {
+                ctx.sleep(d).await?;
                 continue;
             }
-            PlanDecision::Batch { start, end } => (start, end),
+            Next::Batch(input) => input,
         };
         let record = OffsetRecord {
             version: RECORD_VERSION,
             batch_id,
             epoch: ctx.term.epoch,
-            batch_timestamp_ms: now,
+            batch_timestamp_ms: now_ms(),
             watermark_ms: 0,
-            source: SourceOffsets::Rate {
-                start_value: start,
-                end_value: end,
-            },
-            max_rows_per_task: Some(ctx.driver.config.max_rows_per_task),
+            source: input,
+            max_rows_per_task: Some(limits.max_rows_per_task),
         };
         let latest_offset = started.elapsed();
         let t = Instant::now();

@@ -1,0 +1,112 @@
+//! The rate source's planner. A batch covers the global values
+//! `[start_value, end_value)`; partition `p` of `P` reads the values `v`
+//! with `v % P == p`. The source's start time is fixed in `sources/rate`
+//! when the query is created, so a replay generates the same rows.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use sluice_common::checkpoint::{RateSourceMeta, SourceOffsets};
+use sluice_common::rate;
+use sluice_common::spec::RateSpec;
+use sluice_common::time::now_ms;
+use sluice_proto as pb;
+
+use super::{Limits, Next, SourcePlanner};
+use crate::error::DriverError;
+use crate::planner::{PlanDecision, PlanInput, plan};
+use crate::query::ctx::Ctx;
+
+pub struct RatePlanner {
+    spec: RateSpec,
+    start_ms: i64,
+}
+
+impl RatePlanner {
+    pub async fn open(ctx: &Ctx, spec: RateSpec) -> Result<Self, DriverError> {
+        let meta: Option<RateSourceMeta> = ctx
+            .storage("read sources/rate", || ctx.qc.read("sources/rate"))
+            .await?;
+        let meta = meta.ok_or_else(|| sluice_common::Error::Corrupt {
+            path: ctx.qc.describe("sources/rate"),
+            reason: "missing".into(),
+        })?;
+        Ok(RatePlanner {
+            spec,
+            start_ms: meta.start_ms,
+        })
+    }
+
+    /// The first value after `committed`.
+    fn committed_end(committed: Option<&SourceOffsets>) -> u64 {
+        committed.map_or(0, SourceOffsets::end_value)
+    }
+}
+
+impl SourcePlanner for RatePlanner {
+    fn next<'a>(
+        &'a self,
+        committed: Option<&'a SourceOffsets>,
+        limits: Limits,
+    ) -> BoxFuture<'a, Result<Next, DriverError>> {
+        Box::pin(async move {
+            let committed_end = Self::committed_end(committed);
+            let now = now_ms();
+            let rps = self.spec.rows_per_second;
+            let input = PlanInput {
+                committed_end,
+                available: rate::available_rows(self.start_ms, now, rps, self.spec.total_rows),
+                max_rows_per_batch: limits.max_rows_per_batch,
+                total_rows: self.spec.total_rows,
+                max_rows_per_task: limits.max_rows_per_task,
+                partitions: self.spec.partitions,
+            };
+            Ok(match plan(input) {
+                PlanDecision::Finished => Next::Finished,
+                PlanDecision::Wait => {
+                    let due = rate::timestamp_ms(self.start_ms, committed_end, rps);
+                    Next::Wait(Duration::from_millis((due - now).clamp(1, 1000) as u64))
+                }
+                PlanDecision::Batch { start, end } => Next::Batch(SourceOffsets::Rate {
+                    start_value: start,
+                    end_value: end,
+                }),
+            })
+        })
+    }
+
+    fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String> {
+        let end = Self::committed_end(committed);
+        let SourceOffsets::Rate { start_value, .. } = next;
+        (*start_value != end)
+            .then(|| format!("starts at {start_value}, but the previous batch ended at {end}"))
+    }
+
+    fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)> {
+        let SourceOffsets::Rate {
+            start_value,
+            end_value,
+        } = *offsets;
+        let parts = self.spec.partitions;
+        (0..parts)
+            .filter(|&p| rate::partition_range(p, parts, start_value, end_value).1 > 0)
+            .map(|p| {
+                let task = pb::RateTask {
+                    partitions: parts,
+                    rows_per_second: self.spec.rows_per_second,
+                    start_ms: self.start_ms,
+                    start_value,
+                    end_value,
+                };
+                let source = pb::TaskSource {
+                    kind: Some(pb::task_source::Kind::Rate(task)),
+                };
+                (p, source)
+            })
+            .collect()
+    }
+
+    fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64> {
+        Some(offsets.rows())
+    }
+}

@@ -1,0 +1,37 @@
+//! Sources on the executor: each reads one task's range of its input as
+//! Arrow record batches, in an order fixed by the range alone.
+//!
+//! A new source adds its spec and proto message, its planner on the driver
+//! (`driver/src/source/`), and one reader module here, named in [`open`].
+
+mod rate;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use sluice_proto::{TaskSource, task_source};
+
+use crate::error::ExecutorError;
+
+/// One task's input, chunk by chunk. Reading is blocking work: run it on a
+/// blocking thread.
+pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ExecutorError>> + Send>;
+
+/// The reader of one task's range.
+pub trait SourceReader: Send {
+    /// The schema of every batch it reads: the query's `input` table.
+    fn schema(&self) -> SchemaRef;
+    /// The number of rows the range holds, when the plan fixes it; the
+    /// task checks what it read against it.
+    fn planned_rows(&self) -> Option<u64>;
+    /// Reads the range.
+    fn read(self: Box<Self>) -> Batches;
+}
+
+/// The reader for partition `partition` of `source`. A source that does
+/// not make sense (a partition out of range, say) is a malformed task.
+pub fn open(source: &TaskSource, partition: u32) -> Result<Box<dyn SourceReader>, ExecutorError> {
+    match source.kind.as_ref() {
+        Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r, partition)?)),
+        None => Err(ExecutorError::MalformedTask("missing source".into())),
+    }
+}

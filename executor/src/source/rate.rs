@@ -1,0 +1,51 @@
+//! The rate source's reader: generates a task's rows from its range (see
+//! `sluice_common::rate`), 64 Ki rows at a time.
+
+use arrow_schema::SchemaRef;
+use sluice_common::rate;
+use sluice_proto::RateTask;
+
+use super::{Batches, SourceReader};
+use crate::error::ExecutorError;
+
+pub struct RateReader {
+    task: RateTask,
+    partition: u32,
+}
+
+impl RateReader {
+    pub fn new(task: RateTask, partition: u32) -> Result<Self, ExecutorError> {
+        let bad = |m: &str| Err(ExecutorError::MalformedTask(format!("rate source: {m}")));
+        if task.partitions == 0 || partition >= task.partitions {
+            return bad("partition out of range");
+        }
+        if task.end_value < task.start_value {
+            return bad("end_value is below start_value");
+        }
+        Ok(RateReader { task, partition })
+    }
+}
+
+impl SourceReader for RateReader {
+    fn schema(&self) -> SchemaRef {
+        rate::schema()
+    }
+
+    fn planned_rows(&self) -> Option<u64> {
+        let t = &self.task;
+        Some(rate::partition_range(self.partition, t.partitions, t.start_value, t.end_value).1)
+    }
+
+    fn read(self: Box<Self>) -> Batches {
+        let t = self.task;
+        let chunks = rate::chunks(
+            self.partition,
+            t.partitions,
+            t.rows_per_second,
+            t.start_ms,
+            t.start_value,
+            t.end_value,
+        );
+        Box::new(chunks.map(|c| c.map_err(ExecutorError::from)))
+    }
+}
