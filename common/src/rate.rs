@@ -1,4 +1,6 @@
-//! The rate source: rows `{value: u64, timestamp_ms: i64}`.
+//! The rate source: rows `{value: UInt64, timestamp_ms: Timestamp(ms)}`.
+//! `timestamp_ms` is the row's event time; the jsonl sink writes it as
+//! milliseconds since the epoch.
 //!
 //! Partition `p` of `P` holds the values `v` with `v % P == p`, in order, and
 //! `timestamp_ms = start_ms + v * 1000 / rows_per_second`. A row is available
@@ -7,8 +9,8 @@
 
 use std::sync::{Arc, LazyLock};
 
-use arrow_array::{Int64Array, RecordBatch, UInt64Array};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_array::{RecordBatch, TimestampMillisecondArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{Error, Result};
 
@@ -18,7 +20,11 @@ pub const CHUNK_ROWS: u64 = 64 * 1024;
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
         Field::new("value", DataType::UInt64, false),
-        Field::new("timestamp_ms", DataType::Int64, false),
+        Field::new(
+            "timestamp_ms",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
     ]))
 });
 
@@ -89,11 +95,12 @@ pub fn chunks(
         let n = (count - done).min(CHUNK_ROWS);
         let base = first + done * step;
         let values: UInt64Array = (0..n).map(|i| base + i * step).collect();
-        let stamps: Int64Array = values
-            .values()
-            .iter()
-            .map(|&v| timestamp_ms(start_ms, v, rows_per_second))
-            .collect();
+        let stamps = TimestampMillisecondArray::from_iter_values(
+            values
+                .values()
+                .iter()
+                .map(|&v| timestamp_ms(start_ms, v, rows_per_second)),
+        );
         RecordBatch::try_new(schema(), vec![Arc::new(values), Arc::new(stamps)])
             .map_err(|e| Error::Encoding(e.to_string()))
     })

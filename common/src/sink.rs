@@ -55,18 +55,69 @@ pub struct SinkManifest {
     pub files: Vec<SinkFile>,
 }
 
-/// Encodes rows as JSON lines.
+/// Encodes rows as JSON lines. Timestamps are written as integers, in
+/// milliseconds since the Unix epoch (the rate source's `timestamp_ms` is
+/// `{"timestamp_ms":1700000000000}`); the file source reads both that and
+/// RFC 3339 text.
 pub fn encode_jsonl(batches: &[RecordBatch]) -> Result<Vec<u8>> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let mut buf = Vec::with_capacity(rows * 48);
     {
         let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
         for b in batches {
-            w.write(b).map_err(|e| Error::Encoding(e.to_string()))?;
+            let b = timestamps_as_millis(b)?;
+            w.write(&b).map_err(|e| Error::Encoding(e.to_string()))?;
         }
         w.finish().map_err(|e| Error::Encoding(e.to_string()))?;
     }
     Ok(buf)
+}
+
+/// `batch` with every timestamp column turned into Int64 milliseconds
+/// since the epoch (sub-millisecond digits are dropped).
+fn timestamps_as_millis(batch: &RecordBatch) -> Result<RecordBatch> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    use arrow_array::{ArrayRef, Int64Array};
+    use arrow_schema::{DataType, Field, Schema, TimeUnit};
+    use std::sync::Arc;
+
+    let schema = batch.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(..)))
+    {
+        return Ok(batch.clone());
+    }
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (f, c) in schema.fields().iter().zip(batch.columns()) {
+        let DataType::Timestamp(unit, _) = f.data_type() else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+            continue;
+        };
+        let millis: Int64Array = match unit {
+            TimeUnit::Second => c
+                .as_primitive::<TimestampSecondType>()
+                .unary(|v| v.saturating_mul(1000)),
+            TimeUnit::Millisecond => c.as_primitive::<TimestampMillisecondType>().unary(|v| v),
+            TimeUnit::Microsecond => c
+                .as_primitive::<TimestampMicrosecondType>()
+                .unary(|v| v.div_euclid(1000)),
+            TimeUnit::Nanosecond => c
+                .as_primitive::<TimestampNanosecondType>()
+                .unary(|v| v.div_euclid(1_000_000)),
+        };
+        fields.push(Field::new(f.name(), DataType::Int64, f.is_nullable()));
+        columns.push(Arc::new(millis) as ArrayRef);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| Error::Encoding(e.to_string()))
 }
 
 /// A file sink rooted at one directory.

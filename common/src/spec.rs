@@ -25,7 +25,13 @@ pub struct QuerySpec {
     pub max_rows_per_batch: Option<u64>,
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub sink: SinkSpec,
+    /// The query over the table `input`; `None` means [`DEFAULT_SQL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
 }
+
+/// The query of a spec without `sql`.
+pub const DEFAULT_SQL: &str = "SELECT * FROM input";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -133,6 +139,12 @@ impl QuerySpec {
                 ),
             ));
         }
+        if self.sql.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(Error::invalid(
+                "sql",
+                "must not be empty; leave it out for SELECT * FROM input",
+            ));
+        }
         if self.max_rows_per_batch == Some(0) {
             return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
         }
@@ -156,6 +168,11 @@ impl QuerySpec {
         match &self.source {
             SourceSpec::Rate(r) => r,
         }
+    }
+
+    /// The query's SQL.
+    pub fn sql(&self) -> &str {
+        self.sql.as_deref().unwrap_or(DEFAULT_SQL)
     }
 
     /// The sink location.
@@ -242,6 +259,7 @@ impl From<&QuerySpec> for pb::QuerySpec {
             }),
             max_rows_per_batch: s.max_rows_per_batch,
             sink: Some(s.sink.to_proto()),
+            sql: s.sql.clone(),
         }
     }
 }
@@ -293,6 +311,7 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             },
             max_rows_per_batch: p.max_rows_per_batch,
             sink: SinkSpec::from_proto(p.sink.as_ref())?,
+            sql: p.sql.clone(),
         };
         spec.validate()?;
         Ok(spec)

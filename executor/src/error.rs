@@ -52,6 +52,10 @@ pub enum ExecutorError {
     /// Source, sink or storage failure inside a task.
     #[error(transparent)]
     Common(#[from] sluice_common::Error),
+
+    /// The task's query could not be planned or run.
+    #[error(transparent)]
+    Sql(#[from] sluice_sql::SqlError),
 }
 
 impl ExecutorError {
@@ -65,6 +69,7 @@ impl ExecutorError {
             | ExecutorError::Draining
             | ExecutorError::TaskPanicked(_) => true,
             ExecutorError::Common(e) => e.is_retryable(),
+            ExecutorError::Sql(e) => e.is_retryable(),
             ExecutorError::Config(_)
             | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 pub mod config;
 pub mod connection;
 pub mod error;
+mod input;
 mod runner;
 pub mod session;
 mod sink;

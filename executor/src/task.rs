@@ -4,7 +4,7 @@
 //! TaskAssignment ─admit(epoch)─► stale? ──► TaskResult{error: STALE_EPOCH}
 //!        │ run
 //!        ▼
-//!   plan() (validate, in a slot) ──────► spawn_blocking(read + encode)
+//!   plan() (validate, in a slot) ──────► spawn_blocking(read + SQL + encode)
 //!        │                                        │ rows == 0: no file
 //!        ▼                                        ▼
 //!   TaskResult{error: kind}  ◄── error ──  FileSink::write_part (create-only)
@@ -19,14 +19,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use arrow_schema::SchemaRef;
 use sluice_common::sink::FileSink;
 use sluice_proto::{
-    ErrorKind, SinkFile, TaskAssignment, TaskError, TaskOutput, TaskResult, sink,
+    ErrorKind, SinkFile, Stage, TaskAssignment, TaskError, TaskOutput, TaskResult, sink,
     task_result::Outcome,
 };
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::error::ExecutorError;
+use crate::input::Input;
 use crate::source::{self, SourceReader};
 
 /// Whether a task may run, given the highest driver epoch seen so far.
@@ -68,6 +70,7 @@ pub fn task_error(err: &ExecutorError) -> TaskError {
         ExecutorError::Common(e) => error_kind(e),
         ExecutorError::StaleEpoch { .. } => ErrorKind::StaleEpoch,
         ExecutorError::MalformedTask(_) | ExecutorError::Config(_) => ErrorKind::Fatal,
+        ExecutorError::Sql(e) if !e.is_retryable() => ErrorKind::Fatal,
         _ => ErrorKind::Retryable,
     };
     TaskError {
@@ -90,6 +93,9 @@ pub struct TaskPlan {
     pub batch_id: u64,
     pub partition: u32,
     pub source: Box<dyn SourceReader>,
+    /// The query, and the schema of its `input` table.
+    pub sql: String,
+    pub input_schema: SchemaRef,
     /// The file sink's root location and format.
     pub sink_path: String,
     pub format: String,
@@ -98,11 +104,25 @@ pub struct TaskPlan {
 /// Validates an assignment into a plan; anything missing is fatal.
 pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
     let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+    if task.stage != Stage::Map as i32 {
+        return Err(malformed(format!("stage {} is not supported", task.stage)));
+    }
     let source = task
         .source
         .as_ref()
         .ok_or_else(|| malformed("missing source".into()))?;
     let source = source::open(source, task.partition).map_err(|e| malformed(e.to_string()))?;
+    let query = task
+        .plan
+        .as_ref()
+        .ok_or_else(|| malformed("missing plan".into()))?;
+    let input_schema =
+        sluice_sql::decode_schema(&query.input_schema).map_err(|e| malformed(e.to_string()))?;
+    if input_schema != source.schema() {
+        return Err(malformed(
+            "the plan's input schema is not the source's".into(),
+        ));
+    }
     let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
         return Err(malformed("missing sink".into()));
     };
@@ -114,6 +134,8 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         batch_id: task.batch_id,
         partition: task.partition,
         source,
+        sql: query.sql.clone(),
+        input_schema,
         sink_path: files.path.clone(),
         format: files.format.clone(),
     })
@@ -175,10 +197,10 @@ pub async fn execute(
 /// Chunks of encoded rows in flight between the producer and the writer.
 const CHUNKS_IN_FLIGHT: usize = 2;
 
-/// Writes one task's part file in bounded memory:
+/// Runs one task and writes its part file in bounded memory:
 ///
 /// ```text
-///  blocking thread: source chunk ─► encode ─► channel (2)
+///  blocking thread: source chunk ─► SQL (DataFusion) ─► encode ─► channel (2)
 ///  this task:       channel ─► part file writer (multipart, 2 parts of 4 MiB)
 /// ```
 ///
@@ -191,14 +213,7 @@ pub async fn run(
     sinks: Arc<SinkCache>,
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
-    let TaskPlan {
-        batch_id,
-        partition,
-        source,
-        sink_path,
-        format,
-    } = plan;
-    let planned = source.planned_rows();
+    let planned = plan.source.planned_rows();
     let done = |input_rows, rows, files| TaskOutput {
         rows,
         files,
@@ -208,32 +223,23 @@ pub async fn run(
     if planned == Some(0) {
         return Ok(done(0, 0, Vec::new()));
     }
+    let (batch_id, partition) = (plan.batch_id, plan.partition);
+    let sink_path = plan.sink_path.clone();
     let sink = tokio::task::spawn_blocking(move || sinks.get(&sink_path))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    let ext = crate::sink::extension(&format).to_string();
-    let mut writer = sink.begin_part(batch_id, partition, &ext).await?;
+    let ext = crate::sink::extension(&plan.format).to_string();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(CHUNKS_IN_FLIGHT);
-    let producer = tokio::task::spawn_blocking(move || -> Result<(u64, u64), ExecutorError> {
-        let mut encoder = crate::sink::encoder(&format, source.schema())?;
-        let (mut input_rows, mut rows) = (0u64, 0u64);
-        for chunk in source.read() {
-            let chunk = chunk?;
-            input_rows += chunk.num_rows() as u64;
-            rows += chunk.num_rows() as u64;
-            let data = encoder.encode(&chunk)?;
-            if tx.blocking_send(bytes::Bytes::from(data)).is_err() {
-                return Ok((input_rows, rows)); // the writer is gone: failed or cancelled
-            }
-        }
-        let tail = encoder.finish()?;
-        if !tail.is_empty() {
-            let _ = tx.blocking_send(bytes::Bytes::from(tail));
-        }
-        Ok((input_rows, rows))
-    });
+    let runtime = tokio::runtime::Handle::current();
+    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, &tx));
+    // The file is begun with the first bytes: a task whose query keeps no
+    // row writes nothing at all.
+    let mut writer = None;
     while let Some(chunk) = rx.recv().await {
-        writer.write(chunk).await?;
+        if writer.is_none() {
+            writer = Some(sink.begin_part(batch_id, partition, &ext).await?);
+        }
+        writer.as_mut().expect("begun above").write(chunk).await?;
     }
     let (input_rows, rows) = producer
         .await
@@ -243,9 +249,9 @@ pub async fn run(
             "read {input_rows} rows of the {planned} planned"
         )));
     }
-    if rows == 0 {
+    let Some(writer) = writer.filter(|_| rows > 0) else {
         return Ok(done(input_rows, 0, Vec::new()));
-    }
+    };
     let f = sink
         .finish_part(writer, batch_id, partition, &ext, rows)
         .await?;
@@ -255,6 +261,44 @@ pub async fn run(
         bytes: f.bytes,
     };
     Ok(done(input_rows, rows, vec![file]))
+}
+
+/// The blocking half of [`run`]: reads the input through the query and
+/// sends the encoded output. Returns the rows read and the rows written.
+fn produce(
+    plan: TaskPlan,
+    runtime: &tokio::runtime::Handle,
+    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+) -> Result<(u64, u64), ExecutorError> {
+    let input = Input::new(plan.source.read());
+    let (read, failure) = (input.read.clone(), input.failure.clone());
+    let mut output = runtime.block_on(sluice_sql::run(
+        &plan.sql,
+        plan.input_schema,
+        Box::new(input),
+    ))?;
+    let mut encoder = crate::sink::encoder(&plan.format, output.schema())?;
+    let mut rows = 0u64;
+    while let Some(batch) = runtime.block_on(output.next()) {
+        let batch = match batch {
+            Ok(b) => b,
+            // The input's own error says whether a retry may help.
+            Err(e) => return Err(failure.take().unwrap_or(e.into())),
+        };
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        rows += batch.num_rows() as u64;
+        let data = encoder.encode(&batch)?;
+        if tx.blocking_send(bytes::Bytes::from(data)).is_err() {
+            break; // the writer is gone: failed or cancelled
+        }
+    }
+    let tail = encoder.finish()?;
+    if rows > 0 && !tail.is_empty() {
+        let _ = tx.blocking_send(bytes::Bytes::from(tail));
+    }
+    Ok((read.get(), rows))
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod ha;
 pub mod http;
 pub mod manifests;
 pub mod node;
+pub mod oracle;
 pub mod ports;
 pub mod process;
 pub mod seed;

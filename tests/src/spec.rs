@@ -13,6 +13,7 @@ pub struct Spec {
     pub max_rows_per_batch: Option<u64>,
     pub sink: String,
     pub format: String,
+    pub sql: Option<String>,
 }
 
 impl Spec {
@@ -27,7 +28,13 @@ impl Spec {
             max_rows_per_batch: None,
             sink: sink.display().to_string(),
             format: "jsonl".to_string(),
+            sql: None,
         }
+    }
+
+    pub fn sql(mut self, sql: &str) -> Self {
+        self.sql = Some(sql.to_string());
+        self
     }
 
     pub fn partitions(mut self, n: u32) -> Self {
@@ -73,6 +80,9 @@ impl Spec {
             yaml_string(&self.sink),
             self.format
         ));
+        if let Some(sql) = &self.sql {
+            y.push_str(&format!("sql: {}\n", yaml_string(sql)));
+        }
         y
     }
 }

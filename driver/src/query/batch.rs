@@ -181,6 +181,8 @@ async fn run_partition(
             epoch: ctx.term.epoch,
             source: Some(input),
             sink: Some(ctx.spec.sink.to_proto()),
+            stage: pb::Stage::Map.into(),
+            plan: Some(ctx.plan.clone()),
         };
         let mut guard = InFlight {
             scheduler: &ctx.term.scheduler,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::sink::FileSink;
 use sluice_common::spec::QuerySpec;
+use sluice_proto as pb;
 use tracing::warn;
 
 use super::entry::QueryEntry;
@@ -24,6 +25,8 @@ pub struct Ctx {
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
     pub sink: Option<FileSink>,
+    /// What every task of the query runs.
+    pub plan: pb::TaskPlan,
 }
 
 impl Ctx {

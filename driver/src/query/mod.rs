@@ -103,6 +103,16 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
     e
 }
 
+/// Plans the query's SQL over its source's `input` table, as every task
+/// will: a query that cannot run is refused at submit, naming why.
+async fn check_sql(spec: &QuerySpec) -> Result<(), DriverError> {
+    let input = crate::source::input_schema(&spec.source);
+    sluice_sql::check(spec.sql(), input)
+        .await
+        .map(|_| ())
+        .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))
+}
+
 /// Submits a new query: writes its checkpoint and starts its runner.
 pub async fn submit(
     driver: &Arc<Driver>,
@@ -121,6 +131,7 @@ pub async fn submit(
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
         .collect();
     check_sink(&spec, &others, &driver.config.checkpoint_root)?;
+    check_sql(&spec).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.

@@ -19,6 +19,7 @@ use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{OffsetRecord, RECORD_VERSION, SourceOffsets, padded};
 use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
+use sluice_proto as pb;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
@@ -76,6 +77,10 @@ async fn drive(
         .clone()
         .ok_or_else(|| DriverError::Internal("query has no spec".into()))?;
     let qc = driver.checkpoint.query(&entry.name);
+    let plan = pb::TaskPlan {
+        sql: spec.sql().to_string(),
+        input_schema: sluice_sql::encode_schema(&source::input_schema(&spec.source)),
+    };
     let mut ctx = Ctx {
         driver,
         term,
@@ -83,6 +88,7 @@ async fn drive(
         spec,
         qc,
         sink: None,
+        plan,
     };
     let source = source::open(&ctx).await?;
     let source = source.as_ref();

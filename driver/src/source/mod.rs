@@ -14,8 +14,10 @@ mod rate;
 
 use std::time::Duration;
 
+use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::SourceOffsets;
+use sluice_common::spec::SourceSpec;
 use sluice_proto as pb;
 
 use crate::error::DriverError;
@@ -61,11 +63,16 @@ pub trait SourcePlanner: Send + Sync {
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;
 }
 
+/// The schema of the `input` table that `spec` gives a query's SQL.
+pub fn input_schema(spec: &SourceSpec) -> SchemaRef {
+    match spec {
+        SourceSpec::Rate(_) => sluice_common::rate::schema(),
+    }
+}
+
 /// The planner of `ctx`'s query, with its state read from the checkpoint.
 pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
     match &ctx.spec.source {
-        sluice_common::spec::SourceSpec::Rate(spec) => {
-            Ok(Box::new(rate::RatePlanner::open(ctx, spec.clone()).await?))
-        }
+        SourceSpec::Rate(spec) => Ok(Box::new(rate::RatePlanner::open(ctx, spec.clone()).await?)),
     }
 }

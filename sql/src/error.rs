@@ -1,0 +1,55 @@
+//! The one error type of `sluice-sql`.
+
+use datafusion::error::DataFusionError;
+
+use crate::InputError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The SQL does not parse or plan: a syntax error (with its line and
+    /// column), an unknown column, table or function, a type mismatch.
+    #[error("sql: {0}")]
+    Invalid(String),
+
+    /// The SQL is valid, but uses a construct that Sluice does not run.
+    #[error("sql: {construct} is not supported: {reason}")]
+    Unsupported { construct: String, reason: String },
+
+    /// Running the query failed (a cast of a bad value, say).
+    #[error("sql: {0}")]
+    Execution(String),
+
+    /// DataFusion ran out of memory for this task.
+    #[error("sql: {0}")]
+    Resources(String),
+
+    /// Reading the input failed.
+    #[error("{0}")]
+    Input(InputError),
+}
+
+impl SqlError {
+    /// True when the same task may succeed if tried again. Planning and
+    /// execution are deterministic; only exhausted resources may pass.
+    /// Whether an input error may pass is for its reader to say.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SqlError::Resources(_))
+    }
+
+    pub(crate) fn from_planning(e: DataFusionError) -> Self {
+        SqlError::Invalid(message(&e))
+    }
+
+    pub(crate) fn from_execution(e: DataFusionError) -> Self {
+        match e {
+            DataFusionError::External(inner) => SqlError::Input(inner),
+            DataFusionError::ResourcesExhausted(m) => SqlError::Resources(m),
+            other => SqlError::Execution(message(&other)),
+        }
+    }
+}
+
+/// DataFusion's message without its backtrace.
+fn message(e: &DataFusionError) -> String {
+    e.strip_backtrace()
+}

@@ -1,0 +1,141 @@
+//! `sluice-sql`: the one place that runs DataFusion. The driver plans a
+//! query's SQL at submit to check it ([`check`]); each executor plans the
+//! same SQL for every task and runs it over the task's input ([`run`]).
+//!
+//! ```text
+//!  driver, submit:  sql + input schema ─► check ─► output schema | SqlError (named construct)
+//!  executor, task:  sql + input schema + input batches ─► run ─► output batches
+//! ```
+//!
+//! Both go through [`session::context`], whose settings make a task's
+//! output (its rows and their order) a pure function of the SQL and the
+//! input: one partition, a fixed batch size, no repartitioning.
+
+mod error;
+mod schema;
+mod session;
+mod support;
+
+pub use error::SqlError;
+pub use schema::{decode_schema, encode_schema};
+
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+
+/// The table name of a query's input.
+pub const INPUT: &str = "input";
+
+/// The query of a spec without `sql`.
+pub const DEFAULT_SQL: &str = "SELECT * FROM input";
+
+/// An error of the input, passed through DataFusion unchanged.
+pub type InputError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A task's input, read on the thread that polls the output.
+pub type InputBatches = Box<dyn Iterator<Item = Result<RecordBatch, InputError>> + Send>;
+
+/// Plans `sql` over `input` without running it: the output schema, or the
+/// reason it cannot run in Sluice (a syntax error with its position, an
+/// unknown name, an unsupported construct).
+pub async fn check(sql: &str, input: SchemaRef) -> Result<SchemaRef, SqlError> {
+    let ctx = session::context();
+    let table = StreamingTable::try_new(input.clone(), vec![Arc::new(Once::empty(input))])
+        .map_err(SqlError::from_planning)?;
+    ctx.register_table(INPUT, Arc::new(table))
+        .map_err(SqlError::from_planning)?;
+    let plan = session::logical_plan(&ctx, sql).await?;
+    Ok(Arc::new(plan.schema().as_arrow().clone()))
+}
+
+/// A running query's output.
+pub struct Output {
+    schema: SchemaRef,
+    stream: SendableRecordBatchStream,
+}
+
+impl Output {
+    /// The schema of every output batch.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next output batch; `None` at the end.
+    pub async fn next(&mut self) -> Option<Result<RecordBatch, SqlError>> {
+        use futures::StreamExt;
+        let next = self.stream.next().await?;
+        Some(next.map_err(SqlError::from_execution))
+    }
+}
+
+/// Runs `sql` over `input`. The output is meant to be polled on a
+/// blocking thread: the input is read as it is polled.
+pub async fn run(sql: &str, schema: SchemaRef, input: InputBatches) -> Result<Output, SqlError> {
+    let ctx = session::context();
+    let table = StreamingTable::try_new(schema.clone(), vec![Arc::new(Once::new(schema, input))])
+        .map_err(SqlError::from_planning)?;
+    ctx.register_table(INPUT, Arc::new(table))
+        .map_err(SqlError::from_planning)?;
+    let plan = session::logical_plan(&ctx, sql).await?;
+    let physical = ctx
+        .state()
+        .create_physical_plan(&plan)
+        .await
+        .map_err(SqlError::from_planning)?;
+    let schema = physical.schema();
+    let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
+    Ok(Output { schema, stream })
+}
+
+/// The `input` table's one partition: the task's input, readable once.
+#[derive(Debug)]
+struct Once {
+    schema: SchemaRef,
+    input: Mutex<Option<InputSlot>>,
+}
+
+struct InputSlot(InputBatches);
+
+impl std::fmt::Debug for InputSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InputBatches")
+    }
+}
+
+impl Once {
+    fn new(schema: SchemaRef, input: InputBatches) -> Self {
+        Once {
+            schema,
+            input: Mutex::new(Some(InputSlot(input))),
+        }
+    }
+
+    fn empty(schema: SchemaRef) -> Self {
+        Once::new(schema, Box::new(std::iter::empty()))
+    }
+}
+
+impl PartitionStream for Once {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.input.lock().expect("input slot lock poisoned").take();
+        // Invariant: the planner refuses every query that reads `input`
+        // twice (see `support`), so a second read is a bug.
+        let InputSlot(input) = taken.expect("the input of a task is read once");
+        let stream = futures::stream::iter(input.map(|b| b.map_err(DataFusionError::External)));
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,87 @@
+//! The one DataFusion session configuration, and planning under it.
+//!
+//! Invariant (DESIGN.md, 3, determinism): the output of a task, its rows
+//! and their order, is a pure function of the SQL and the input. Everything
+//! that could make DataFusion reorder rows is off: one target partition, no
+//! repartitioning of joins, aggregations, windows, sorts or scans, no round
+//! robin. Output batches are re-chunked to a fixed size, which keeps their
+//! order.
+
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+
+use crate::SqlError;
+use crate::support;
+
+/// Rows per output batch.
+pub const BATCH_ROWS: usize = 8192;
+
+/// A fresh context with Sluice's settings. Nothing else creates one.
+pub fn context() -> SessionContext {
+    let config = SessionConfig::new()
+        .with_target_partitions(1)
+        .with_batch_size(BATCH_ROWS)
+        .with_repartition_joins(false)
+        .with_repartition_aggregations(false)
+        .with_repartition_windows(false)
+        .with_repartition_sorts(false)
+        .with_repartition_file_scans(false)
+        .with_round_robin_repartition(false)
+        .with_coalesce_batches(true)
+        .with_information_schema(false);
+    SessionContext::new_with_config(config)
+}
+
+/// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
+/// that Sluice runs.
+pub async fn logical_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan, SqlError> {
+    let plan = ctx
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(|e| with_end_position(SqlError::from_planning(e), sql))?;
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+        .verify_plan(&plan)
+        .map_err(|e| SqlError::Unsupported {
+            construct: "a statement other than SELECT".into(),
+            reason: e.strip_backtrace(),
+        })?;
+    support::check(&plan)?;
+    Ok(plan)
+}
+
+/// A parse error at the end of the query carries no position from the
+/// parser ("found: EOF"): add the position of the end.
+fn with_end_position(e: SqlError, sql: &str) -> SqlError {
+    match e {
+        SqlError::Invalid(m) if m.contains("found: EOF") && !m.contains("Line:") => {
+            let line = sql.lines().count().max(1);
+            let column = sql.lines().last().map_or(0, |l| l.chars().count()) + 1;
+            SqlError::Invalid(format!(
+                "{m} at the end of the query, Line: {line}, Column: {column}"
+            ))
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parse_error_at_the_end_names_the_end() {
+        let e = with_end_position(
+            SqlError::Invalid("ParserError(\"Expected: an expression, found: EOF\")".into()),
+            "SELECT a\nFROM input WHERE",
+        );
+        assert!(
+            e.to_string()
+                .ends_with("at the end of the query, Line: 2, Column: 17"),
+            "{e}"
+        );
+    }
+}

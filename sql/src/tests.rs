@@ -1,0 +1,119 @@
+//! Checking and running SQL over an in-memory input.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+
+use super::*;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("value", DataType::UInt64, false),
+        Field::new("tags", DataType::Utf8, true),
+    ]))
+}
+
+fn batches(n: u64) -> Vec<RecordBatch> {
+    (0..n)
+        .step_by(100)
+        .map(|start| {
+            let end = (start + 100).min(n);
+            let values: UInt64Array = (start..end).collect();
+            let tags: StringArray = (start..end).map(|v| Some(format!("a{v},b"))).collect();
+            RecordBatch::try_new(schema(), vec![Arc::new(values), Arc::new(tags)]).unwrap()
+        })
+        .collect()
+}
+
+fn input(n: u64) -> InputBatches {
+    Box::new(batches(n).into_iter().map(Ok))
+}
+
+async fn collect(sql: &str, n: u64) -> Vec<RecordBatch> {
+    let mut out = run(sql, schema(), input(n)).await.unwrap();
+    let mut all = Vec::new();
+    while let Some(b) = out.next().await {
+        all.push(b.unwrap());
+    }
+    all
+}
+
+fn err(r: Result<SchemaRef, SqlError>) -> String {
+    r.expect_err("the SQL was accepted").to_string()
+}
+
+#[tokio::test]
+async fn a_filter_and_projection_keep_the_input_order() {
+    let out = collect(
+        "SELECT value, value % 1000 AS k FROM input WHERE value % 1000 < 900",
+        2500,
+    )
+    .await;
+    let values: Vec<u64> = out
+        .iter()
+        .flat_map(|b| {
+            let a = b.column(0).as_any().downcast_ref::<UInt64Array>().unwrap();
+            a.values().to_vec()
+        })
+        .collect();
+    let want: Vec<u64> = (0..2500).filter(|v| v % 1000 < 900).collect();
+    assert_eq!(values, want);
+    assert_eq!(out[0].schema().field(1).name(), "k");
+}
+
+#[tokio::test]
+async fn unnest_runs_and_a_rerun_gives_the_same_rows() {
+    let sql = "SELECT value, unnest(string_to_array(tags, ',')) AS tag FROM input";
+    let a = collect(sql, 300).await;
+    let b = collect(sql, 300).await;
+    assert_eq!(a, b);
+    let rows: usize = a.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 600);
+    assert!(!a[0].column(1).is_empty());
+}
+
+#[tokio::test]
+async fn the_default_query_passes_every_column() {
+    let out = check(DEFAULT_SQL, schema()).await.unwrap();
+    assert_eq!(out.as_ref(), schema().as_ref());
+}
+
+#[tokio::test]
+async fn bad_sql_is_refused_naming_what_is_wrong() {
+    let e = err(check("SELEC value FROM input", schema()).await);
+    assert!(e.contains("SELEC"), "{e}");
+    let e = err(check("SELECT nope FROM input", schema()).await);
+    assert!(e.contains("nope"), "{e}");
+    let e = err(check("SELECT * FROM elsewhere", schema()).await);
+    assert!(e.contains("elsewhere"), "{e}");
+}
+
+#[tokio::test]
+async fn constructs_that_need_state_or_order_are_refused_by_name() {
+    for (sql, named) in [
+        ("SELECT count(*) FROM input", "count"),
+        ("SELECT tags, sum(value) FROM input GROUP BY tags", "sum"),
+        ("SELECT tags FROM input GROUP BY tags", "GROUP BY"),
+        ("SELECT DISTINCT tags FROM input", "DISTINCT"),
+        ("SELECT value FROM input ORDER BY value", "ORDER BY"),
+        ("SELECT value FROM input LIMIT 5", "LIMIT"),
+        (
+            "SELECT value, row_number() OVER (ORDER BY value) FROM input",
+            "row_number",
+        ),
+        (
+            "SELECT a.value FROM input a JOIN input b ON a.value = b.value",
+            "join of the stream with itself",
+        ),
+        (
+            "SELECT value FROM input UNION ALL SELECT value FROM input",
+            "more than once",
+        ),
+        ("CREATE TABLE t AS SELECT * FROM input", "other than SELECT"),
+    ] {
+        let e = err(check(sql, schema()).await);
+        assert!(e.contains("not supported"), "{sql}: {e}");
+        assert!(e.contains(named), "{sql}: {e}");
+    }
+}
