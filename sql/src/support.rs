@@ -5,13 +5,15 @@
 //! - Refused until stateful queries exist: aggregates and `GROUP BY`,
 //!   `DISTINCT`, window functions (they need state across batches).
 //! - Refused outright: `ORDER BY` and `LIMIT` (a stream has no order and
-//!   no end), recursive queries, `EXPLAIN`, a query that reads `input`
+//!   no end), functions whose value is not fixed by their arguments
+//!   (`now()`, `random()`, `uuid()`: a retried task must write the same
+//!   bytes), recursive queries, `EXPLAIN`, a query that reads `input`
 //!   more than once (a self-join, say), and joins that would emit a static
 //!   table's unmatched rows with every batch.
 
 use datafusion::common::JoinType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 
 use crate::{INPUT, SqlError};
 
@@ -57,6 +59,13 @@ pub fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
                 "a streaming query must produce rows",
             )),
             LogicalPlan::Join(j) => join(j.join_type, reads_input(&j.left), reads_input(&j.right)),
+            _ if volatile_function(node)?.is_some() => {
+                let name = volatile_function(node)?.unwrap_or_default();
+                Some(unsupported(
+                    format!("the function {name}"),
+                    "its value depends on when or where a task runs, so a retried task would write different rows",
+                ))
+            }
             LogicalPlan::TableScan(t) if t.table_name.table() == INPUT => {
                 input_reads += 1;
                 None
@@ -107,6 +116,25 @@ fn join(kind: JoinType, left_input: bool, right_input: bool) -> Option<SqlError>
             "it would emit the static table's unmatched rows with every batch",
         )
     })
+}
+
+/// The first function in `node`'s expressions whose result is not fixed
+/// by its arguments (`now()`, `random()`, `uuid()`): a task must be a pure
+/// function of its input.
+fn volatile_function(node: &LogicalPlan) -> datafusion::common::Result<Option<String>> {
+    let mut found = None;
+    node.apply_expressions(|e| {
+        e.apply(|e| {
+            if let Expr::ScalarFunction(f) = e
+                && f.func.signature().volatility != Volatility::Immutable
+            {
+                found = Some(f.func.name().to_string());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+    })?;
+    Ok(found)
 }
 
 /// The names of the aggregate and window functions that `exprs` call.

@@ -111,9 +111,35 @@ async fn constructs_that_need_state_or_order_are_refused_by_name() {
             "more than once",
         ),
         ("CREATE TABLE t AS SELECT * FROM input", "other than SELECT"),
+        ("SELECT value, now() AS t FROM input", "now"),
+        ("SELECT value FROM input WHERE random() < 0.5", "random"),
+        ("SELECT uuid() AS id FROM input", "uuid"),
     ] {
         let e = err(check(sql, schema()).await);
         assert!(e.contains("not supported"), "{sql}: {e}");
         assert!(e.contains(named), "{sql}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn functions_fixed_by_their_arguments_are_accepted() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("value", DataType::UInt64, false),
+        Field::new(
+            "timestamp_ms",
+            DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, None),
+            false,
+        ),
+    ]));
+    for sql in [
+        "SELECT value, upper(concat('v', CAST(value AS VARCHAR))) AS label, sqrt(CAST(value AS DOUBLE)) AS root, \
+         date_trunc('second', timestamp_ms) AS second, regexp_like(CAST(value AS VARCHAR), '^1') AS ones \
+         FROM input WHERE value % 10 < 3 AND value > 100",
+        "SELECT value, unnest(string_to_array(concat(CAST(value % 3 AS VARCHAR), ',x'), ',')) AS part FROM input",
+        "SELECT to_char(timestamp_ms, '%Y') AS y, date_part('hour', timestamp_ms) AS h, abs(CAST(value AS BIGINT) - 5) AS d FROM input",
+    ] {
+        check(sql, schema.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
