@@ -46,11 +46,7 @@ pub type InputBatches = Box<dyn Iterator<Item = Result<RecordBatch, InputError>>
 /// reason it cannot run in Sluice (a syntax error with its position, an
 /// unknown name, an unsupported construct).
 pub async fn check(sql: &str, input: SchemaRef) -> Result<SchemaRef, SqlError> {
-    let ctx = session::context();
-    let table = StreamingTable::try_new(input.clone(), vec![Arc::new(Once::empty(input))])
-        .map_err(SqlError::from_planning)?;
-    ctx.register_table(INPUT, Arc::new(table))
-        .map_err(SqlError::from_planning)?;
+    let ctx = with_input(Once::empty(input))?;
     let plan = session::logical_plan(&ctx, sql).await?;
     Ok(Arc::new(plan.schema().as_arrow().clone()))
 }
@@ -78,11 +74,7 @@ impl Output {
 /// Runs `sql` over `input`. The output is meant to be polled on a
 /// blocking thread: the input is read as it is polled.
 pub async fn run(sql: &str, schema: SchemaRef, input: InputBatches) -> Result<Output, SqlError> {
-    let ctx = session::context();
-    let table = StreamingTable::try_new(schema.clone(), vec![Arc::new(Once::new(schema, input))])
-        .map_err(SqlError::from_planning)?;
-    ctx.register_table(INPUT, Arc::new(table))
-        .map_err(SqlError::from_planning)?;
+    let ctx = with_input(Once::new(schema, input))?;
     let plan = session::logical_plan(&ctx, sql).await?;
     let physical = ctx
         .state()
@@ -92,6 +84,16 @@ pub async fn run(sql: &str, schema: SchemaRef, input: InputBatches) -> Result<Ou
     let schema = physical.schema();
     let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
     Ok(Output { schema, stream })
+}
+
+/// A session whose table `input` is `input`.
+fn with_input(input: Once) -> Result<datafusion::prelude::SessionContext, SqlError> {
+    let ctx = session::context();
+    let table = StreamingTable::try_new(input.schema.clone(), vec![Arc::new(input)])
+        .map_err(SqlError::from_planning)?;
+    ctx.register_table(INPUT, Arc::new(table))
+        .map_err(SqlError::from_planning)?;
+    Ok(ctx)
 }
 
 /// The `input` table's one partition: the task's input, readable once.

@@ -24,6 +24,7 @@ pub fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
     let mut refused: Option<SqlError> = None;
     let mut input_reads = 0usize;
     plan.apply_with_subqueries(|node| {
+        let volatile = volatile_function(node)?;
         let found = match node {
             LogicalPlan::Aggregate(a) => {
                 let names = function_names(&a.aggr_expr)?;
@@ -59,8 +60,8 @@ pub fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
                 "a streaming query must produce rows",
             )),
             LogicalPlan::Join(j) => join(j.join_type, reads_input(&j.left), reads_input(&j.right)),
-            _ if volatile_function(node)?.is_some() => {
-                let name = volatile_function(node)?.unwrap_or_default();
+            _ if volatile.is_some() => {
+                let name = volatile.unwrap_or_default();
                 Some(unsupported(
                     format!("the function {name}"),
                     "its value depends on when or where a task runs, so a retried task would write different rows",

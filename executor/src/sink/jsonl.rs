@@ -1,20 +1,11 @@
 //! JSON lines: one object per row, as `arrow_json` writes it.
 
 use arrow_array::RecordBatch;
-use arrow_schema::SchemaRef;
 
 use super::Encoder;
 use crate::error::ExecutorError;
 
-pub struct Jsonl {
-    _schema: SchemaRef,
-}
-
-impl Jsonl {
-    pub fn new(schema: SchemaRef) -> Self {
-        Jsonl { _schema: schema }
-    }
-}
+pub struct Jsonl;
 
 impl Encoder for Jsonl {
     fn encode(&mut self, batch: &RecordBatch) -> Result<Vec<u8>, ExecutorError> {
