@@ -133,12 +133,12 @@ mod tests {
         };
         let spec = QuerySpec::parse(&q.spec_text()).unwrap();
         spec.validate().unwrap();
-        assert_eq!(spec.rate().total_rows, Some(20_000_000));
+        assert_eq!(spec.rate().unwrap().total_rows, Some(20_000_000));
         assert_eq!(spec.max_rows_per_batch, Some(4_000_000));
         q.total_rows = None;
         q.max_rows_per_batch = None;
         let spec = QuerySpec::parse(&q.spec_text()).unwrap();
         spec.validate().unwrap();
-        assert_eq!(spec.rate().total_rows, None);
+        assert_eq!(spec.rate().unwrap().total_rows, None);
     }
 }

@@ -8,6 +8,8 @@
 //!   offsets/<N>     the plan of batch N                        create-only
 //!   commits/<N>     what batch N committed                     create-only
 //!   sources/rate    the rate source's start time               create-only
+//!   sources/schema  the input schema, fixed at submit           create-only
+//!   sources/files/<N> the files batch N of a file source read   create-only
 //! <root>/epochs/<E> the standalone driver's epoch claims       create-only (see crate::epochs)
 //! ```
 //!
@@ -58,29 +60,81 @@ pub struct OffsetRecord {
     pub max_rows_per_task: Option<u64>,
 }
 
-/// The input range of a batch. For the rate source, the batch covers the
-/// global values `[start_value, end_value)`; partition `p` of `P` reads
-/// the values `v` in that range with `v % P == p`.
+/// The input range of a batch.
+///
+/// For the rate source, the batch covers the global values
+/// `[start_value, end_value)`; partition `p` of `P` reads the values `v` in
+/// that range with `v % P == p`.
+///
+/// For the file source, the batch reads `files` (the files numbered
+/// `[start_seq, end_seq)` in the order the source took them), cut into
+/// `tasks`: task `p` reads the ranges `tasks[p]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceOffsets {
-    Rate { start_value: u64, end_value: u64 },
+    Rate {
+        start_value: u64,
+        end_value: u64,
+    },
+    Files {
+        start_seq: u64,
+        end_seq: u64,
+        files: Vec<SourceFile>,
+        tasks: Vec<Vec<FileRange>>,
+    },
+}
+
+/// A source file as a batch plans to read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceFile {
+    /// The path under the source directory.
+    pub path: String,
+    pub size: u64,
+}
+
+/// The bytes `[start, end)` of `files[file]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRange {
+    pub file: u32,
+    pub start: u64,
+    pub end: u64,
 }
 
 impl SourceOffsets {
+    /// Where the input stands after this batch: the rate source's next
+    /// value, or the number of files the file source has taken.
     pub fn end_value(&self) -> u64 {
         match self {
             SourceOffsets::Rate { end_value, .. } => *end_value,
+            SourceOffsets::Files { end_seq, .. } => *end_seq,
         }
     }
-    pub fn rows(&self) -> u64 {
+
+    /// Where the input stood before this batch.
+    pub fn start_value(&self) -> u64 {
         match self {
-            SourceOffsets::Rate {
-                start_value,
-                end_value,
-            } => end_value - start_value,
+            SourceOffsets::Rate { start_value, .. } => *start_value,
+            SourceOffsets::Files { start_seq, .. } => *start_seq,
         }
     }
+}
+
+/// `sources/files/<N>`: the files batch N of a file source read. This log
+/// outlives `offsets/` (which is purged), so no file is ever read twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileLogEntry {
+    pub version: u32,
+    pub batch_id: u64,
+    pub files: Vec<String>,
+}
+
+/// `sources/schema`: the schema of the `input` table, fixed when the query
+/// was submitted (declared, or inferred from the files then present).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchemaRecord {
+    pub version: u32,
+    pub schema: arrow_schema::Schema,
+    pub epoch: u64,
 }
 
 /// What a batch committed. Invariant (DESIGN.md, 2): written only after the

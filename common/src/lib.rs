@@ -6,6 +6,7 @@ pub mod backoff;
 pub mod checkpoint;
 pub mod epochs;
 pub mod error;
+pub mod parquet_meta;
 pub mod rate;
 pub mod shutdown;
 pub mod sink;

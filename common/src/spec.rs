@@ -2,10 +2,16 @@
 //! message. Parsing rejects unknown fields by name; [`QuerySpec::validate`]
 //! checks every range and names the field that is out of it.
 
+mod files;
+
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
 use crate::error::{Error, Result};
+pub use files::{
+    COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
+    column_type, declared_schema,
+};
 
 pub const MAX_PARTITIONS: u32 = 1024;
 pub const MAX_ROWS_PER_SECOND: u64 = 1_000_000_000_000;
@@ -37,6 +43,7 @@ pub const DEFAULT_SQL: &str = "SELECT * FROM input";
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum SourceSpec {
     Rate(RateSpec),
+    Files(FileSourceSpec),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +136,7 @@ impl QuerySpec {
                     ));
                 }
             }
+            SourceSpec::Files(f) => f.validate("source.files")?,
         }
         if self.trigger.interval_ms > MAX_INTERVAL_MS {
             return Err(Error::invalid(
@@ -163,10 +171,11 @@ impl QuerySpec {
         Ok(())
     }
 
-    /// Rate source settings (the only source today).
-    pub fn rate(&self) -> &RateSpec {
+    /// Rate source settings, when the source is `rate`.
+    pub fn rate(&self) -> Option<&RateSpec> {
         match &self.source {
-            SourceSpec::Rate(r) => r,
+            SourceSpec::Rate(r) => Some(r),
+            SourceSpec::Files(_) => None,
         }
     }
 
@@ -244,22 +253,44 @@ fn validate_name(name: &str) -> Result<()> {
 
 impl From<&QuerySpec> for pb::QuerySpec {
     fn from(s: &QuerySpec) -> Self {
-        let r = s.rate();
         pb::QuerySpec {
             name: s.name.clone(),
-            source: Some(pb::Source {
-                kind: Some(pb::source::Kind::Rate(pb::RateSource {
-                    partitions: r.partitions,
-                    rows_per_second: r.rows_per_second,
-                    total_rows: r.total_rows,
-                })),
-            }),
+            source: Some(s.source.to_proto()),
             trigger: Some(pb::Trigger {
                 interval_ms: s.trigger.interval_ms,
             }),
             max_rows_per_batch: s.max_rows_per_batch,
             sink: Some(s.sink.to_proto()),
             sql: s.sql.clone(),
+        }
+    }
+}
+
+impl SourceSpec {
+    pub fn to_proto(&self) -> pb::Source {
+        let kind = match self {
+            SourceSpec::Rate(r) => pb::source::Kind::Rate(pb::RateSource {
+                partitions: r.partitions,
+                rows_per_second: r.rows_per_second,
+                total_rows: r.total_rows,
+            }),
+            SourceSpec::Files(f) => pb::source::Kind::Files(f.into()),
+        };
+        pb::Source { kind: Some(kind) }
+    }
+
+    pub fn from_proto(s: Option<&pb::Source>) -> Result<Self> {
+        match s.and_then(|s| s.kind.as_ref()) {
+            Some(pb::source::Kind::Rate(r)) => Ok(SourceSpec::Rate(RateSpec {
+                partitions: r.partitions,
+                rows_per_second: r.rows_per_second,
+                total_rows: r.total_rows,
+            })),
+            Some(pb::source::Kind::Files(f)) => Ok(SourceSpec::Files(f.try_into()?)),
+            None => Err(Error::invalid(
+                "source",
+                "missing; expected `rate` or `files`",
+            )),
         }
     }
 }
@@ -295,14 +326,7 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
     type Error = Error;
 
     fn try_from(p: &pb::QuerySpec) -> Result<Self> {
-        let source = match p.source.as_ref().and_then(|s| s.kind.as_ref()) {
-            Some(pb::source::Kind::Rate(r)) => SourceSpec::Rate(RateSpec {
-                partitions: r.partitions,
-                rows_per_second: r.rows_per_second,
-                total_rows: r.total_rows,
-            }),
-            None => return Err(Error::invalid("source", "missing; expected `rate`")),
-        };
+        let source = SourceSpec::from_proto(p.source.as_ref())?;
         let spec = QuerySpec {
             name: p.name.clone(),
             source,
@@ -336,7 +360,7 @@ mod tests {
         let y = QuerySpec::parse(GOOD).unwrap();
         let j = QuerySpec::parse(&serde_json::to_string(&y).unwrap()).unwrap();
         assert_eq!(y, j);
-        assert_eq!(y.rate().partitions, 4);
+        assert_eq!(y.rate().unwrap().partitions, 4);
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct Cli {
     /// rows per partition, whatever its spec says.
     #[arg(long, env = "SLUICE_MAX_ROWS_PER_TASK", default_value_t = 1_000_000)]
     pub max_rows_per_task: u64,
+    /// The most bytes of source files one task reads: a larger file is
+    /// split into byte ranges across tasks.
+    #[arg(long, env = "SLUICE_MAX_BYTES_PER_TASK", default_value_t = 64 << 20)]
+    pub max_bytes_per_task: u64,
     /// Committed batches kept in each query's offsets/ and commits/ logs.
     #[arg(long, env = "SLUICE_RETAIN_BATCHES", default_value_t = 100)]
     pub retain_batches: u64,
@@ -64,6 +68,7 @@ pub struct DriverConfig {
     pub id: String,
     pub max_task_attempts: u32,
     pub max_rows_per_task: u64,
+    pub max_bytes_per_task: u64,
     pub retain_batches: u64,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
@@ -108,6 +113,11 @@ impl TryFrom<Cli> for DriverConfig {
         if cli.max_rows_per_task == 0 {
             return Err(DriverError::Config(
                 "--max-rows-per-task must be at least 1".into(),
+            ));
+        }
+        if cli.max_bytes_per_task == 0 {
+            return Err(DriverError::Config(
+                "--max-bytes-per-task must be at least 1".into(),
             ));
         }
         if cli.retain_batches == 0 {
@@ -162,6 +172,7 @@ impl TryFrom<Cli> for DriverConfig {
                 .unwrap_or_else(|| format!("driver-{}", uuid::Uuid::new_v4().simple())),
             max_task_attempts: cli.max_task_attempts,
             max_rows_per_task: cli.max_rows_per_task,
+            max_bytes_per_task: cli.max_bytes_per_task,
             retain_batches: cli.retain_batches,
         })
     }

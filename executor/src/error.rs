@@ -45,6 +45,11 @@ pub enum ExecutorError {
     #[error("{0}")]
     Replaced(String),
 
+    /// A source file is malformed, or changed or vanished after its batch
+    /// was planned: the query cannot go on without losing data.
+    #[error("{0}")]
+    BadInput(String),
+
     /// A task's future panicked.
     #[error("task panicked: {0}")]
     TaskPanicked(String),
@@ -73,6 +78,7 @@ impl ExecutorError {
             ExecutorError::Config(_)
             | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)
+            | ExecutorError::BadInput(_)
             | ExecutorError::StaleEpoch { .. } => false,
         }
     }

@@ -3,10 +3,13 @@
 //! (a storage error may pass; a malformed record will not) survives the
 //! trip through DataFusion.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use arrow_array::RecordBatch;
+use futures::Stream;
 
 use crate::error::ExecutorError;
 use crate::source::Batches;
@@ -18,6 +21,10 @@ pub struct Counter(Arc<AtomicU64>);
 impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
+    }
+
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::AcqRel);
     }
 }
 
@@ -47,20 +54,25 @@ impl Input {
     }
 }
 
-impl Iterator for Input {
+impl Stream for Input {
     type Item = Result<RecordBatch, sluice_sql::InputError>;
 
-    fn next(&mut self) -> Option<Self::Item> {
-        match self.batches.next()? {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = match self.batches.as_mut().poll_next(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Ready(Some(next)) => next,
+        };
+        Poll::Ready(Some(match next {
             Ok(b) => {
-                self.read.0.fetch_add(b.num_rows() as u64, Ordering::AcqRel);
-                Some(Ok(b))
+                self.read.add(b.num_rows() as u64);
+                Ok(b)
             }
             Err(e) => {
                 let message = e.to_string();
                 *self.failure.0.lock().expect("input failure lock poisoned") = Some(e);
-                Some(Err(message.into()))
+                Err(message.into())
             }
-        }
+        }))
     }
 }

@@ -69,7 +69,9 @@ pub fn task_error(err: &ExecutorError) -> TaskError {
     let kind = match err {
         ExecutorError::Common(e) => error_kind(e),
         ExecutorError::StaleEpoch { .. } => ErrorKind::StaleEpoch,
-        ExecutorError::MalformedTask(_) | ExecutorError::Config(_) => ErrorKind::Fatal,
+        ExecutorError::MalformedTask(_) | ExecutorError::Config(_) | ExecutorError::BadInput(_) => {
+            ErrorKind::Fatal
+        }
         ExecutorError::Sql(e) if !e.is_retryable() => ErrorKind::Fatal,
         _ => ErrorKind::Retryable,
     };
@@ -107,17 +109,18 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
     if task.stage != Stage::Map as i32 {
         return Err(malformed(format!("stage {} is not supported", task.stage)));
     }
-    let source = task
-        .source
-        .as_ref()
-        .ok_or_else(|| malformed("missing source".into()))?;
-    let source = source::open(source, task.partition).map_err(|e| malformed(e.to_string()))?;
     let query = task
         .plan
         .as_ref()
         .ok_or_else(|| malformed("missing plan".into()))?;
     let input_schema =
         sluice_sql::decode_schema(&query.input_schema).map_err(|e| malformed(e.to_string()))?;
+    let source = task
+        .source
+        .as_ref()
+        .ok_or_else(|| malformed("missing source".into()))?;
+    let source = source::open(source, task.partition, input_schema.clone())
+        .map_err(|e| malformed(e.to_string()))?;
     if input_schema != source.schema() {
         return Err(malformed(
             "the plan's input schema is not the source's".into(),
@@ -214,14 +217,20 @@ pub async fn run(
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
     let planned = plan.source.planned_rows();
-    let done = |input_rows, rows, files| TaskOutput {
-        rows,
+    let done = |p: Produced, files| TaskOutput {
+        rows: p.rows,
         files,
         duration_ms: started.elapsed().as_millis() as u64,
-        input_rows,
+        input_rows: p.input_rows,
+        bad_records: p.bad_records,
     };
     if planned == Some(0) {
-        return Ok(done(0, 0, Vec::new()));
+        let none = Produced {
+            input_rows: 0,
+            rows: 0,
+            bad_records: 0,
+        };
+        return Ok(done(none, Vec::new()));
     }
     let (batch_id, partition) = (plan.batch_id, plan.partition);
     let sink_path = plan.sink_path.clone();
@@ -241,41 +250,50 @@ pub async fn run(
         }
         writer.as_mut().expect("begun above").write(chunk).await?;
     }
-    let (input_rows, rows) = producer
+    let produced = producer
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    if let Some(planned) = planned.filter(|&p| p != input_rows) {
+    if let Some(planned) = planned.filter(|&p| p != produced.input_rows) {
         return Err(ExecutorError::TaskPanicked(format!(
-            "read {input_rows} rows of the {planned} planned"
+            "read {} rows of the {planned} planned",
+            produced.input_rows
         )));
     }
-    let Some(writer) = writer.filter(|_| rows > 0) else {
-        return Ok(done(input_rows, 0, Vec::new()));
+    let Some(writer) = writer.filter(|_| produced.rows > 0) else {
+        return Ok(done(produced, Vec::new()));
     };
     let f = sink
-        .finish_part(writer, batch_id, partition, &ext, rows)
+        .finish_part(writer, batch_id, partition, &ext, produced.rows)
         .await?;
     let file = SinkFile {
         path: f.path,
         rows: f.rows,
         bytes: f.bytes,
     };
-    Ok(done(input_rows, rows, vec![file]))
+    Ok(done(produced, vec![file]))
+}
+
+/// What the blocking half of a task counted.
+struct Produced {
+    input_rows: u64,
+    rows: u64,
+    bad_records: u64,
 }
 
 /// The blocking half of [`run`]: reads the input through the query and
-/// sends the encoded output. Returns the rows read and the rows written.
+/// sends the encoded output.
 fn produce(
     plan: TaskPlan,
     runtime: &tokio::runtime::Handle,
     tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
-) -> Result<(u64, u64), ExecutorError> {
-    let input = Input::new(plan.source.read());
+) -> Result<Produced, ExecutorError> {
+    let bad_records = crate::input::Counter::default();
+    let input = Input::new(plan.source.read(bad_records.clone()));
     let (read, failure) = (input.read.clone(), input.failure.clone());
     let mut output = runtime.block_on(sluice_sql::run(
         &plan.sql,
         plan.input_schema,
-        Box::new(input),
+        Box::pin(input),
     ))?;
     let mut encoder = crate::sink::encoder(&plan.format, output.schema())?;
     let mut rows = 0u64;
@@ -298,7 +316,11 @@ fn produce(
     if rows > 0 && !tail.is_empty() {
         let _ = tx.blocking_send(bytes::Bytes::from(tail));
     }
-    Ok((read.get(), rows))
+    Ok(Produced {
+        input_rows: read.get(),
+        rows,
+        bad_records: bad_records.get(),
+    })
 }
 
 #[cfg(test)]

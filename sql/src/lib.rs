@@ -39,8 +39,8 @@ pub const DEFAULT_SQL: &str = "SELECT * FROM input";
 /// An error of the input, passed through DataFusion unchanged.
 pub type InputError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A task's input, read on the thread that polls the output.
-pub type InputBatches = Box<dyn Iterator<Item = Result<RecordBatch, InputError>> + Send>;
+/// A task's input, read as the output is polled.
+pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
 /// Plans `sql` over `input` without running it: the output schema, or the
 /// reason it cannot run in Sluice (a syntax error with its position, an
@@ -120,7 +120,7 @@ impl Once {
     }
 
     fn empty(schema: SchemaRef) -> Self {
-        Once::new(schema, Box::new(std::iter::empty()))
+        Once::new(schema, Box::pin(futures::stream::empty()))
     }
 }
 
@@ -134,7 +134,8 @@ impl PartitionStream for Once {
         // Invariant: the planner refuses every query that reads `input`
         // twice (see `support`), so a second read is a bug.
         let InputSlot(input) = taken.expect("the input of a task is read once");
-        let stream = futures::stream::iter(input.map(|b| b.map_err(DataFusionError::External)));
+        use futures::StreamExt;
+        let stream = input.map(|b| b.map_err(DataFusionError::External));
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
 }

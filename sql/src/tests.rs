@@ -27,7 +27,7 @@ fn batches(n: u64) -> Vec<RecordBatch> {
 }
 
 fn input(n: u64) -> InputBatches {
-    Box::new(batches(n).into_iter().map(Ok))
+    Box::pin(futures::stream::iter(batches(n).into_iter().map(Ok)))
 }
 
 async fn collect(sql: &str, n: u64) -> Vec<RecordBatch> {

@@ -212,9 +212,9 @@ fn spec_builder_yaml_parses() {
         .max_rows_per_batch(300);
     let parsed = sluice_common::spec::QuerySpec::parse(&spec.to_yaml()).expect("valid YAML");
     assert_eq!(parsed.name, "demo-1");
-    assert_eq!(parsed.rate().partitions, 8);
-    assert_eq!(parsed.rate().rows_per_second, 1500);
-    assert_eq!(parsed.rate().total_rows, Some(6000));
+    assert_eq!(parsed.rate().unwrap().partitions, 8);
+    assert_eq!(parsed.rate().unwrap().rows_per_second, 1500);
+    assert_eq!(parsed.rate().unwrap().total_rows, Some(6000));
     assert_eq!(parsed.trigger.interval_ms, 50);
     assert_eq!(parsed.max_rows_per_batch, Some(300));
     assert_eq!(parsed.sink_path(), "/tmp/with space/out");

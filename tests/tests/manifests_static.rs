@@ -208,7 +208,11 @@ fn query_jobs_agree_with_their_specs() {
             assert_eq!(env["SINK"], spec.sink_path(), "{dir}: {}", job.name);
             assert_eq!(
                 env["TOTAL_ROWS"],
-                spec.rate().total_rows.expect("total_rows").to_string(),
+                spec.rate()
+                    .expect("a rate source")
+                    .total_rows
+                    .expect("total_rows")
+                    .to_string(),
                 "{dir}: {}",
                 job.name
             );

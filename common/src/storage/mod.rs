@@ -19,8 +19,10 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use crate::error::{Error, Result};
 
 pub(crate) mod failure;
+mod read;
 mod visible;
 pub use object_store::path::Path;
+pub use read::{FileMeta, check_input_dir};
 pub use visible::{Visible, VisibleWriter};
 
 /// The outcome of a create-only write.

@@ -54,7 +54,7 @@ enum Event {
         reason: String,
     },
     Submit {
-        task: pb::TaskAssignment,
+        task: Box<pb::TaskAssignment>,
         reply: oneshot::Sender<TaskOutcome>,
     },
     Cancel {
@@ -184,7 +184,14 @@ impl Scheduler {
     /// Runs one attempt and waits for its outcome.
     pub async fn run_task(&self, task: pb::TaskAssignment) -> TaskOutcome {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Event::Submit { task, reply }).is_err() {
+        if self
+            .tx
+            .send(Event::Submit {
+                task: Box::new(task),
+                reply,
+            })
+            .is_err()
+        {
             return TaskOutcome::Lost("scheduler stopped".into());
         }
         rx.await
@@ -235,7 +242,7 @@ impl Actor {
             }
             Event::Result { key, result } => self.complete(key, result),
             Event::Detached { key, reason } => self.lose(key, &reason),
-            Event::Submit { task, reply } => self.pending.push_back((task, reply)),
+            Event::Submit { task, reply } => self.pending.push_back((*task, reply)),
             Event::Cancel { task_id } => self.withdraw(&task_id),
             Event::Snapshot { reply } => {
                 let now = Instant::now();

@@ -62,6 +62,7 @@ pub async fn execute(
 
     let t = Instant::now();
     let input_rows: u64 = outputs.iter().map(|o| o.input_rows).sum();
+    let bad_records: u64 = outputs.iter().map(|o| o.bad_records).sum();
     if let Some(planned) = source.planned_rows(&offsets.source)
         && planned != input_rows
     {
@@ -132,6 +133,7 @@ pub async fn execute(
         timestamp_ms: offsets.batch_timestamp_ms,
         epoch,
         skipped_before: 0,
+        bad_records,
     };
     let m = &ctx.driver.metrics;
     m.batches_committed
@@ -179,7 +181,7 @@ async fn run_partition(
             partition: p,
             attempt,
             epoch: ctx.term.epoch,
-            source: Some(input),
+            source: Some(input.clone()),
             sink: Some(ctx.spec.sink.to_proto()),
             stage: pb::Stage::Map.into(),
             plan: Some(ctx.plan.clone()),

@@ -1,7 +1,7 @@
 //! Queries: submitting, loading from the checkpoint, stopping, and running.
 //!
 //! ```text
-//!  submit ─► sources/rate ─► spec.json ─► metadata ─► runner
+//!  submit ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
 //!  (all create-only; `metadata` is written last and marks a complete submit)
 //!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
 //! ```
@@ -17,8 +17,9 @@ pub mod summary;
 
 use std::sync::Arc;
 
+use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, RateSourceMeta, StopRecord};
+use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord};
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{check_sink_location, locations_overlap};
 use sluice_common::time::now_ms;
@@ -105,8 +106,7 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
 
 /// Plans the query's SQL over its source's `input` table, as every task
 /// will: a query that cannot run is refused at submit, naming why.
-async fn check_sql(spec: &QuerySpec) -> Result<(), DriverError> {
-    let input = crate::source::input_schema(&spec.source);
+async fn check_sql(spec: &QuerySpec, input: SchemaRef) -> Result<(), DriverError> {
     sluice_sql::check(spec.sql(), input)
         .await
         .map(|_| ())
@@ -131,7 +131,8 @@ pub async fn submit(
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
         .collect();
     check_sink(&spec, &others, &driver.config.checkpoint_root)?;
-    check_sql(&spec).await?;
+    let input = crate::source::resolve_schema(&spec.source).await?;
+    check_sql(&spec, input.clone()).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
@@ -139,12 +140,7 @@ pub async fn submit(
             return Err(conflict(&spec, Some(&old), QueryState::Running));
         }
     }
-    let rate = RateSourceMeta {
-        version: RECORD_VERSION,
-        start_ms: now_ms(),
-        epoch: term.epoch,
-    };
-    qc.create("sources/rate", &rate).await?;
+    crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
     if stored != spec {
         return Err(conflict(&spec, Some(&stored), QueryState::Running));

@@ -79,7 +79,7 @@ async fn drive(
     let qc = driver.checkpoint.query(&entry.name);
     let plan = pb::TaskPlan {
         sql: spec.sql().to_string(),
-        input_schema: sluice_sql::encode_schema(&source::input_schema(&spec.source)),
+        input_schema: Vec::new(),
     };
     let mut ctx = Ctx {
         driver,
@@ -92,6 +92,7 @@ async fn drive(
     };
     let source = source::open(&ctx).await?;
     let source = source.as_ref();
+    ctx.plan.input_schema = sluice_sql::encode_schema(&source.schema());
     let path = ctx.spec.sink_path().to_string();
     ctx.sink = Some(
         ctx.storage("open sink", || async { FileSink::open(&path) })
@@ -116,7 +117,10 @@ async fn drive(
     let mut summary = Summarizer::new(Instant::now());
     loop {
         let (offsets, timings) = match rerun.take() {
-            Some(o) => (o, Timings::replay(last_start)),
+            Some(o) => {
+                source.planned(&ctx, o.batch_id, &o.source).await?;
+                (o, Timings::replay(last_start))
+            }
             None => match plan_next(&ctx, source, next, committed.as_ref(), interval, last_start)
                 .await?
             {
@@ -250,13 +254,23 @@ async fn plan_next(
         ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
             .await?;
     }
-    let limits = Limits {
-        max_rows_per_batch: ctx.spec.max_rows_per_batch,
-        max_rows_per_task: ctx.driver.config.max_rows_per_task,
-    };
     loop {
         let started = Instant::now();
-        let input = match source.next(committed, limits).await? {
+        let slots: u32 = ctx
+            .term
+            .scheduler
+            .executors()
+            .await
+            .iter()
+            .map(|e| e.slots)
+            .sum();
+        let limits = Limits {
+            max_rows_per_batch: ctx.spec.max_rows_per_batch,
+            max_rows_per_task: ctx.driver.config.max_rows_per_task,
+            max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
+            parallelism: slots.max(1),
+        };
+        let input = match source.next(ctx, committed, limits).await? {
             Next::Finished => return Ok(None),
             Next::Wait(d) => {
                 ctx.sleep(d).await?;
@@ -286,6 +300,7 @@ async fn plan_next(
             );
             ctx.driver.confirm_leadership(&ctx.term).await?;
         }
+        source.planned(ctx, batch_id, &stored.source).await?;
         let timings = Timings {
             started,
             latest_offset,

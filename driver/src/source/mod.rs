@@ -2,22 +2,31 @@
 //! `offsets/N`, and cuts it into one task per partition.
 //!
 //! ```text
-//!  open(query) ─► SourcePlanner ─► next(committed) ─► Batch(offsets) ─► offsets/N
-//!                                         │                     │
-//!                                  Wait / Finished        tasks(offsets) ─► one TaskSource per partition
+//!  submit: resolve_schema(spec) ─► check SQL ─► create(records: sources/…)
+//!  run:    open(ctx) ─► SourcePlanner ─► next(committed) ─► Batch(offsets) ─► offsets/N ─► planned(N)
+//!                                             │                     │
+//!                                      Wait / Finished        tasks(offsets) ─► one TaskSource per partition
 //! ```
 //!
 //! A new source adds its spec and proto message, one planner module here,
-//! named in [`open`], and its reader on the executor.
+//! named in [`resolve_schema`], [`create`] and [`open`], and its reader on
+//! the executor.
 
+mod files;
+mod infer;
 mod rate;
+mod split;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::SourceOffsets;
+use sluice_common::checkpoint::{
+    QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord, SourceOffsets,
+};
 use sluice_common::spec::SourceSpec;
+use sluice_common::time::now_ms;
 use sluice_proto as pb;
 
 use crate::error::DriverError;
@@ -40,17 +49,36 @@ pub struct Limits {
     pub max_rows_per_batch: Option<u64>,
     /// The driver's cap on one task's rows (`--max-rows-per-task`).
     pub max_rows_per_task: u64,
+    /// The driver's cap on one task's bytes of files (`--max-bytes-per-task`).
+    pub max_bytes_per_task: u64,
+    /// The task slots of the executors attached now (at least 1).
+    pub parallelism: u32,
 }
 
 /// A source as the driver sees it.
 pub trait SourcePlanner: Send + Sync {
+    /// The schema of the query's `input` table.
+    fn schema(&self) -> SchemaRef;
+
     /// The input of the next batch, after `committed` (the input of the
     /// last committed batch; `None` before the first).
     fn next<'a>(
         &'a self,
+        ctx: &'a Ctx,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>>;
+
+    /// Called once `offsets/N` holds `offsets`, before any task runs, and
+    /// again for a batch that is re-run: the source records what it took.
+    fn planned<'a>(
+        &'a self,
+        _ctx: &'a Ctx,
+        _batch: u64,
+        _offsets: &'a SourceOffsets,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async { Ok(()) })
+    }
 
     /// Why `next` cannot be the batch after `committed`, if it cannot: a
     /// damaged checkpoint.
@@ -63,16 +91,61 @@ pub trait SourcePlanner: Send + Sync {
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;
 }
 
-/// The schema of the `input` table that `spec` gives a query's SQL.
-pub fn input_schema(spec: &SourceSpec) -> SchemaRef {
+/// The schema of the `input` table of a new query with source `spec`:
+/// fixed, declared, or inferred from the files present now. Errors name
+/// the spec field.
+pub async fn resolve_schema(spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
     match spec {
-        SourceSpec::Rate(_) => sluice_common::rate::schema(),
+        SourceSpec::Rate(_) => Ok(sluice_common::rate::schema()),
+        SourceSpec::Files(f) => infer::source_schema(f).await,
     }
+}
+
+/// Writes the source's records of a new query (create-only; a retried
+/// submit adopts what is there).
+pub async fn create(
+    qc: &QueryCheckpoint,
+    spec: &SourceSpec,
+    schema: &SchemaRef,
+    epoch: u64,
+) -> Result<(), DriverError> {
+    match spec {
+        SourceSpec::Rate(_) => {
+            let rate = RateSourceMeta {
+                version: RECORD_VERSION,
+                start_ms: now_ms(),
+                epoch,
+            };
+            qc.create("sources/rate", &rate).await?;
+        }
+        SourceSpec::Files(_) => {
+            let record = SchemaRecord {
+                version: RECORD_VERSION,
+                schema: schema.as_ref().clone(),
+                epoch,
+            };
+            qc.create("sources/schema", &record).await?;
+        }
+    }
+    Ok(())
 }
 
 /// The planner of `ctx`'s query, with its state read from the checkpoint.
 pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
     match &ctx.spec.source {
         SourceSpec::Rate(spec) => Ok(Box::new(rate::RatePlanner::open(ctx, spec.clone()).await?)),
+        SourceSpec::Files(spec) => {
+            let record: Option<SchemaRecord> = ctx
+                .storage("read sources/schema", || ctx.qc.read("sources/schema"))
+                .await?;
+            let record = record.ok_or_else(|| sluice_common::Error::Corrupt {
+                path: ctx.qc.describe("sources/schema"),
+                reason: "missing".into(),
+            })?;
+            let schema = Arc::new(record.schema);
+            Ok(Box::new(
+                files::FilesPlanner::open(ctx, spec.clone(), schema).await?,
+            ))
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{RateSourceMeta, SourceOffsets};
 use sluice_common::rate;
@@ -44,8 +45,13 @@ impl RatePlanner {
 }
 
 impl SourcePlanner for RatePlanner {
+    fn schema(&self) -> SchemaRef {
+        rate::schema()
+    }
+
     fn next<'a>(
         &'a self,
+        _ctx: &'a Ctx,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
@@ -77,16 +83,22 @@ impl SourcePlanner for RatePlanner {
 
     fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String> {
         let end = Self::committed_end(committed);
-        let SourceOffsets::Rate { start_value, .. } = next;
-        (*start_value != end)
-            .then(|| format!("starts at {start_value}, but the previous batch ended at {end}"))
+        match next {
+            SourceOffsets::Rate { start_value, .. } => (*start_value != end)
+                .then(|| format!("starts at {start_value}, but the previous batch ended at {end}")),
+            SourceOffsets::Files { .. } => Some("plans a file source's files".into()),
+        }
     }
 
     fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)> {
         let SourceOffsets::Rate {
             start_value,
             end_value,
-        } = *offsets;
+        } = *offsets
+        else {
+            // Invariant: recovery's `gap` refuses another source's offsets.
+            panic!("a rate source was given a file source's offsets");
+        };
         let parts = self.spec.partitions;
         (0..parts)
             .filter(|&p| rate::partition_range(p, parts, start_value, end_value).1 > 0)
@@ -107,6 +119,6 @@ impl SourcePlanner for RatePlanner {
     }
 
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64> {
-        Some(offsets.rows())
+        Some(offsets.end_value() - offsets.start_value())
     }
 }

@@ -4,17 +4,20 @@
 //! A new source adds its spec and proto message, its planner on the driver
 //! (`driver/src/source/`), and one reader module here, named in [`open`].
 
+mod files;
 mod rate;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use futures::stream::BoxStream;
 use sluice_proto::{TaskSource, task_source};
 
 use crate::error::ExecutorError;
+use crate::input::Counter;
 
-/// One task's input, chunk by chunk. Reading is blocking work: run it on a
+/// One task's input, chunk by chunk. Decoding is CPU work: poll it on a
 /// blocking thread.
-pub type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ExecutorError>> + Send>;
+pub type Batches = BoxStream<'static, Result<RecordBatch, ExecutorError>>;
 
 /// The reader of one task's range.
 pub trait SourceReader: Send {
@@ -23,15 +26,24 @@ pub trait SourceReader: Send {
     /// The number of rows the range holds, when the plan fixes it; the
     /// task checks what it read against it.
     fn planned_rows(&self) -> Option<u64>;
-    /// Reads the range.
-    fn read(self: Box<Self>) -> Batches;
+    /// Reads the range; records skipped as malformed are added to
+    /// `bad_records`.
+    fn read(self: Box<Self>, bad_records: Counter) -> Batches;
 }
 
-/// The reader for partition `partition` of `source`. A source that does
-/// not make sense (a partition out of range, say) is a malformed task.
-pub fn open(source: &TaskSource, partition: u32) -> Result<Box<dyn SourceReader>, ExecutorError> {
+/// The reader for partition `partition` of `source`, whose `input` table
+/// has `schema`. A source that does not make sense (a partition out of
+/// range, say) is a malformed task.
+pub fn open(
+    source: &TaskSource,
+    partition: u32,
+    schema: SchemaRef,
+) -> Result<Box<dyn SourceReader>, ExecutorError> {
     match source.kind.as_ref() {
         Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r, partition)?)),
+        Some(task_source::Kind::Files(f)) => {
+            Ok(Box::new(files::FilesReader::new(f.clone(), schema)?))
+        }
         None => Err(ExecutorError::MalformedTask("missing source".into())),
     }
 }

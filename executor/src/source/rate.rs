@@ -5,8 +5,11 @@ use arrow_schema::SchemaRef;
 use sluice_common::rate;
 use sluice_proto::RateTask;
 
+use futures::StreamExt;
+
 use super::{Batches, SourceReader};
 use crate::error::ExecutorError;
+use crate::input::Counter;
 
 pub struct RateReader {
     task: RateTask,
@@ -36,7 +39,7 @@ impl SourceReader for RateReader {
         Some(rate::partition_range(self.partition, t.partitions, t.start_value, t.end_value).1)
     }
 
-    fn read(self: Box<Self>) -> Batches {
+    fn read(self: Box<Self>, _bad_records: Counter) -> Batches {
         let t = self.task;
         let chunks = rate::chunks(
             self.partition,
@@ -46,6 +49,6 @@ impl SourceReader for RateReader {
             t.start_value,
             t.end_value,
         );
-        Box::new(chunks.map(|c| c.map_err(ExecutorError::from)))
+        futures::stream::iter(chunks.map(|c| c.map_err(ExecutorError::from))).boxed()
     }
 }

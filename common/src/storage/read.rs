@@ -1,0 +1,96 @@
+//! Reading input files: listing a source directory with sizes and
+//! modification times, and reading byte ranges. Used for source files and
+//! static tables, which Sluice only ever reads.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::{Path, Storage};
+use crate::error::{Error, Result};
+
+/// A file under a storage root, as a listing or a `head` saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMeta {
+    /// The path under the root, `/`-separated.
+    pub path: String,
+    pub size: u64,
+    /// The modification time, in milliseconds since the Unix epoch.
+    pub modified_ms: i64,
+}
+
+impl Storage {
+    /// The files directly under the root, in name order, without those
+    /// whose name starts with `.` or `_` (hidden, temporary or metadata
+    /// files, as Spark skips them).
+    pub async fn list_inputs(&self) -> Result<Vec<FileMeta>> {
+        let res = self
+            .store
+            .list_with_delimiter(None)
+            .await
+            .map_err(|e| Error::storage(&self.display, e))?;
+        let mut files: Vec<FileMeta> = res
+            .objects
+            .into_iter()
+            .filter(|m| {
+                let name = m.location.filename().unwrap_or(".");
+                !name.starts_with('.') && !name.starts_with('_')
+            })
+            .map(|m| FileMeta {
+                path: m.location.to_string(),
+                size: m.size,
+                modified_ms: m.last_modified.timestamp_millis(),
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    /// The size and modification time of `path`, or `None` when it does
+    /// not exist.
+    pub async fn head(&self, path: &str) -> Result<Option<FileMeta>> {
+        let p = Path::from(path);
+        match self.store.head(&p).await {
+            Ok(m) => Ok(Some(FileMeta {
+                path: path.to_string(),
+                size: m.size,
+                modified_ms: m.last_modified.timestamp_millis(),
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::storage(self.describe(&p), e)),
+        }
+    }
+
+    /// The bytes `range` of `path`.
+    pub async fn get_range(&self, path: &str, range: Range<u64>) -> Result<Bytes> {
+        let p = Path::from(path);
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        self.store
+            .get_range(&p, range)
+            .await
+            .map_err(|e| Error::storage(self.describe(&p), e))
+    }
+
+    /// A human-readable name for `path` (a `/`-separated string) under
+    /// this root, for errors.
+    pub fn describe_str(&self, path: &str) -> String {
+        self.describe(&Path::from(path))
+    }
+}
+
+/// Checks that `location` is an existing directory: a source that names
+/// no directory is a mistake, not an empty stream.
+pub fn check_input_dir(location: &str) -> std::result::Result<(), String> {
+    let path = super::local_path(location)?;
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{} is not a directory", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{} does not exist", path.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}

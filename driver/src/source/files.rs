@@ -1,0 +1,235 @@
+//! The file source's planner: takes the files that appeared in the source
+//! directory, in name order, a batch at a time.
+//!
+//! ```text
+//!  list dir ─► skip `.`/`_` names and files already taken ─► first
+//!  max_files_per_batch ─► split into tasks ─► offsets/N ─► sources/files/N
+//! ```
+//!
+//! Invariant: a file is taken by exactly one batch. `offsets/N` names the
+//! batch's files with their sizes, so a replay reads the same ones; the
+//! log `sources/files/N`, written right after `offsets/N` and never
+//! purged, remembers them after `offsets/N` is gone. On open, the files
+//! taken are those of the log plus those of any `offsets/N` written after
+//! the log's last entry (a driver that died between the two writes).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use futures::future::BoxFuture;
+use sluice_common::checkpoint::{FileLogEntry, RECORD_VERSION, SourceFile, SourceOffsets, padded};
+use sluice_common::spec::{FileSourceSpec, OnBadRecord};
+use sluice_common::storage::Storage;
+use sluice_proto as pb;
+
+use super::split::split;
+use super::{Limits, Next, SourcePlanner};
+use crate::error::DriverError;
+use crate::query::ctx::Ctx;
+
+/// How long to wait before listing the directory again when it has
+/// nothing new.
+const POLL: Duration = Duration::from_millis(250);
+
+/// The log of files taken, under the query's checkpoint.
+const LOG: &str = "sources/files";
+
+pub struct FilesPlanner {
+    spec: FileSourceSpec,
+    schema: SchemaRef,
+    dir: Storage,
+    /// The paths of every file a batch has taken.
+    taken: Mutex<HashSet<String>>,
+}
+
+impl FilesPlanner {
+    pub async fn open(
+        ctx: &Ctx,
+        spec: FileSourceSpec,
+        schema: SchemaRef,
+    ) -> Result<Self, DriverError> {
+        let dir = ctx
+            .storage("open source directory", || async {
+                Storage::open(&spec.path)
+            })
+            .await?;
+        let mut taken = HashSet::new();
+        let logged = ctx
+            .storage("list the source log", || ctx.qc.batches(LOG))
+            .await?;
+        for &n in &logged {
+            let rel = format!("{LOG}/{}", padded(n));
+            let entry: Option<FileLogEntry> = ctx
+                .storage("read the source log", || ctx.qc.read(&rel))
+                .await?;
+            let entry = entry.ok_or_else(|| missing(ctx, &rel))?;
+            taken.extend(entry.files);
+        }
+        let after = logged.last().map_or(0, |l| l + 1);
+        let planned = ctx
+            .storage("list offsets", || ctx.qc.batches("offsets"))
+            .await?;
+        for n in planned.into_iter().filter(|&n| n >= after) {
+            let o = ctx.storage("read offsets", || ctx.qc.offsets(n)).await?;
+            let o = o.ok_or_else(|| missing(ctx, &format!("offsets/{}", padded(n))))?;
+            if let SourceOffsets::Files { files, .. } = o.source {
+                taken.extend(files.into_iter().map(|f| f.path));
+            }
+        }
+        Ok(FilesPlanner {
+            spec,
+            schema,
+            dir,
+            taken: Mutex::new(taken),
+        })
+    }
+
+    fn taken(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.taken.lock().expect("taken files lock poisoned")
+    }
+}
+
+fn missing(ctx: &Ctx, rel: &str) -> DriverError {
+    sluice_common::Error::Corrupt {
+        path: ctx.qc.describe(rel),
+        reason: "missing".into(),
+    }
+    .into()
+}
+
+impl SourcePlanner for FilesPlanner {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        committed: Option<&'a SourceOffsets>,
+        limits: Limits,
+    ) -> BoxFuture<'a, Result<Next, DriverError>> {
+        Box::pin(async move {
+            let done = committed.map_or(0, SourceOffsets::end_value);
+            let mut room = u64::from(self.spec.max_files_per_batch.unwrap_or(u32::MAX));
+            if let Some(total) = self.spec.total_files {
+                if done >= total {
+                    return Ok(Next::Finished);
+                }
+                room = room.min(total - done);
+            }
+            let listed = ctx
+                .storage("list the source directory", || self.dir.list_inputs())
+                .await?;
+            let files: Vec<SourceFile> = {
+                let taken = self.taken();
+                listed
+                    .into_iter()
+                    .filter(|f| !taken.contains(&f.path))
+                    .take(usize::try_from(room).unwrap_or(usize::MAX))
+                    .map(|f| SourceFile {
+                        path: f.path,
+                        size: f.size,
+                    })
+                    .collect()
+            };
+            if files.is_empty() {
+                return Ok(Next::Wait(POLL));
+            }
+            let tasks = split(&files, limits.max_bytes_per_task, limits.parallelism);
+            Ok(Next::Batch(SourceOffsets::Files {
+                start_seq: done,
+                end_seq: done + files.len() as u64,
+                files,
+                tasks,
+            }))
+        })
+    }
+
+    fn planned<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        batch: u64,
+        offsets: &'a SourceOffsets,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let SourceOffsets::Files { files, .. } = offsets else {
+                return Err(DriverError::Internal(format!(
+                    "batch {batch}: a file source planned another source's offsets"
+                )));
+            };
+            let entry = FileLogEntry {
+                version: RECORD_VERSION,
+                batch_id: batch,
+                files: files.iter().map(|f| f.path.clone()).collect(),
+            };
+            let rel = format!("{LOG}/{}", padded(batch));
+            let (stored, _) = ctx
+                .storage("write the source log", || ctx.qc.create(&rel, &entry))
+                .await?;
+            if stored != entry {
+                return Err(sluice_common::Error::Corrupt {
+                    path: ctx.qc.describe(&rel),
+                    reason: format!("lists other files than offsets/{} plans", padded(batch)),
+                }
+                .into());
+            }
+            self.taken().extend(entry.files);
+            Ok(())
+        })
+    }
+
+    fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String> {
+        let end = committed.map_or(0, SourceOffsets::end_value);
+        match next {
+            SourceOffsets::Files { start_seq, .. } if *start_seq == end => None,
+            SourceOffsets::Files { start_seq, .. } => Some(format!(
+                "starts at file {start_seq}, but the previous batch ended at file {end}"
+            )),
+            SourceOffsets::Rate { .. } => Some("plans a rate source's values".into()),
+        }
+    }
+
+    fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)> {
+        let SourceOffsets::Files { files, tasks, .. } = offsets else {
+            // Invariant: recovery's `gap` refuses another source's offsets.
+            panic!("a file source was given a rate source's offsets");
+        };
+        let csv = (self.spec.format == sluice_common::spec::Format::Csv)
+            .then(|| pb::CsvOptions::from(&self.spec.csv()));
+        tasks
+            .iter()
+            .enumerate()
+            .map(|(p, ranges)| {
+                let ranges = ranges
+                    .iter()
+                    .map(|r| {
+                        let f = &files[r.file as usize];
+                        pb::FileRange {
+                            path: f.path.clone(),
+                            size: f.size,
+                            start: r.start,
+                            end: r.end,
+                        }
+                    })
+                    .collect();
+                let task = pb::FilesTask {
+                    root: self.spec.path.clone(),
+                    format: self.spec.format.as_str().to_string(),
+                    ranges,
+                    skip_bad_records: self.spec.on_bad_record == OnBadRecord::Skip,
+                    csv: csv.clone(),
+                };
+                let source = pb::TaskSource {
+                    kind: Some(pb::task_source::Kind::Files(task)),
+                };
+                (p as u32, source)
+            })
+            .collect()
+    }
+
+    fn planned_rows(&self, _offsets: &SourceOffsets) -> Option<u64> {
+        None
+    }
+}

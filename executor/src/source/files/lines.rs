@@ -1,0 +1,210 @@
+//! Line-oriented files (jsonl, csv): where a byte range's lines are, and
+//! decoding them into record batches. Pure: bytes in, batches out.
+//!
+//! ```text
+//!  file:  ...\n[line starting before start]\n|start  L1\n L2\n ... Lk ...|end ...\n
+//!  range: the lines whose first byte lies in [start, end): L1..Lk, where Lk
+//!         may run past `end` to its newline (or to the end of the file)
+//! ```
+//!
+//! Each line is a record. Lines are decoded a group at a time; when a group
+//! fails, its lines are decoded one by one to find the bad ones, which are
+//! skipped and counted, or reported by their line number in the range.
+
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use sluice_common::spec::{CsvOptions, Format};
+
+/// Lines decoded together (and the most rows in one batch).
+pub const GROUP_LINES: usize = 8192;
+
+/// Where, in a buffer holding the file from `buf_start`, the first line
+/// of a range that starts at `start` begins: `start` itself when it is 0
+/// or follows a newline, else just after the next newline. `None` when
+/// the buffer has no newline at or after `start - 1` (the range holds no
+/// line start).
+pub fn first_line(buf: &[u8], buf_start: u64, start: u64) -> Option<usize> {
+    if start == 0 {
+        return Some(0);
+    }
+    let from = usize::try_from(start - 1 - buf_start).expect("range within buffer");
+    memchr(&buf[from..]).map(|i| from + i + 1)
+}
+
+/// Where the last line of a range ending at `end` ends, in a buffer
+/// holding the file from `buf_start`: just after the first newline at or
+/// after `end - 1`. `None` when the buffer has none (read more, or the
+/// file ends there).
+pub fn line_end(buf: &[u8], buf_start: u64, end: u64) -> Option<usize> {
+    let from = usize::try_from(end.max(1) - 1 - buf_start).expect("range within buffer");
+    if from >= buf.len() {
+        return None;
+    }
+    memchr(&buf[from..]).map(|i| from + i + 1)
+}
+
+fn memchr(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+/// A record that does not parse: its line, counted from 0 at the range's
+/// first line, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadLine {
+    pub index: u64,
+    pub reason: String,
+}
+
+/// How to decode one range's lines.
+#[derive(Debug, Clone)]
+pub struct LineFormat {
+    pub format: Format,
+    pub schema: SchemaRef,
+    pub csv: CsvOptions,
+    pub skip_bad: bool,
+}
+
+/// The decoded batches of `body` (whole lines), group by group, with the
+/// bad lines skipped (and added to `bad`) or reported as the error.
+pub struct Decoded<'a> {
+    fmt: &'a LineFormat,
+    lines: Vec<&'a [u8]>,
+    next: usize,
+    pub bad: u64,
+}
+
+impl<'a> Decoded<'a> {
+    pub fn new(fmt: &'a LineFormat, body: &'a [u8]) -> Self {
+        let lines = body.split_inclusive(|&b| b == b'\n').collect::<Vec<_>>();
+        Decoded {
+            fmt,
+            lines,
+            next: 0,
+            bad: 0,
+        }
+    }
+
+    /// Skips the first line (a csv header).
+    pub fn skip_header(mut self) -> Self {
+        self.next = self.next.max(1).min(self.lines.len());
+        self
+    }
+
+    /// The next batch; `None` at the end.
+    pub fn next_batch(&mut self) -> Option<Result<RecordBatch, BadLine>> {
+        while self.next < self.lines.len() {
+            let from = self.next;
+            let to = (from + GROUP_LINES).min(self.lines.len());
+            self.next = to;
+            let group: Vec<(usize, &[u8])> = (from..to)
+                .map(|i| (i, self.lines[i]))
+                .filter(|(_, l)| !is_blank(l))
+                .collect();
+            if group.is_empty() {
+                continue;
+            }
+            match decode(self.fmt, group.iter().map(|(_, l)| *l)) {
+                Ok(b) => return Some(Ok(b)),
+                Err(_) => match self.slow(&group) {
+                    Ok(Some(b)) => return Some(Ok(b)),
+                    Ok(None) => continue,
+                    Err(e) => return Some(Err(e)),
+                },
+            }
+        }
+        None
+    }
+
+    /// Decodes a failed group line by line: the bad lines are skipped and
+    /// counted, or the first is the error.
+    fn slow(&mut self, group: &[(usize, &'a [u8])]) -> Result<Option<RecordBatch>, BadLine> {
+        let mut good = Vec::with_capacity(group.len());
+        for &(i, line) in group {
+            match decode(self.fmt, std::iter::once(line)) {
+                Ok(_) => good.push(line),
+                Err(_) if self.fmt.skip_bad => self.bad += 1,
+                Err(e) => {
+                    return Err(BadLine {
+                        index: i as u64,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        if good.is_empty() {
+            return Ok(None);
+        }
+        decode(self.fmt, good.into_iter())
+            .map(Some)
+            .map_err(|e| BadLine {
+                index: group[0].0 as u64,
+                reason: format!("lines that parse one by one do not parse together: {e}"),
+            })
+    }
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|b| b.is_ascii_whitespace())
+}
+
+/// Decodes whole lines into one batch of the schema.
+fn decode<'l>(
+    fmt: &LineFormat,
+    lines: impl Iterator<Item = &'l [u8]>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut buf = Vec::new();
+    let mut count = 0;
+    for l in lines {
+        buf.extend_from_slice(l);
+        if !l.ends_with(b"\n") {
+            buf.push(b'\n');
+        }
+        count += 1;
+    }
+    // Room for one more row than lines: a line holding two records is
+    // caught by the count below, not by a full decoder.
+    let rows = count + 1;
+    let batch = match fmt.format {
+        Format::Jsonl => {
+            let mut d = arrow_json::ReaderBuilder::new(fmt.schema.clone())
+                .with_batch_size(rows)
+                .build_decoder()?;
+            feed(&buf, |b| d.decode(b))?;
+            d.flush()?
+        }
+        Format::Csv => {
+            let mut d = arrow_csv::ReaderBuilder::new(fmt.schema.clone())
+                .with_header(false)
+                .with_delimiter(fmt.csv.delimiter_byte())
+                .with_batch_size(rows)
+                .build_decoder();
+            feed(&buf, |b| d.decode(b))?;
+            d.flush()?
+        }
+        Format::Parquet => unreachable!("parquet is not line-oriented"),
+    };
+    let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(fmt.schema.clone()));
+    if batch.num_rows() != count {
+        return Err(ArrowError::ParseError(format!(
+            "{count} lines gave {} records",
+            batch.num_rows()
+        )));
+    }
+    Ok(batch)
+}
+
+/// Feeds `buf` to a decoder until it has taken every byte.
+fn feed(
+    buf: &[u8],
+    mut decode: impl FnMut(&[u8]) -> Result<usize, ArrowError>,
+) -> Result<(), ArrowError> {
+    let mut at = 0;
+    while at < buf.len() {
+        let n = decode(&buf[at..])?;
+        if n == 0 {
+            return Err(ArrowError::ParseError("the decoder took no bytes".into()));
+        }
+        at += n;
+    }
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! The file source's reader: a task's byte ranges of source files, read
+//! through storage and decoded to the query's `input` schema.
+//!
+//! ```text
+//!  for each range: head(file) ── size differs / gone ──► fatal error (the query fails)
+//!        │
+//!        ├─ jsonl, csv: read the range's whole lines ─► lines::Decoded ─► batches
+//!        └─ parquet:    footer ─► row groups whose middle is in the range ─► batches
+//! ```
+//!
+//! A malformed record fails the task (fatal), naming the file and line (or
+//! row group), unless the spec says `on_bad_record: skip`: then it is
+//! counted in `bad_records`.
+
+mod lines;
+mod parquet;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use futures::StreamExt;
+use sluice_common::spec::{CsvOptions, Format};
+use sluice_common::storage::Storage;
+use sluice_proto::{FileRange, FilesTask};
+
+use super::{Batches, SourceReader};
+use crate::error::ExecutorError;
+use crate::input::Counter;
+use lines::{Decoded, LineFormat};
+
+/// How much more of a file to read, at a time, to find the end of a
+/// range's last line.
+const TAIL_STEP: u64 = 64 << 10;
+
+pub struct FilesReader {
+    task: FilesTask,
+    format: Format,
+    schema: SchemaRef,
+}
+
+impl FilesReader {
+    pub fn new(task: FilesTask, schema: SchemaRef) -> Result<Self, ExecutorError> {
+        let bad = |m: String| Err(ExecutorError::MalformedTask(format!("file source: {m}")));
+        let Some(format) = Format::parse(&task.format) else {
+            return bad(format!("unknown format {:?}", task.format));
+        };
+        if task.root.is_empty() {
+            return bad("missing root".into());
+        }
+        if let Some(r) = task
+            .ranges
+            .iter()
+            .find(|r| r.start >= r.end || r.end > r.size)
+        {
+            return bad(format!(
+                "range {}..{} of {} is not in its file",
+                r.start, r.end, r.path
+            ));
+        }
+        Ok(FilesReader {
+            task,
+            format,
+            schema,
+        })
+    }
+}
+
+impl SourceReader for FilesReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn planned_rows(&self) -> Option<u64> {
+        None
+    }
+
+    fn read(self: Box<Self>, bad_records: Counter) -> Batches {
+        let ctx = Arc::new(Ctx {
+            format: self.format,
+            lines: LineFormat {
+                format: self.format,
+                schema: self.schema.clone(),
+                csv: self
+                    .task
+                    .csv
+                    .as_ref()
+                    .map(CsvOptions::from)
+                    .unwrap_or_default(),
+                skip_bad: self.task.skip_bad_records,
+            },
+            root: self.task.root.clone(),
+            bad_records,
+        });
+        let ranges = self.task.ranges;
+        futures::stream::iter(ranges)
+            .then(move |r| {
+                let ctx = ctx.clone();
+                async move { ctx.read_range(r).await }
+            })
+            .flat_map(|res| match res {
+                Ok(batches) => batches,
+                Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+            })
+            .boxed()
+    }
+}
+
+/// What every range of a task shares.
+struct Ctx {
+    format: Format,
+    lines: LineFormat,
+    root: String,
+    bad_records: Counter,
+}
+
+impl Ctx {
+    fn storage(&self) -> Result<Storage, ExecutorError> {
+        Ok(Storage::open(&self.root)?)
+    }
+
+    /// Checks that the file is as planned, then reads the range.
+    async fn read_range(self: Arc<Self>, r: FileRange) -> Result<Batches, ExecutorError> {
+        let storage = self.storage()?;
+        let name = storage.describe_str(&r.path);
+        match storage.head(&r.path).await? {
+            None => {
+                return Err(ExecutorError::BadInput(format!(
+                    "source file {name} vanished after the batch was planned"
+                )));
+            }
+            Some(m) if m.size != r.size => {
+                return Err(ExecutorError::BadInput(format!(
+                    "source file {name} changed size after the batch was planned: {} bytes then, {} now",
+                    r.size, m.size
+                )));
+            }
+            Some(_) => {}
+        }
+        match self.format {
+            Format::Parquet => {
+                parquet::read(
+                    storage,
+                    r,
+                    self.schema(),
+                    self.bad_records.clone(),
+                    self.lines.skip_bad,
+                )
+                .await
+            }
+            Format::Jsonl | Format::Csv => self.read_lines(&storage, &r, &name).await,
+        }
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.lines.schema.clone()
+    }
+
+    /// The range's whole lines, decoded.
+    async fn read_lines(
+        &self,
+        storage: &Storage,
+        r: &FileRange,
+        name: &str,
+    ) -> Result<Batches, ExecutorError> {
+        let from = r.start.saturating_sub(1);
+        let mut hi = r.size.min(r.end.saturating_add(TAIL_STEP));
+        let mut buf = storage.get_range(&r.path, from..hi).await?.to_vec();
+        let Some(first) = lines::first_line(&buf, from, r.start) else {
+            return Ok(futures::stream::empty().boxed());
+        };
+        if first as u64 + from >= r.end {
+            // The first line of this range starts in the next one.
+            return Ok(futures::stream::empty().boxed());
+        }
+        let last = loop {
+            if let Some(end) = lines::line_end(&buf, from, r.end) {
+                break end;
+            }
+            if hi == r.size {
+                break buf.len();
+            }
+            let more = r.size.min(hi.saturating_add(TAIL_STEP.max(hi - from)));
+            buf.extend_from_slice(&storage.get_range(&r.path, hi..more).await?);
+            hi = more;
+        };
+        let body = bytes::Bytes::from(buf).slice(first..last);
+        let header = r.start == 0 && self.format == Format::Csv && self.lines.csv.header;
+        let batches = decode_all(&self.lines, &body, header, &self.bad_records);
+        match batches {
+            Ok(b) => Ok(futures::stream::iter(b.into_iter().map(Ok)).boxed()),
+            Err(bad) => {
+                // The line number within the file: count the lines before
+                // the range (only on this error path).
+                let before = if from + first as u64 == 0 {
+                    0
+                } else {
+                    let prefix = storage.get_range(&r.path, 0..from + first as u64).await?;
+                    prefix.iter().filter(|&&b| b == b'\n').count() as u64
+                };
+                Err(ExecutorError::BadInput(format!(
+                    "source file {name} line {}: {}; set on_bad_record: skip to skip such records",
+                    before + bad.index + 1,
+                    bad.reason
+                )))
+            }
+        }
+    }
+}
+
+/// Every batch of `body`, or the first bad line.
+fn decode_all(
+    fmt: &LineFormat,
+    body: &[u8],
+    header: bool,
+    bad_records: &Counter,
+) -> Result<Vec<RecordBatch>, lines::BadLine> {
+    let mut d = Decoded::new(fmt, body);
+    if header {
+        d = d.skip_header();
+    }
+    let mut out = Vec::new();
+    while let Some(b) = d.next_batch() {
+        out.push(b?);
+    }
+    bad_records.add(d.bad);
+    Ok(out)
+}
