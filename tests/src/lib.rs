@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod ha;
 pub mod http;
+pub mod inputs;
 pub mod manifests;
 pub mod node;
 pub mod oracle;
