@@ -4,29 +4,15 @@
 //! trip through DataFusion.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use arrow_array::RecordBatch;
 use futures::Stream;
 
+pub use crate::counter::Counter;
 use crate::error::ExecutorError;
 use crate::source::Batches;
-
-/// Rows read so far, shared with the task.
-#[derive(Debug, Default, Clone)]
-pub struct Counter(Arc<AtomicU64>);
-
-impl Counter {
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
-    }
-
-    pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::AcqRel);
-    }
-}
 
 /// The first error of the input, shared with the task.
 #[derive(Debug, Default, Clone)]

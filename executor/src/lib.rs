@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod config;
 pub mod connection;
+mod counter;
 pub mod error;
 mod input;
 mod runner;

@@ -287,7 +287,7 @@ fn produce(
     runtime: &tokio::runtime::Handle,
     tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
 ) -> Result<Produced, ExecutorError> {
-    let bad_records = crate::input::Counter::default();
+    let bad_records = crate::counter::Counter::default();
     let input = Input::new(plan.source.read(bad_records.clone()));
     let (read, failure) = (input.read.clone(), input.failure.clone());
     let mut output = runtime.block_on(sluice_sql::run(

@@ -12,8 +12,8 @@ use arrow_schema::SchemaRef;
 use futures::stream::BoxStream;
 use sluice_proto::{TaskSource, task_source};
 
+use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::input::Counter;
 
 /// One task's input, chunk by chunk. Decoding is CPU work: poll it on a
 /// blocking thread.

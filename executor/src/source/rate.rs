@@ -8,8 +8,8 @@ use sluice_proto::RateTask;
 use futures::StreamExt;
 
 use super::{Batches, SourceReader};
+use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::input::Counter;
 
 pub struct RateReader {
     task: RateTask,

@@ -27,8 +27,8 @@ use sluice_common::storage::Storage;
 use sluice_proto::{FileRange, FilesTask};
 
 use super::{Batches, SourceReader};
+use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::input::Counter;
 use lines::{Decoded, LineFormat};
 
 /// How much more of a file to read, at a time, to find the end of a

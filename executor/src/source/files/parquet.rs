@@ -20,8 +20,8 @@ use sluice_common::storage::Storage;
 use sluice_proto::FileRange;
 
 use super::lines::GROUP_LINES;
+use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::input::Counter;
 use crate::source::Batches;
 
 /// The indexes of the row groups whose middle lies in `[start, end)`.

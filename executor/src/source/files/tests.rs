@@ -101,3 +101,51 @@ fn large_inputs_decode_in_groups_with_every_row() {
     let got = ids(&mut Decoded::new(&f, body.as_bytes())).unwrap();
     assert_eq!(got, (0..20_000).collect::<Vec<i64>>());
 }
+
+/// The first error of reading `ranges` of `dir`, as a task would.
+async fn read_error(dir: &std::path::Path, ranges: Vec<sluice_proto::FileRange>) -> String {
+    use futures::StreamExt;
+    let task = sluice_proto::FilesTask {
+        root: dir.display().to_string(),
+        format: "jsonl".into(),
+        ranges,
+        skip_bad_records: true,
+        csv: None,
+    };
+    let reader = super::FilesReader::new(task, fmt(Format::Jsonl, true).schema).unwrap();
+    let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
+    let mut batches = reader.read(crate::counter::Counter::default());
+    while let Some(b) = batches.next().await {
+        if let Err(e) = b {
+            assert!(!e.is_retryable(), "{e}");
+            return e.to_string();
+        }
+    }
+    panic!("the read succeeded")
+}
+
+#[tokio::test]
+async fn a_file_that_changed_or_vanished_since_planning_fails_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.jsonl"), "{\"id\": 1}\n{\"id\": 2}\n").unwrap();
+    let range = |path: &str, size| sluice_proto::FileRange {
+        path: path.into(),
+        size,
+        start: 0,
+        end: size,
+    };
+    let err = read_error(dir.path(), vec![range("a.jsonl", 10)]).await;
+    assert!(
+        err.contains("a.jsonl changed size after the batch was planned: 10 bytes then, 20 now"),
+        "{err}"
+    );
+    let err = read_error(
+        dir.path(),
+        vec![range("a.jsonl", 20), range("gone.jsonl", 5)],
+    )
+    .await;
+    assert!(
+        err.contains("gone.jsonl vanished after the batch was planned"),
+        "{err}"
+    );
+}
