@@ -28,15 +28,21 @@ pub fn progress_json(p: &BatchProgress) -> Value {
         "timestamp_ms": p.timestamp_ms,
         "epoch": p.epoch,
         "skipped_before": p.skipped_before,
+        "bad_records": p.bad_records,
     })
 }
 
 /// One compact line per committed batch.
 pub fn progress_line(p: &BatchProgress) -> String {
     let d = p.duration_ms.unwrap_or_default();
+    let bad = if p.bad_records > 0 {
+        format!("  bad records {}", p.bad_records)
+    } else {
+        String::new()
+    };
     format!(
         "{} batch {:>6}  rows {:>9}  in {:>12.1} rows/s  processed {:>12.1} rows/s  \
-         total {:>5} ms (offsets {}, wal {}, exec {}, sink {}, commit {})  epoch {}",
+         total {:>5} ms (offsets {}, wal {}, exec {}, sink {}, commit {})  epoch {}{bad}",
         p.name,
         p.batch_id,
         p.num_input_rows,
@@ -313,6 +319,22 @@ mod tests {
         assert_eq!(state_name(QueryState::Finished as i32), "FINISHED");
         assert_eq!(state_name(QueryState::Stopped as i32), "STOPPED");
         assert_eq!(state_name(99), "UNSPECIFIED");
+    }
+
+    #[test]
+    fn a_progress_line_names_skipped_bad_records_only_when_there_are_some() {
+        let mut p = BatchProgress {
+            name: "q".into(),
+            ..Default::default()
+        };
+        assert!(!progress_line(&p).contains("bad records"));
+        p.bad_records = 3;
+        assert!(
+            progress_line(&p).ends_with("bad records 3"),
+            "{}",
+            progress_line(&p)
+        );
+        assert_eq!(progress_json(&p)["bad_records"], 3);
     }
 
     #[test]
