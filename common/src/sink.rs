@@ -1,10 +1,15 @@
 //! The file sink.
 //!
 //! ```text
-//! <path>/part-<batch:020>-<partition:05>.<ext>   one task's rows
+//! <path>/[<col>=<value>/...]part-<batch:020>-<partition:05>[-<seq:04>].<ext>
+//!                                                one file of a task's rows
 //! <path>/_sluice/<batch:020>                     the batch's manifest
-//! <path>/.<name>.<uuid>.tmp                      in-flight writes (skipped by readers)
+//! <path>/.../.<name>.<uuid>.tmp                  in-flight writes (skipped by readers)
 //! ```
+//!
+//! A task writes one file per output partition directory (`partition_by`),
+//! and starts a new one (`seq` 1, 2, ...) when a file reaches the sink's
+//! size limit.
 //!
 //! A part file is written under a temporary name and renamed into place
 //! only if its name is free. A retried task writes identical bytes, so a
@@ -22,9 +27,21 @@ use crate::storage::{Created, Storage, Visible, VisibleWriter};
 
 pub const MANIFEST_DIR: &str = "_sluice";
 
-/// The name of a part file in format `ext`, relative to the sink root.
-pub fn part_name(batch: u64, partition: u32, ext: &str) -> String {
-    format!("part-{}-{partition:05}.{ext}", padded(batch))
+/// The path of a part file in format `ext`, relative to the sink root:
+/// under `dir` (a Hive-style partition directory, or empty), file `seq`
+/// of the task (0 has no suffix).
+pub fn part_name(dir: &str, batch: u64, partition: u32, seq: u32, ext: &str) -> String {
+    let dir = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{}/", dir.trim_end_matches('/'))
+    };
+    let seq = if seq == 0 {
+        String::new()
+    } else {
+        format!("-{seq:04}")
+    };
+    format!("{dir}part-{}-{partition:05}{seq}.{ext}", padded(batch))
 }
 
 /// The batch of a temporary part file, `.part-<batch>-<partition>.jsonl.
@@ -146,10 +163,10 @@ impl FileSink {
         rows: u64,
         data: Vec<u8>,
     ) -> Result<SinkFile> {
-        let mut writer = self.begin_part(batch, partition, "jsonl").await?;
+        let name = part_name("", batch, partition, 0, "jsonl");
+        let mut writer = self.begin_part(&name).await?;
         writer.write(Bytes::from(data)).await?;
-        self.finish_part(writer, batch, partition, "jsonl", rows)
-            .await
+        self.finish_part(writer, &name, rows).await
     }
 
     /// Removes the temporary files that failed, cancelled or killed
@@ -164,11 +181,10 @@ impl FileSink {
             .await
     }
 
-    /// Starts writing one task's part file in chunks (see
-    /// [`VisibleWriter`]); [`FileSink::finish_part`] makes it visible.
-    pub async fn begin_part(&self, batch: u64, partition: u32, ext: &str) -> Result<VisibleWriter> {
-        let name = part_name(batch, partition, ext);
-        self.storage.begin_visible(&Path::from(name.as_str())).await
+    /// Starts writing the part file `name` (see [`part_name`]) in chunks
+    /// (see [`VisibleWriter`]); [`FileSink::finish_part`] makes it visible.
+    pub async fn begin_part(&self, name: &str) -> Result<VisibleWriter> {
+        self.storage.begin_visible(&Path::from(name)).await
     }
 
     /// Makes a part file visible, create-only: a file already there with
@@ -176,22 +192,19 @@ impl FileSink {
     pub async fn finish_part(
         &self,
         writer: VisibleWriter,
-        batch: u64,
-        partition: u32,
-        ext: &str,
+        name: &str,
         rows: u64,
     ) -> Result<SinkFile> {
-        let name = part_name(batch, partition, ext);
         let bytes = match writer.finish().await? {
             Visible::New { bytes } | Visible::Identical { bytes } => bytes,
             Visible::Different => {
                 return Err(Error::Conflict {
-                    path: self.storage.describe(&Path::from(name.as_str())),
+                    path: self.storage.describe(&Path::from(name)),
                 });
             }
         };
         Ok(SinkFile {
-            path: name,
+            path: name.to_string(),
             rows,
             bytes,
         })

@@ -74,6 +74,22 @@ pub struct FileSinkSpec {
     pub path: String,
     #[serde(default = "default_format")]
     pub format: String,
+    /// Output columns whose values name Hive-style directories
+    /// (`col=value/`); they are not written inside the files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_by: Vec<String>,
+    /// A task starts a new file once one reaches this size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_file_bytes: Option<u64>,
+}
+
+/// The default of `sink.files.max_file_bytes`.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 128 << 20;
+
+impl FileSinkSpec {
+    pub fn max_file_bytes(&self) -> u64 {
+        self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES)
+    }
 }
 
 /// Refuses a spec of `size` bytes over [`MAX_SPEC_BYTES`], naming `field`.
@@ -158,11 +174,28 @@ impl QuerySpec {
         }
         match &self.sink {
             SinkSpec::Files(f) => {
-                if f.format != "jsonl" {
+                if Format::parse(&f.format).is_none() {
                     return Err(Error::invalid(
                         "sink.files.format",
-                        format!("unsupported format {:?}; supported: \"jsonl\"", f.format),
+                        format!(
+                            "unsupported format {:?}; supported: jsonl, csv, parquet",
+                            f.format
+                        ),
                     ));
+                }
+                if f.max_file_bytes == Some(0) {
+                    return Err(Error::invalid(
+                        "sink.files.max_file_bytes",
+                        "must be at least 1",
+                    ));
+                }
+                for (i, c) in f.partition_by.iter().enumerate() {
+                    if c.is_empty() || f.partition_by[..i].contains(c) {
+                        return Err(Error::invalid(
+                            format!("sink.files.partition_by[{i}]"),
+                            format!("{c:?} is empty or named twice"),
+                        ));
+                    }
                 }
                 crate::storage::validate_location(&f.path)
                     .map_err(|reason| Error::invalid("sink.files.path", reason))?;
@@ -302,6 +335,8 @@ impl SinkSpec {
                 kind: Some(pb::sink::Kind::Files(pb::FileSink {
                     path: f.path.clone(),
                     format: f.format.clone(),
+                    partition_by: f.partition_by.clone(),
+                    max_file_bytes: f.max_file_bytes,
                 })),
             },
         }
@@ -316,6 +351,8 @@ impl SinkSpec {
                 } else {
                     f.format.clone()
                 },
+                partition_by: f.partition_by.clone(),
+                max_file_bytes: f.max_file_bytes,
             })),
             None => Err(Error::invalid("sink", "missing; expected `files`")),
         }
@@ -383,7 +420,7 @@ mod tests {
         );
         assert_eq!(field(&GOOD.replace("name: demo", "name: Demo_1")), "name");
         assert_eq!(
-            field(&GOOD.replace("format: jsonl", "format: csv")),
+            field(&GOOD.replace("format: jsonl", "format: avro")),
             "sink.files.format"
         );
         assert_eq!(

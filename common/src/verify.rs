@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::sink::FileSink;
 
+mod values;
+
 /// What the checker found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
@@ -35,11 +37,6 @@ impl Report {
     pub fn is_exact(&self) -> bool {
         self.missing == 0 && self.duplicated == 0 && self.unexpected == 0 && self.contiguous_batches
     }
-}
-
-#[derive(Deserialize)]
-struct Row {
-    value: u64,
 }
 
 /// Checks the sink at `location`. With `total_rows`, the expected values are
@@ -69,24 +66,24 @@ pub async fn verify_sink(location: &str, total_rows: Option<u64>) -> Result<Repo
                 reason: format!("listed in manifest of batch {} but missing", m.batch_id),
             })?;
             report.files += 1;
-            for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                let row: Row = serde_json::from_slice(line).map_err(|e| Error::Corrupt {
-                    path: storage.describe(&path),
-                    reason: e.to_string(),
-                })?;
+            let values = values::values(&f.path, bytes).map_err(|reason| Error::Corrupt {
+                path: storage.describe(&path),
+                reason,
+            })?;
+            for value in values {
                 report.rows += 1;
-                if total_rows.is_some_and(|t| row.value >= t) {
+                if total_rows.is_some_and(|t| value >= t) {
                     report.unexpected += 1;
-                    outside.insert(row.value);
-                } else if !seen.insert(row.value) {
+                    outside.insert(value);
+                } else if !seen.insert(value) {
                     report.duplicated += 1;
                 }
             }
         }
     }
-    for meta in storage.list_files(&Path::default()).await? {
+    for meta in storage.list_recursive(&Path::default()).await? {
         let name = meta.location.filename().unwrap_or_default();
-        if name.starts_with("part-") && !listed.contains(name) {
+        if name.starts_with("part-") && !listed.contains(meta.location.as_ref()) {
             report.uncommitted_files += 1;
         }
     }

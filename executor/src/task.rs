@@ -7,7 +7,7 @@
 //!   plan() (validate, in a slot) ──────► spawn_blocking(read + SQL + encode)
 //!        │                                        │ rows == 0: no file
 //!        ▼                                        ▼
-//!   TaskResult{error: kind}  ◄── error ──  FileSink::write_part (create-only)
+//!   TaskResult{error: kind}  ◄── error ──  part files (create-only)
 //!                                                 │
 //!                              TaskResult{ok: rows, files, duration_ms}
 //! ```
@@ -21,6 +21,8 @@ use std::time::Instant;
 
 use arrow_schema::SchemaRef;
 use sluice_common::sink::FileSink;
+use sluice_common::spec::DEFAULT_MAX_FILE_BYTES;
+use sluice_common::storage::VisibleWriter;
 use sluice_proto::{
     ErrorKind, SinkFile, Stage, TaskAssignment, TaskError, TaskOutput, TaskResult, sink,
     task_result::Outcome,
@@ -29,6 +31,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::error::ExecutorError;
 use crate::input::Input;
+use crate::sink::parts::{Layout, Parts, Piece};
 use crate::source::{self, SourceReader};
 
 /// Whether a task may run, given the highest driver epoch seen so far.
@@ -98,9 +101,9 @@ pub struct TaskPlan {
     /// The query, and the schema of its `input` table.
     pub sql: String,
     pub input_schema: SchemaRef,
-    /// The file sink's root location and format.
+    /// The file sink's root location, and the layout of its files.
     pub sink_path: String,
-    pub format: String,
+    pub layout: Layout,
 }
 
 /// Validates an assignment into a plan; anything missing is fatal.
@@ -133,6 +136,16 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         return Err(malformed("missing sink path".into()));
     }
     crate::sink::encoder(&files.format, source.schema()).map_err(|e| malformed(e.to_string()))?;
+    let layout = Layout {
+        format: files.format.clone(),
+        partition_by: files.partition_by.clone(),
+        max_file_bytes: files
+            .max_file_bytes
+            .unwrap_or(DEFAULT_MAX_FILE_BYTES)
+            .max(1),
+        batch: task.batch_id,
+        partition: task.partition,
+    };
     Ok(TaskPlan {
         batch_id: task.batch_id,
         partition: task.partition,
@@ -140,7 +153,7 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         sql: query.sql.clone(),
         input_schema,
         sink_path: files.path.clone(),
-        format: files.format.clone(),
+        layout,
     })
 }
 
@@ -197,20 +210,20 @@ pub async fn execute(
     }
 }
 
-/// Chunks of encoded rows in flight between the producer and the writer.
+/// Pieces of encoded rows in flight between the producer and the writer.
 const CHUNKS_IN_FLIGHT: usize = 2;
 
-/// Runs one task and writes its part file in bounded memory:
+/// Runs one task and writes its part files in bounded memory:
 ///
 /// ```text
-///  blocking thread: source chunk ─► SQL (DataFusion) ─► encode ─► channel (2)
-///  this task:       channel ─► part file writer (multipart, 2 parts of 4 MiB)
+///  blocking thread: source chunk ─► SQL (DataFusion) ─► Parts (encode) ─► channel (2)
+///  this task:       channel ─► part file writers (multipart, 2 parts of 4 MiB each)
 /// ```
 ///
-/// So a running task holds at most a few chunks (a few MiB) plus the
-/// writer's parts, whatever its size. Dropping this future (a cancelled
-/// task) stops the producer and removes the unfinished file. A task whose
-/// output is empty writes no file.
+/// So a running task holds a few chunks plus each open file's writer,
+/// whatever its size. Dropping this future (a cancelled task) stops the
+/// producer and removes the unfinished files. A task whose output is
+/// empty writes no file.
 pub async fn run(
     plan: TaskPlan,
     sinks: Arc<SinkCache>,
@@ -232,23 +245,42 @@ pub async fn run(
         };
         return Ok(done(none, Vec::new()));
     }
-    let (batch_id, partition) = (plan.batch_id, plan.partition);
     let sink_path = plan.sink_path.clone();
     let sink = tokio::task::spawn_blocking(move || sinks.get(&sink_path))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    let ext = crate::sink::extension(&plan.format).to_string();
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(CHUNKS_IN_FLIGHT);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(CHUNKS_IN_FLIGHT);
     let runtime = tokio::runtime::Handle::current();
     let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, &tx));
-    // The file is begun with the first bytes: a task whose query keeps no
+    // A file is begun with its first bytes: a task whose query keeps no
     // row writes nothing at all.
-    let mut writer = None;
-    while let Some(chunk) = rx.recv().await {
-        if writer.is_none() {
-            writer = Some(sink.begin_part(batch_id, partition, &ext).await?);
+    let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
+    let mut files = Vec::new();
+    while let Some(piece) = rx.recv().await {
+        match piece {
+            Piece::Data { name, bytes } => {
+                if !writers.contains_key(&name) {
+                    let w = sink.begin_part(&name).await?;
+                    writers.insert(name.clone(), w);
+                }
+                writers
+                    .get_mut(&name)
+                    .expect("begun above")
+                    .write(bytes)
+                    .await?;
+            }
+            Piece::End { name, rows } => {
+                let w = writers.remove(&name).ok_or_else(|| {
+                    ExecutorError::TaskPanicked(format!("{name} ended before any bytes"))
+                })?;
+                let f = sink.finish_part(w, &name, rows).await?;
+                files.push(SinkFile {
+                    path: f.path,
+                    rows: f.rows,
+                    bytes: f.bytes,
+                });
+            }
         }
-        writer.as_mut().expect("begun above").write(chunk).await?;
     }
     let produced = producer
         .await
@@ -259,18 +291,12 @@ pub async fn run(
             produced.input_rows
         )));
     }
-    let Some(writer) = writer.filter(|_| produced.rows > 0) else {
-        return Ok(done(produced, Vec::new()));
-    };
-    let f = sink
-        .finish_part(writer, batch_id, partition, &ext, produced.rows)
-        .await?;
-    let file = SinkFile {
-        path: f.path,
-        rows: f.rows,
-        bytes: f.bytes,
-    };
-    Ok(done(produced, vec![file]))
+    if let Some(name) = writers.keys().next() {
+        return Err(ExecutorError::TaskPanicked(format!(
+            "{name} was never finished"
+        )));
+    }
+    Ok(done(produced, files))
 }
 
 /// What the blocking half of a task counted.
@@ -285,7 +311,7 @@ struct Produced {
 fn produce(
     plan: TaskPlan,
     runtime: &tokio::runtime::Handle,
-    tx: &tokio::sync::mpsc::Sender<bytes::Bytes>,
+    tx: &tokio::sync::mpsc::Sender<Piece>,
 ) -> Result<Produced, ExecutorError> {
     let bad_records = crate::counter::Counter::default();
     let input = Input::new(plan.source.read(bad_records.clone()));
@@ -295,27 +321,27 @@ fn produce(
         plan.input_schema,
         Box::pin(input),
     ))?;
-    let mut encoder = crate::sink::encoder(&plan.format, output.schema())?;
+    let mut parts = Parts::new(plan.layout, &output.schema())?;
     let mut rows = 0u64;
+    let mut pieces = Vec::new();
+    let send = |pieces: &mut Vec<Piece>| {
+        // A closed channel: the writer is gone (failed or cancelled).
+        pieces.drain(..).all(|p| tx.blocking_send(p).is_ok())
+    };
     while let Some(batch) = runtime.block_on(output.next()) {
         let batch = match batch {
             Ok(b) => b,
             // The input's own error says whether a retry may help.
             Err(e) => return Err(failure.take().unwrap_or(e.into())),
         };
-        if batch.num_rows() == 0 {
-            continue;
-        }
         rows += batch.num_rows() as u64;
-        let data = encoder.encode(&batch)?;
-        if tx.blocking_send(bytes::Bytes::from(data)).is_err() {
-            break; // the writer is gone: failed or cancelled
+        parts.write(&batch, &mut pieces)?;
+        if !send(&mut pieces) {
+            break;
         }
     }
-    let tail = encoder.finish()?;
-    if rows > 0 && !tail.is_empty() {
-        let _ = tx.blocking_send(bytes::Bytes::from(tail));
-    }
+    parts.finish(&mut pieces)?;
+    send(&mut pieces);
     Ok(Produced {
         input_rows: read.get(),
         rows,

@@ -32,6 +32,7 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
             kind: Some(sink::Kind::Files(FileSinkSpec {
                 path: dir.into(),
                 format: "jsonl".into(),
+                ..Default::default()
             })),
         }),
         stage: Stage::Map.into(),

@@ -72,3 +72,135 @@ fn lines(bytes: &[u8]) -> Vec<String> {
     out.sort();
     out
 }
+
+/// `sql` over `input`, as DataFusion computes it in one piece.
+pub async fn expected_batches(sql: &str, input: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    let schema = input[0].schema();
+    let ctx = SessionContext::new();
+    let table = MemTable::try_new(schema, vec![input]).expect("input table");
+    ctx.register_table("input", Arc::new(table))
+        .expect("input registers");
+    ctx.sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("the oracle cannot plan {sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("the oracle cannot run {sql}: {e}"))
+}
+
+/// Rows as comparable text: each a JSON object whose keys are sorted and
+/// whose values are all strings (a null is left out, as jsonl leaves it
+/// out), sorted. A partition
+/// column read back from a directory name compares equal to the column
+/// it came from.
+pub fn normalized(rows: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = rows
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON row");
+            let obj = v.as_object().expect("a JSON object");
+            let sorted: std::collections::BTreeMap<&String, String> = obj
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    serde_json::Value::Null => None,
+                    serde_json::Value::String(s) => Some((k, s.clone())),
+                    other => Some((k, other.to_string())),
+                })
+                .collect();
+            serde_json::to_string(&sorted).expect("a row encodes")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every row of the files the sink's manifests list, in any format, with
+/// the partition columns of Hive-style directories put back, normalized
+/// (see [`normalized`]). `schema` is the query's output schema. A file
+/// listed twice fails the test.
+pub async fn committed_any(sink: &Path, schema: &arrow_schema::SchemaRef) -> Vec<String> {
+    let location = sink.to_str().expect("utf-8 sink path");
+    let files = FileSink::open(location).expect("sink opens");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut all = Vec::new();
+    for m in files.manifests().await.expect("manifests read") {
+        for f in m.files {
+            assert!(seen.insert(f.path.clone()), "{} is listed twice", f.path);
+            let bytes = std::fs::read(sink.join(&f.path))
+                .unwrap_or_else(|e| panic!("{} is listed but cannot be read: {e}", f.path));
+            let dirs: Vec<(String, Option<String>)> = f
+                .path
+                .split('/')
+                .filter_map(|seg| seg.split_once('='))
+                .map(|(k, v)| {
+                    let v = (v != "__HIVE_DEFAULT_PARTITION__").then(|| unescape(v));
+                    (unescape(k), v)
+                })
+                .collect();
+            let data = Arc::new(arrow_schema::Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .filter(|fl| !dirs.iter().any(|(k, _)| k == fl.name()))
+                    .map(|fl| fl.as_ref().clone())
+                    .collect::<Vec<_>>(),
+            ));
+            let rows = read_any(&f.path, bytes, data);
+            assert_eq!(rows.len() as u64, f.rows, "{} has {} rows", f.path, f.rows);
+            for line in rows {
+                let mut v: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(&line).expect("a JSON row");
+                for (k, val) in &dirs {
+                    let val = val
+                        .clone()
+                        .map_or(serde_json::Value::Null, serde_json::Value::String);
+                    v.insert(k.clone(), val);
+                }
+                all.push(serde_json::to_string(&v).expect("a row encodes"));
+            }
+        }
+    }
+    normalized(&all)
+}
+
+/// A file's rows as JSON lines (absent values dropped, as jsonl writes them).
+fn read_any(name: &str, bytes: Vec<u8>, data: arrow_schema::SchemaRef) -> Vec<String> {
+    let batches: Vec<RecordBatch> = match name.rsplit('.').next() {
+        Some("csv") => arrow_csv::ReaderBuilder::new(data)
+            .with_header(true)
+            .build(std::io::Cursor::new(bytes))
+            .expect("csv reader")
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{name}: {e}")),
+        Some("parquet") => parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            bytes::Bytes::from(bytes),
+        )
+        .and_then(|b| b.build())
+        .expect("parquet reader")
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{name}: {e}")),
+        _ => return lines(&bytes),
+    };
+    lines(&encode_jsonl(&batches).expect("rows encode"))
+}
+
+/// A directory name's percent-escapes decoded.
+fn unescape(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        if let Some(v) = hex {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).expect("utf-8 directory name")
+}

@@ -174,3 +174,54 @@ async fn a_malformed_record_fails_naming_file_and_line_or_is_skipped_and_counted
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_layout_that_cannot_work_is_refused_naming_the_field() {
+    let cluster = Cluster::new("bad-sink-layout");
+    let driver = cluster.start_ready_driver().await;
+    let mut client = cluster.client(driver.addr());
+    let sql = "SELECT value, value % 3 AS k FROM input";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "    format: avro\n",
+            &["sink.files.format", "avro", "jsonl, csv, parquet"],
+        ),
+        (
+            "    partition_by: [nope]\n",
+            &[
+                "sink.files.partition_by[0]",
+                "\"nope\" is not an output column",
+                "value, k",
+            ],
+        ),
+        (
+            "    partition_by: [value, k]\n",
+            &["sink.files.partition_by", "every output column"],
+        ),
+        (
+            "    partition_by: [k, k]\n",
+            &["sink.files.partition_by[1]", "named twice"],
+        ),
+        (
+            "    max_file_bytes: 0\n",
+            &["sink.files.max_file_bytes", "at least 1"],
+        ),
+    ];
+    for (i, (extra, wanted)) in cases.iter().enumerate() {
+        let name = format!("bad-sink-{i}");
+        let sink = cluster.sink_path(&name);
+        let spec = format!(
+            "name: {name}\nsource:\n  rate:\n    partitions: 1\n    rows_per_second: 10\nsink:\n  files:\n    path: {}\n{extra}sql: {sql}\n",
+            sink.display()
+        );
+        let err = client.submit(&spec).await.expect_err(&spec);
+        assert_eq!(err.code(), Code::InvalidArgument, "{spec}: {err:?}");
+        for w in *wanted {
+            assert!(
+                err.message().contains(w),
+                "{spec}: {w:?} not in {:?}",
+                err.message()
+            );
+        }
+    }
+}

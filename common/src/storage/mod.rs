@@ -162,8 +162,9 @@ impl Storage {
         }
     }
 
-    /// Removes the hidden files (names starting with `.`) directly under
-    /// the root for which `remove` says yes, including the staging files of
+    /// Removes the hidden files (names starting with `.`) under the root,
+    /// in it and in its subdirectories (a sink's partition directories),
+    /// for which `remove` says yes, including the staging files of
     /// unfinished uploads (`<name>#N`), which listings through
     /// object_store do not show. Returns how many were removed; a file
     /// that is already gone is not an error.
@@ -184,17 +185,24 @@ impl Storage {
         };
         tokio::task::spawn_blocking(move || {
             let mut removed = 0;
-            for entry in std::fs::read_dir(&root).map_err(&fail)? {
-                let entry = entry.map_err(&fail)?;
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                if !name.starts_with('.') || !remove(name) {
-                    continue;
-                }
-                match std::fs::remove_file(entry.path()) {
-                    Ok(()) => removed += 1,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(fail(e)),
+            let mut dirs = vec![root];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(&dir).map_err(&fail)? {
+                    let entry = entry.map_err(&fail)?;
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    if !name.starts_with('.') && entry.file_type().map_err(&fail)?.is_dir() {
+                        dirs.push(entry.path());
+                        continue;
+                    }
+                    if !name.starts_with('.') || !remove(name) {
+                        continue;
+                    }
+                    match std::fs::remove_file(entry.path()) {
+                        Ok(()) => removed += 1,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(fail(e)),
+                    }
                 }
             }
             Ok(removed)

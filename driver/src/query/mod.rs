@@ -107,10 +107,38 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
 /// Plans the query's SQL over its source's `input` table, as every task
 /// will: a query that cannot run is refused at submit, naming why.
 async fn check_sql(spec: &QuerySpec, input: SchemaRef) -> Result<(), DriverError> {
-    sluice_sql::check(spec.sql(), input)
+    let output = sluice_sql::check(spec.sql(), input)
         .await
-        .map(|_| ())
-        .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))
+        .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))?;
+    check_partition_by(spec, &output)
+}
+
+/// The sink's `partition_by` names output columns, and leaves at least
+/// one for the files.
+fn check_partition_by(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
+    let sluice_common::spec::SinkSpec::Files(sink) = &spec.sink;
+    for (i, c) in sink.partition_by.iter().enumerate() {
+        let Ok(field) = output.field_with_name(c) else {
+            let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(DriverError::Invalid(format!(
+                "sink.files.partition_by[{i}]: {c:?} is not an output column of the query; its columns are {}",
+                names.join(", ")
+            )));
+        };
+        if field.data_type().is_nested() {
+            return Err(DriverError::Invalid(format!(
+                "sink.files.partition_by[{i}]: column {c:?} is {}, not a scalar type",
+                field.data_type()
+            )));
+        }
+    }
+    if !sink.partition_by.is_empty() && sink.partition_by.len() >= output.fields().len() {
+        return Err(DriverError::Invalid(
+            "sink.files.partition_by: names every output column; the files need at least one"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Submits a new query: writes its checkpoint and starts its runner.

@@ -148,6 +148,7 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
             kind: Some(sink::Kind::Files(FileSink {
                 path: dir.into(),
                 format: "jsonl".into(),
+                ..Default::default()
             })),
         }),
         stage: sluice_proto::Stage::Map.into(),
