@@ -9,6 +9,7 @@
 //!   commits/<N>     what batch N committed                     create-only
 //!   sources/rate    the rate source's start time               create-only
 //!   sources/schema  the input schema, fixed at submit           create-only
+//!   sources/tables  each static table's schema, fixed at submit create-only
 //!   sources/files/<N> the files batch N of a file source read   create-only
 //! <root>/epochs/<E> the standalone driver's epoch claims       create-only (see crate::epochs)
 //! ```
@@ -58,6 +59,18 @@ pub struct OffsetRecord {
     /// (absent in records written before there was one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rows_per_task: Option<u64>,
+    /// The files of each static table this batch reads, by table name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tables: std::collections::BTreeMap<String, Vec<TableFile>>,
+}
+
+/// A file of a static table as a batch plans to read it: a replay that
+/// finds it changed fails rather than join with other data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableFile {
+    pub path: String,
+    pub size: u64,
+    pub modified_ms: i64,
 }
 
 /// The input range of a batch.
@@ -126,6 +139,24 @@ pub struct FileLogEntry {
     pub version: u32,
     pub batch_id: u64,
     pub files: Vec<String>,
+}
+
+/// `sources/tables`: the schema of each static table, fixed when the query
+/// was submitted, and where its files are (the directory, and the one file
+/// when the table is a file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TablesRecord {
+    pub version: u32,
+    pub tables: std::collections::BTreeMap<String, TableSchema>,
+    pub epoch: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    pub schema: arrow_schema::Schema,
+    pub dir: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// `sources/schema`: the schema of the `input` table, fixed when the query

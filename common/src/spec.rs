@@ -3,6 +3,7 @@
 //! checks every range and names the field that is out of it.
 
 mod files;
+mod tables;
 
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
@@ -12,6 +13,7 @@ pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
 };
+pub use tables::{TableSpec, validate_table};
 
 pub const MAX_PARTITIONS: u32 = 1024;
 pub const MAX_ROWS_PER_SECOND: u64 = 1_000_000_000_000;
@@ -34,6 +36,9 @@ pub struct QuerySpec {
     /// The query over the table `input`; `None` means [`DEFAULT_SQL`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sql: Option<String>,
+    /// Static tables the SQL may join `input` with, by name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tables: std::collections::BTreeMap<String, TableSpec>,
 }
 
 /// The query of a spec without `sql`.
@@ -169,6 +174,9 @@ impl QuerySpec {
                 "must not be empty; leave it out for SELECT * FROM input",
             ));
         }
+        for (name, t) in &self.tables {
+            validate_table(name, t)?;
+        }
         if self.max_rows_per_batch == Some(0) {
             return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
         }
@@ -295,6 +303,7 @@ impl From<&QuerySpec> for pb::QuerySpec {
             max_rows_per_batch: s.max_rows_per_batch,
             sink: Some(s.sink.to_proto()),
             sql: s.sql.clone(),
+            tables: s.tables.iter().map(|(n, t)| t.to_proto(n)).collect(),
         }
     }
 }
@@ -373,6 +382,11 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             max_rows_per_batch: p.max_rows_per_batch,
             sink: SinkSpec::from_proto(p.sink.as_ref())?,
             sql: p.sql.clone(),
+            tables: p
+                .tables
+                .iter()
+                .map(|t| Ok((t.name.clone(), TableSpec::try_from(t)?)))
+                .collect::<Result<_>>()?,
         };
         spec.validate()?;
         Ok(spec)

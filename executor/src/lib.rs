@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+mod cache;
 pub mod config;
 pub mod connection;
 mod counter;
@@ -44,7 +45,7 @@ pub(crate) struct Shared {
     pub(crate) incarnation: u64,
     /// One permit per slot.
     pub(crate) slots: Arc<Semaphore>,
-    pub(crate) sinks: Arc<task::SinkCache>,
+    pub(crate) sinks: Arc<crate::cache::Caches>,
 }
 
 /// Runs one executor until `shutdown` is cancelled, then drains (up to

@@ -21,13 +21,14 @@ use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 use tracing::{Instrument, info_span, warn};
 
+use crate::cache::Caches;
 use crate::error::ExecutorError;
-use crate::task::{self, SinkCache, error_result};
+use crate::task::{self, error_result};
 
 /// Queued and running tasks, owned by one session.
 pub(crate) struct Runner {
     slots: Arc<Semaphore>,
-    sinks: Arc<SinkCache>,
+    sinks: Arc<Caches>,
     set: JoinSet<TaskResult>,
     queue: VecDeque<TaskAssignment>,
     /// Running tasks by task id.
@@ -37,7 +38,7 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    pub(crate) fn new(slots: Arc<Semaphore>, sinks: Arc<SinkCache>) -> Self {
+    pub(crate) fn new(slots: Arc<Semaphore>, sinks: Arc<Caches>) -> Self {
         Runner {
             slots,
             sinks,

@@ -16,11 +16,10 @@
 //! retry, a duplicate or a zombie attempt writes identical bytes or nothing.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_schema::SchemaRef;
-use sluice_common::sink::FileSink;
 use sluice_common::spec::DEFAULT_MAX_FILE_BYTES;
 use sluice_common::storage::VisibleWriter;
 use sluice_proto::{
@@ -29,6 +28,7 @@ use sluice_proto::{
 };
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::input::Input;
 use crate::sink::parts::{Layout, Parts, Piece};
@@ -104,6 +104,8 @@ pub struct TaskPlan {
     /// The file sink's root location, and the layout of its files.
     pub sink_path: String,
     pub layout: Layout,
+    /// The static tables the SQL joins with, as this batch reads them.
+    pub tables: Vec<sluice_proto::TablePlan>,
 }
 
 /// Validates an assignment into a plan; anything missing is fatal.
@@ -154,31 +156,8 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         input_schema,
         sink_path: files.path.clone(),
         layout,
+        tables: query.tables.clone(),
     })
-}
-
-/// Opened file sinks, one per sink location, shared by all tasks.
-#[derive(Debug, Default)]
-pub struct SinkCache {
-    sinks: Mutex<HashMap<String, FileSink>>,
-}
-
-impl SinkCache {
-    /// The sink at `path`, opened on first use. Blocking (it may create the
-    /// directory): call it from a blocking thread. Failures are not cached.
-    pub fn get(&self, path: &str) -> Result<FileSink, ExecutorError> {
-        if let Some(s) = self.lock().get(path) {
-            return Ok(s.clone());
-        }
-        let sink = FileSink::open(path)?;
-        self.lock().insert(path.to_string(), sink.clone());
-        Ok(sink)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, FileSink>> {
-        // A poisoned lock is a bug: panic.
-        self.sinks.lock().expect("sink cache lock poisoned")
-    }
 }
 
 /// Runs one admitted task in the slot `permit` holds, and always yields a
@@ -186,7 +165,7 @@ impl SinkCache {
 pub async fn execute(
     task: TaskAssignment,
     permit: OwnedSemaphorePermit,
-    sinks: Arc<SinkCache>,
+    sinks: Arc<Caches>,
 ) -> TaskResult {
     let started = Instant::now();
     let outcome = match plan(&task) {
@@ -226,7 +205,7 @@ const CHUNKS_IN_FLIGHT: usize = 2;
 /// empty writes no file.
 pub async fn run(
     plan: TaskPlan,
-    sinks: Arc<SinkCache>,
+    sinks: Arc<Caches>,
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
     let planned = plan.source.planned_rows();
@@ -246,12 +225,13 @@ pub async fn run(
         return Ok(done(none, Vec::new()));
     }
     let sink_path = plan.sink_path.clone();
-    let sink = tokio::task::spawn_blocking(move || sinks.get(&sink_path))
+    let caches = sinks.clone();
+    let sink = tokio::task::spawn_blocking(move || caches.sink(&sink_path))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(CHUNKS_IN_FLIGHT);
     let runtime = tokio::runtime::Handle::current();
-    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, &tx));
+    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, &tx, &sinks));
     // A file is begun with its first bytes: a task whose query keeps no
     // row writes nothing at all.
     let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
@@ -312,7 +292,9 @@ fn produce(
     plan: TaskPlan,
     runtime: &tokio::runtime::Handle,
     tx: &tokio::sync::mpsc::Sender<Piece>,
+    caches: &Caches,
 ) -> Result<Produced, ExecutorError> {
+    let tables = runtime.block_on(crate::cache::tables(caches, &plan.tables))?;
     let bad_records = crate::counter::Counter::default();
     let input = Input::new(plan.source.read(bad_records.clone()));
     let (read, failure) = (input.read.clone(), input.failure.clone());
@@ -320,6 +302,7 @@ fn produce(
         &plan.sql,
         plan.input_schema,
         Box::pin(input),
+        &tables,
     ))?;
     let mut parts = Parts::new(plan.layout, &output.schema())?;
     let mut rows = 0u64;

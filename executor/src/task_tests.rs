@@ -39,6 +39,7 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            tables: Vec::new(),
         }),
     }
 }
@@ -52,7 +53,7 @@ fn with_sql(mut t: TaskAssignment, sql: &str) -> TaskAssignment {
 async fn a_task_runs_its_sql_and_reports_rows_read_and_written() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_string();
-    let sinks = Arc::new(SinkCache::default());
+    let sinks = Arc::new(Caches::default());
     let sql = "SELECT value, value % 4 AS k FROM input WHERE value % 4 = 0";
     let r = execute(
         with_sql(assignment(&root, 0, 0, 40), sql),
@@ -84,7 +85,7 @@ async fn a_task_whose_query_keeps_no_row_writes_no_file() {
         assignment(&root, 0, 0, 40),
         "SELECT * FROM input WHERE value > 1000",
     );
-    let r = execute(t, slot(), Arc::new(SinkCache::default())).await;
+    let r = execute(t, slot(), Arc::new(Caches::default())).await;
     let Some(Outcome::Ok(out)) = r.outcome else {
         panic!("task failed: {r:?}");
     };
@@ -139,7 +140,7 @@ async fn a_sink_under_a_file_is_a_fatal_error_naming_the_path() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let root = file.path().join("out");
     let root = root.to_str().unwrap();
-    let sinks = Arc::new(SinkCache::default());
+    let sinks = Arc::new(Caches::default());
     let r = execute(assignment(root, 0, 0, 10), slot(), sinks).await;
     let Some(Outcome::Error(e)) = r.outcome else {
         panic!("expected an error: {r:?}");
@@ -192,7 +193,7 @@ fn plans_reject_malformed_assignments() {
 async fn a_rate_task_writes_its_part_file() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_string();
-    let sinks = Arc::new(SinkCache::default());
+    let sinks = Arc::new(Caches::default());
 
     let r = execute(assignment(&root, 0, 0, 10), slot(), sinks.clone()).await;
     assert_eq!((r.task_id.as_str(), r.epoch), ("t1", 3));

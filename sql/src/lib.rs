@@ -42,11 +42,32 @@ pub type InputError = Box<dyn std::error::Error + Send + Sync>;
 /// A task's input, read as the output is polled.
 pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
-/// Plans `sql` over `input` without running it: the output schema, or the
-/// reason it cannot run in Sluice (a syntax error with its position, an
-/// unknown name, an unsupported construct).
-pub async fn check(sql: &str, input: SchemaRef) -> Result<SchemaRef, SqlError> {
-    let ctx = with_input(Once::empty(input))?;
+/// A static table, loaded: its rows, shared by the tasks that join with it.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub batches: Arc<Vec<RecordBatch>>,
+}
+
+/// Plans `sql` over `input` and the static `tables` (name and schema)
+/// without running it: the output schema, or the reason it cannot run in
+/// Sluice (a syntax error with its position, an unknown name, an
+/// unsupported construct).
+pub async fn check(
+    sql: &str,
+    input: SchemaRef,
+    tables: &[(String, SchemaRef)],
+) -> Result<SchemaRef, SqlError> {
+    let tables: Vec<Table> = tables
+        .iter()
+        .map(|(name, schema)| Table {
+            name: name.clone(),
+            schema: schema.clone(),
+            batches: Arc::new(Vec::new()),
+        })
+        .collect();
+    let ctx = with_input(Once::empty(input), &tables)?;
     let plan = session::logical_plan(&ctx, sql).await?;
     Ok(Arc::new(plan.schema().as_arrow().clone()))
 }
@@ -71,10 +92,15 @@ impl Output {
     }
 }
 
-/// Runs `sql` over `input`. The output is meant to be polled on a
-/// blocking thread: the input is read as it is polled.
-pub async fn run(sql: &str, schema: SchemaRef, input: InputBatches) -> Result<Output, SqlError> {
-    let ctx = with_input(Once::new(schema, input))?;
+/// Runs `sql` over `input` and the static `tables`. The output is meant
+/// to be polled on a blocking thread: the input is read as it is polled.
+pub async fn run(
+    sql: &str,
+    schema: SchemaRef,
+    input: InputBatches,
+    tables: &[Table],
+) -> Result<Output, SqlError> {
+    let ctx = with_input(Once::new(schema, input), tables)?;
     let plan = session::logical_plan(&ctx, sql).await?;
     let physical = ctx
         .state()
@@ -86,13 +112,23 @@ pub async fn run(sql: &str, schema: SchemaRef, input: InputBatches) -> Result<Ou
     Ok(Output { schema, stream })
 }
 
-/// A session whose table `input` is `input`.
-fn with_input(input: Once) -> Result<datafusion::prelude::SessionContext, SqlError> {
+/// A session whose table `input` is `input`, with the static `tables`.
+fn with_input(
+    input: Once,
+    tables: &[Table],
+) -> Result<datafusion::prelude::SessionContext, SqlError> {
     let ctx = session::context();
     let table = StreamingTable::try_new(input.schema.clone(), vec![Arc::new(input)])
         .map_err(SqlError::from_planning)?;
     ctx.register_table(INPUT, Arc::new(table))
         .map_err(SqlError::from_planning)?;
+    for t in tables {
+        let rows = t.batches.as_ref().clone();
+        let mem = datafusion::datasource::MemTable::try_new(t.schema.clone(), vec![rows])
+            .map_err(SqlError::from_planning)?;
+        ctx.register_table(t.name.as_str(), Arc::new(mem))
+            .map_err(SqlError::from_planning)?;
+    }
     Ok(ctx)
 }
 

@@ -31,7 +31,7 @@ fn input(n: u64) -> InputBatches {
 }
 
 async fn collect(sql: &str, n: u64) -> Vec<RecordBatch> {
-    let mut out = run(sql, schema(), input(n)).await.unwrap();
+    let mut out = run(sql, schema(), input(n), &[]).await.unwrap();
     let mut all = Vec::new();
     while let Some(b) = out.next().await {
         all.push(b.unwrap());
@@ -75,17 +75,17 @@ async fn unnest_runs_and_a_rerun_gives_the_same_rows() {
 
 #[tokio::test]
 async fn the_default_query_passes_every_column() {
-    let out = check(DEFAULT_SQL, schema()).await.unwrap();
+    let out = check(DEFAULT_SQL, schema(), &[]).await.unwrap();
     assert_eq!(out.as_ref(), schema().as_ref());
 }
 
 #[tokio::test]
 async fn bad_sql_is_refused_naming_what_is_wrong() {
-    let e = err(check("SELEC value FROM input", schema()).await);
+    let e = err(check("SELEC value FROM input", schema(), &[]).await);
     assert!(e.contains("SELEC"), "{e}");
-    let e = err(check("SELECT nope FROM input", schema()).await);
+    let e = err(check("SELECT nope FROM input", schema(), &[]).await);
     assert!(e.contains("nope"), "{e}");
-    let e = err(check("SELECT * FROM elsewhere", schema()).await);
+    let e = err(check("SELECT * FROM elsewhere", schema(), &[]).await);
     assert!(e.contains("elsewhere"), "{e}");
 }
 
@@ -115,7 +115,7 @@ async fn constructs_that_need_state_or_order_are_refused_by_name() {
         ("SELECT value FROM input WHERE random() < 0.5", "random"),
         ("SELECT uuid() AS id FROM input", "uuid"),
     ] {
-        let e = err(check(sql, schema()).await);
+        let e = err(check(sql, schema(), &[]).await);
         assert!(e.contains("not supported"), "{sql}: {e}");
         assert!(e.contains(named), "{sql}: {e}");
     }
@@ -138,8 +138,64 @@ async fn functions_fixed_by_their_arguments_are_accepted() {
         "SELECT value, unnest(string_to_array(concat(CAST(value % 3 AS VARCHAR), ',x'), ',')) AS part FROM input",
         "SELECT to_char(timestamp_ms, '%Y') AS y, date_part('hour', timestamp_ms) AS h, abs(CAST(value AS BIGINT) - 5) AS d FROM input",
     ] {
-        check(sql, schema.clone())
+        check(sql, schema.clone(), &[])
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
+}
+
+fn kinds() -> crate::Table {
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, false),
+    ]));
+    let rows = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![0, 1])),
+            Arc::new(StringArray::from(vec!["even", "odd"])),
+        ],
+    )
+    .unwrap();
+    crate::Table {
+        name: "kinds".into(),
+        schema,
+        batches: Arc::new(vec![rows]),
+    }
+}
+
+#[tokio::test]
+async fn the_stream_joins_a_static_table_and_keeping_the_tables_side_is_refused() {
+    let t = kinds();
+    let sql = "SELECT value, k.name FROM input JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
+    let mut out = run(sql, schema(), input(10), std::slice::from_ref(&t))
+        .await
+        .unwrap();
+    let mut rows = 0;
+    while let Some(b) = out.next().await {
+        let b = b.unwrap();
+        let names = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        let values = b.column(0).as_any().downcast_ref::<UInt64Array>().unwrap();
+        for i in 0..b.num_rows() {
+            let want = if values.value(i) % 2 == 0 {
+                "even"
+            } else {
+                "odd"
+            };
+            assert_eq!(names.value(i), want);
+        }
+        rows += b.num_rows();
+    }
+    assert_eq!(rows, 10);
+    let tables = [(t.name.clone(), t.schema.clone())];
+    let right = "SELECT value FROM input RIGHT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
+    let e = check(right, schema(), &tables)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("keeps the static table's side"), "{e}");
+    let left = "SELECT value FROM input LEFT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
+    check(left, schema(), &tables).await.unwrap();
 }

@@ -112,3 +112,37 @@ pub fn spec(
         sink.display(),
     )
 }
+
+/// A static table of cities: every city of the generated rows but Pune,
+/// and one the rows never name.
+pub fn cities() -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, true),
+        Field::new("country", DataType::Utf8, true),
+        Field::new("pop", DataType::Int64, true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec![
+                "Lyon", "Oslo", "Kyiv", "Lima", "Bern",
+            ])),
+            Arc::new(StringArray::from(vec!["FR", "NO", "UA", "PE", "CH"])),
+            Arc::new(Int64Array::from(vec![522, 709, 2952, 10_000, 134])),
+        ],
+    )
+    .expect("cities fit their schema")
+}
+
+/// The YAML of the `tables:` entry of [`cities`] written at `path`.
+pub fn cities_table_yaml(path: &Path, format: &str) -> String {
+    let schema = if format == "parquet" {
+        String::new()
+    } else {
+        "    schema:\n      - {name: name, type: string}\n      - {name: country, type: string}\n      - {name: pop, type: bigint}\n".to_string()
+    };
+    format!(
+        "tables:\n  cities:\n    path: {}\n    format: {format}\n{schema}",
+        path.display()
+    )
+}

@@ -30,18 +30,17 @@ pub fn rate_start_ms(checkpoint_root: &Path, query: &str) -> i64 {
 
 /// `sql` over `input` (the table `input`), as sorted JSON lines.
 pub async fn expected(sql: &str, input: Vec<RecordBatch>) -> Vec<String> {
-    let schema = input[0].schema();
-    let ctx = SessionContext::new();
-    let table = MemTable::try_new(schema, vec![input]).expect("input table");
-    ctx.register_table("input", Arc::new(table))
-        .expect("input registers");
-    let out = ctx
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("the oracle cannot plan {sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("the oracle cannot run {sql}: {e}"));
+    expected_with(sql, input, &[]).await
+}
+
+/// `sql` over `input` and the static `tables` (name, rows), as sorted
+/// JSON lines.
+pub async fn expected_with(
+    sql: &str,
+    input: Vec<RecordBatch>,
+    tables: &[(&str, RecordBatch)],
+) -> Vec<String> {
+    let out = expected_batches_with(sql, input, tables).await;
     lines(&encode_jsonl(&out).expect("oracle rows encode"))
 }
 
@@ -75,11 +74,25 @@ fn lines(bytes: &[u8]) -> Vec<String> {
 
 /// `sql` over `input`, as DataFusion computes it in one piece.
 pub async fn expected_batches(sql: &str, input: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    expected_batches_with(sql, input, &[]).await
+}
+
+/// `sql` over `input` and the static `tables`, computed in one piece.
+pub async fn expected_batches_with(
+    sql: &str,
+    input: Vec<RecordBatch>,
+    tables: &[(&str, RecordBatch)],
+) -> Vec<RecordBatch> {
     let schema = input[0].schema();
     let ctx = SessionContext::new();
     let table = MemTable::try_new(schema, vec![input]).expect("input table");
     ctx.register_table("input", Arc::new(table))
         .expect("input registers");
+    for (name, rows) in tables {
+        let t = MemTable::try_new(rows.schema(), vec![vec![rows.clone()]]).expect("a table");
+        ctx.register_table(*name, Arc::new(t))
+            .expect("a table registers");
+    }
     ctx.sql(sql)
         .await
         .unwrap_or_else(|e| panic!("the oracle cannot plan {sql}: {e}"))

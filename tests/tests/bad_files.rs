@@ -81,6 +81,39 @@ async fn a_file_source_that_cannot_work_is_refused_naming_the_field() {
             format!("    format: jsonl\n{schema}sql: SELECT nope FROM input\n"),
             vec!["field `sql`", "nope"],
         ),
+        (
+            e.clone(),
+            format!(
+                "    format: jsonl\n{schema}tables:\n  cities:\n    path: {}\n    format: csv\n    infer: true\n",
+                missing.display()
+            ),
+            vec!["tables.cities.path", "does not exist"],
+        ),
+        (
+            e.clone(),
+            format!("    format: jsonl\n{schema}tables:\n  cities:\n    path: {e}\n    format: csv\n"),
+            vec!["tables.cities.schema", "required for csv"],
+        ),
+        (
+            e.clone(),
+            format!("    format: jsonl\n{schema}tables:\n  input:\n    path: {e}\n    format: parquet\n"),
+            vec!["tables.input", "the stream's table"],
+        ),
+        (
+            e.clone(),
+            format!("    format: jsonl\n{schema}tables:\n  Big-Name:\n    path: {e}\n    format: parquet\n"),
+            vec!["tables.Big-Name", "[a-z_][a-z0-9_]"],
+        ),
+        (
+            e.clone(),
+            format!("    format: jsonl\n{schema}tables:\n  cities:\n    path: {e}\n    format: parquet\n"),
+            vec!["tables.cities.schema", "no file in"],
+        ),
+        (
+            e.clone(),
+            format!("    format: jsonl\n{schema}sql: SELECT i.id FROM input i JOIN towns t ON i.id = t.id\n"),
+            vec!["field `sql`", "towns"],
+        ),
     ];
     for (i, (dir, body, wanted)) in cases.iter().enumerate() {
         let name = format!("bad-{i}");

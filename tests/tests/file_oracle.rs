@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use sluice_tests::inputs::{self, rows};
-use sluice_tests::oracle::{committed, expected};
+use sluice_tests::oracle::{committed, expected_with};
 use sluice_tests::{Cluster, DriverOpts, QueryState};
 
 const FILES: u64 = 6;
@@ -21,9 +21,15 @@ const UNNEST: &str =
 const FUNCTIONS: &str = "SELECT id, date_trunc('minute', ts) AS minute, round(score, 1) AS s, \
      length(city) AS n, concat(city, '-', CAST(id AS VARCHAR)) AS label FROM input";
 
+const JOIN: &str = "SELECT i.id, i.city, c.country, c.pop * 2 AS pop2 \
+     FROM input i JOIN cities c ON i.city = c.name WHERE i.id % 2 = 1";
+
 /// (query, format, sql): every shape runs on two formats or more, and
-/// every format runs two shapes or more.
+/// every format runs two shapes or more. The join reads the static table
+/// `cities`: a csv file for jsonl input, a directory of Parquet for Parquet.
 const QUERIES: &[(&str, &str, &str)] = &[
+    ("jsonl-join", "jsonl", JOIN),
+    ("parquet-join", "parquet", JOIN),
     ("jsonl-project", "jsonl", PROJECT),
     ("jsonl-unnest", "jsonl", UNNEST),
     ("csv-filter", "csv", FILTER),
@@ -62,8 +68,13 @@ async fn every_shape_and_format_commits_what_datafusion_computes_in_one_piece() 
             write(format, n);
         }
     }
+    let cities_csv = cluster.root().join("cities.csv");
+    std::fs::write(&cities_csv, inputs::encode("csv", &inputs::cities())).unwrap();
+    let cities_dir = cluster.root().join("cities");
+    std::fs::create_dir_all(&cities_dir).unwrap();
+    inputs::write(&cities_dir, "c.parquet", "parquet", &inputs::cities());
     for (name, format, sql) in QUERIES {
-        let spec = inputs::spec(
+        let mut spec = inputs::spec(
             name,
             &dir(format),
             format,
@@ -71,6 +82,12 @@ async fn every_shape_and_format_commits_what_datafusion_computes_in_one_piece() 
             sql,
             FILES,
         );
+        if sql.contains("cities") {
+            spec.push_str(&match *format {
+                "parquet" => inputs::cities_table_yaml(&cities_dir, "parquet"),
+                _ => inputs::cities_table_yaml(&cities_csv, "csv"),
+            });
+        }
         client
             .submit(&spec)
             .await
@@ -111,7 +128,7 @@ async fn every_shape_and_format_commits_what_datafusion_computes_in_one_piece() 
             status.last_committed_batch >= 2,
             "{name}: two files a batch: {status:#?}"
         );
-        let want = expected(sql, input.clone()).await;
+        let want = expected_with(sql, input.clone(), &[("cities", inputs::cities())]).await;
         let got = committed(&cluster.sink_path(name)).await;
         assert!(!want.is_empty(), "{name}: the oracle has rows");
         assert_eq!(got.len(), want.len(), "{name}: row counts differ");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_tests::inputs::{self, rows};
 use sluice_tests::oracle::{
-    committed_any, expected_batches, normalized, rate_input, rate_start_ms,
+    committed_any, expected_batches_with, normalized, rate_input, rate_start_ms,
 };
 use sluice_tests::{Cluster, QueryState, Spec};
 
@@ -28,6 +28,14 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    Case {
+        name: "rate-parquet-join",
+        input: None,
+        format: "parquet",
+        partition_by: &[],
+        max_file_bytes: None,
+        sql: "SELECT value, c.country, c.pop FROM input LEFT JOIN cities c ON CAST(value % 5 AS BIGINT) = c.pop % 5",
+    },
     Case {
         name: "rate-csv-by-k",
         input: None,
@@ -117,6 +125,8 @@ async fn every_sink_format_and_layout_commits_what_datafusion_computes() {
         }
     }
 
+    let cities = cluster.root().join("cities.csv");
+    std::fs::write(&cities, inputs::encode("csv", &inputs::cities())).unwrap();
     for case in CASES {
         let sink = cluster.sink_path(case.name);
         let text = match case.input {
@@ -141,6 +151,11 @@ async fn every_sink_format_and_layout_commits_what_datafusion_computes() {
                 format!("{head}{}{tail}", sink_yaml(case, &sink))
             }
         };
+        let text = if case.sql.contains("cities") {
+            text + &inputs::cities_table_yaml(&cities, "csv")
+        } else {
+            text
+        };
         client
             .submit(&text)
             .await
@@ -160,7 +175,7 @@ async fn every_sink_format_and_layout_commits_what_datafusion_computes() {
             ),
             Some(_) => (0..FILES).map(|n| rows(n, 250)).collect(),
         };
-        let want = expected_batches(case.sql, input).await;
+        let want = expected_batches_with(case.sql, input, &[("cities", inputs::cities())]).await;
         let schema = want[0].schema();
         let want_rows: Vec<String> =
             String::from_utf8(sluice_common::sink::encode_jsonl(&want).unwrap())
@@ -214,7 +229,8 @@ async fn every_sink_format_and_layout_commits_what_datafusion_computes() {
                 case.name
             );
         }
-        if case.input.is_none() {
+        // A join repeats values by design; the others keep each value once.
+        if case.input.is_none() && !case.sql.contains("JOIN") {
             // The checker reads `value` back from every format.
             let total = TOTAL.to_string();
             let args = [

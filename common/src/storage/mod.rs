@@ -22,7 +22,7 @@ pub(crate) mod failure;
 mod read;
 mod visible;
 pub use object_store::path::Path;
-pub use read::{FileMeta, check_input_dir};
+pub use read::{FileMeta, check_input_dir, locate_input};
 pub use visible::{Visible, VisibleWriter};
 
 /// The outcome of a create-only write.

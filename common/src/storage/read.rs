@@ -94,3 +94,24 @@ pub fn check_input_dir(location: &str) -> std::result::Result<(), String> {
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
+
+/// Where the files of an input that is one file or a directory are: the
+/// directory, and the file's name when it is one file.
+pub fn locate_input(location: &str) -> std::result::Result<(String, Option<String>), String> {
+    let path = super::local_path(location)?;
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Ok((path.display().to_string(), None)),
+        Ok(_) => {
+            let dir = path.parent().ok_or("a file at the filesystem root")?;
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| format!("{} has no UTF-8 file name", path.display()))?;
+            Ok((dir.display().to_string(), Some(name.to_string())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{} does not exist", path.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}

@@ -53,10 +53,15 @@ pub async fn execute(
     let epoch = ctx.term.epoch;
 
     let t = Instant::now();
+    let mut plan = ctx.plan.clone();
+    if let Some(record) = &ctx.tables {
+        plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
+    }
+    let plan = &plan;
     let parts = source
         .tasks(&offsets.source)
         .into_iter()
-        .map(|(p, input)| run_partition(ctx, offsets, p, input));
+        .map(|(p, input)| run_partition(ctx, offsets, p, input, plan));
     let outputs = try_join_all(parts).await?;
     let execution = t.elapsed();
 
@@ -168,6 +173,7 @@ async fn run_partition(
     offsets: &OffsetRecord,
     p: u32,
     input: pb::TaskSource,
+    plan: &pb::TaskPlan,
 ) -> Result<pb::TaskOutput, DriverError> {
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
@@ -184,7 +190,7 @@ async fn run_partition(
             source: Some(input.clone()),
             sink: Some(ctx.spec.sink.to_proto()),
             stage: pb::Stage::Map.into(),
-            plan: Some(ctx.plan.clone()),
+            plan: Some(plan.clone()),
         };
         let mut guard = InFlight {
             scheduler: &ctx.term.scheduler,

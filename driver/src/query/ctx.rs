@@ -25,8 +25,11 @@ pub struct Ctx {
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
     pub sink: Option<FileSink>,
-    /// What every task of the query runs.
+    /// What every task of the query runs (the tables' files are set per
+    /// batch).
     pub plan: pb::TaskPlan,
+    /// The static tables' schemas and places, when the query has tables.
+    pub tables: Option<sluice_common::checkpoint::TablesRecord>,
 }
 
 impl Ctx {

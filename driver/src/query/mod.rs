@@ -15,11 +15,12 @@ pub mod retry;
 pub mod runner;
 pub mod summary;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord};
+use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{check_sink_location, locations_overlap};
 use sluice_common::time::now_ms;
@@ -106,8 +107,16 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
 
 /// Plans the query's SQL over its source's `input` table, as every task
 /// will: a query that cannot run is refused at submit, naming why.
-async fn check_sql(spec: &QuerySpec, input: SchemaRef) -> Result<(), DriverError> {
-    let output = sluice_sql::check(spec.sql(), input)
+async fn check_sql(
+    spec: &QuerySpec,
+    input: SchemaRef,
+    tables: &BTreeMap<String, TableSchema>,
+) -> Result<(), DriverError> {
+    let tables: Vec<(String, SchemaRef)> = tables
+        .iter()
+        .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
+        .collect();
+    let output = sluice_sql::check(spec.sql(), input, &tables)
         .await
         .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))?;
     check_partition_by(spec, &output)
@@ -160,7 +169,8 @@ pub async fn submit(
         .collect();
     check_sink(&spec, &others, &driver.config.checkpoint_root)?;
     let input = crate::source::resolve_schema(&spec.source).await?;
-    check_sql(&spec, input.clone()).await?;
+    let tables = crate::source::tables::resolve(&spec).await?;
+    check_sql(&spec, input.clone(), &tables).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
@@ -169,6 +179,7 @@ pub async fn submit(
         }
     }
     crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
+    crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
     if stored != spec {
         return Err(conflict(&spec, Some(&stored), QueryState::Running));

@@ -80,6 +80,7 @@ async fn drive(
     let plan = pb::TaskPlan {
         sql: spec.sql().to_string(),
         input_schema: Vec::new(),
+        tables: Vec::new(),
     };
     let mut ctx = Ctx {
         driver,
@@ -89,7 +90,9 @@ async fn drive(
         qc,
         sink: None,
         plan,
+        tables: None,
     };
+    ctx.tables = source::tables::load(&ctx).await?;
     let source = source::open(&ctx).await?;
     let source = source.as_ref();
     ctx.plan.input_schema = sluice_sql::encode_schema(&source.schema());
@@ -278,7 +281,12 @@ async fn plan_next(
             }
             Next::Batch(input) => input,
         };
+        let tables = match &ctx.tables {
+            Some(record) => source::tables::files(ctx, record).await?,
+            None => Default::default(),
+        };
         let record = OffsetRecord {
+            tables,
             version: RECORD_VERSION,
             batch_id,
             epoch: ctx.term.epoch,

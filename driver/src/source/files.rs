@@ -211,6 +211,7 @@ impl SourcePlanner for FilesPlanner {
                             size: f.size,
                             start: r.start,
                             end: r.end,
+                            modified_ms: 0,
                         }
                     })
                     .collect();
@@ -220,6 +221,7 @@ impl SourcePlanner for FilesPlanner {
                     ranges,
                     skip_bad_records: self.spec.on_bad_record == OnBadRecord::Skip,
                     csv: csv.clone(),
+                    label: "source file".into(),
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Files(task)),

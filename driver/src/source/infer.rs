@@ -1,14 +1,15 @@
-//! The schema of a new file source: declared in the spec, or inferred from
-//! the first file in the directory when the spec says `infer: true` (and,
-//! for Parquet, from the file's own schema when none is declared). It is
-//! fixed in `sources/schema` at submit and never inferred again.
+//! The schema of a file input (the file source, or a static table):
+//! declared in the spec, or inferred from its first file when the spec says
+//! `infer: true` (and, for Parquet, from the file's own schema when none is
+//! declared). It is fixed in the checkpoint at submit and never inferred
+//! again.
 
 use std::io::Cursor;
 use std::sync::Arc;
 
 use arrow_schema::{Schema, SchemaRef};
-use sluice_common::spec::{FileSourceSpec, Format, declared_schema};
-use sluice_common::storage::{FileMeta, Storage, check_input_dir};
+use sluice_common::spec::{ColumnSpec, CsvOptions, Format, declared_schema};
+use sluice_common::storage::{FileMeta, Storage};
 
 use crate::error::DriverError;
 
@@ -17,35 +18,49 @@ const SAMPLE_BYTES: u64 = 1 << 20;
 /// The most records read to infer a schema.
 const SAMPLE_RECORDS: usize = 1000;
 
-fn invalid(field: &str, reason: impl std::fmt::Display) -> DriverError {
-    DriverError::Invalid(format!("source.files.{field}: {reason}"))
+/// A file input as the spec describes it.
+pub struct Input<'a> {
+    /// The spec field, for errors (`source.files`, `tables.cities`).
+    pub field: String,
+    pub path: &'a str,
+    pub format: Format,
+    pub schema: &'a Option<Vec<ColumnSpec>>,
+    pub csv: CsvOptions,
 }
 
-/// The `input` schema of a new query reading `spec`.
-pub async fn source_schema(spec: &FileSourceSpec) -> Result<SchemaRef, DriverError> {
-    check_input_dir(&spec.path).map_err(|r| invalid("path", r))?;
-    if let Some(columns) = &spec.schema {
-        // Validated with the spec; this cannot fail here.
-        return declared_schema(columns).map_err(|(i, r)| invalid(&format!("schema[{i}]"), r));
+impl Input<'_> {
+    fn invalid(&self, field: &str, reason: impl std::fmt::Display) -> DriverError {
+        DriverError::Invalid(format!("{}.{field}: {reason}", self.field))
     }
-    let dir = Storage::open(&spec.path)?;
-    let files = dir.list_inputs().await?;
+}
+
+/// The schema of `input`, whose files are `files` of `dir`.
+pub async fn schema(
+    input: &Input<'_>,
+    dir: &Storage,
+    files: &[FileMeta],
+) -> Result<SchemaRef, DriverError> {
+    if let Some(columns) = input.schema {
+        // Validated with the spec; this cannot fail here.
+        return declared_schema(columns)
+            .map_err(|(i, r)| input.invalid(&format!("schema[{i}]"), r));
+    }
     let Some(first) = files.iter().find(|f| f.size > 0) else {
-        return Err(invalid(
-            if spec.format == Format::Parquet {
+        return Err(input.invalid(
+            if input.format == Format::Parquet {
                 "schema"
             } else {
                 "infer"
             },
             format!(
                 "no file in {} to infer the schema from; add one, or declare `schema`",
-                spec.path
+                input.path
             ),
         ));
     };
-    let schema = infer(&dir, first, spec).await?;
+    let schema = infer(input, dir, first).await?;
     if schema.fields().is_empty() {
-        return Err(invalid(
+        return Err(input.invalid(
             "infer",
             format!("no columns found in {}", dir.describe_str(&first.path)),
         ));
@@ -53,16 +68,12 @@ pub async fn source_schema(spec: &FileSourceSpec) -> Result<SchemaRef, DriverErr
     Ok(Arc::new(schema))
 }
 
-async fn infer(
-    dir: &Storage,
-    file: &FileMeta,
-    spec: &FileSourceSpec,
-) -> Result<Schema, DriverError> {
+async fn infer(input: &Input<'_>, dir: &Storage, file: &FileMeta) -> Result<Schema, DriverError> {
     let name = dir.describe_str(&file.path);
     let cannot = |e: &dyn std::fmt::Display| {
-        invalid("infer", format!("cannot infer a schema from {name}: {e}"))
+        input.invalid("infer", format!("cannot infer a schema from {name}: {e}"))
     };
-    match spec.format {
+    match input.format {
         Format::Parquet => {
             let meta = sluice_common::parquet_meta::read(dir, &file.path, file.size).await?;
             let m = meta.file_metadata();
@@ -83,15 +94,14 @@ async fn infer(
             } else {
                 sample
             };
-            if spec.format == Format::Jsonl {
+            if input.format == Format::Jsonl {
                 arrow_json::reader::infer_json_schema(Cursor::new(whole), Some(SAMPLE_RECORDS))
                     .map(|(s, _)| s)
                     .map_err(|e| cannot(&e))
             } else {
-                let csv = spec.csv();
                 arrow_csv::reader::Format::default()
-                    .with_header(csv.header)
-                    .with_delimiter(csv.delimiter_byte())
+                    .with_header(input.csv.header)
+                    .with_delimiter(input.csv.delimiter_byte())
                     .infer_schema(Cursor::new(whole), Some(SAMPLE_RECORDS))
                     .map(|(s, _)| s)
                     .map_err(|e| cannot(&e))

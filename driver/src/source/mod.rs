@@ -16,6 +16,7 @@ mod files;
 mod infer;
 mod rate;
 mod split;
+pub mod tables;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +98,20 @@ pub trait SourcePlanner: Send + Sync {
 pub async fn resolve_schema(spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
     match spec {
         SourceSpec::Rate(_) => Ok(sluice_common::rate::schema()),
-        SourceSpec::Files(f) => infer::source_schema(f).await,
+        SourceSpec::Files(f) => {
+            let invalid = |r: String| DriverError::Invalid(format!("source.files.path: {r}"));
+            sluice_common::storage::check_input_dir(&f.path).map_err(invalid)?;
+            let dir = sluice_common::storage::Storage::open(&f.path)?;
+            let files = dir.list_inputs().await?;
+            let input = infer::Input {
+                field: "source.files".into(),
+                path: &f.path,
+                format: f.format,
+                schema: &f.schema,
+                csv: f.csv(),
+            };
+            infer::schema(&input, &dir, &files).await
+        }
     }
 }
 

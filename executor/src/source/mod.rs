@@ -4,7 +4,7 @@
 //! A new source adds its spec and proto message, its planner on the driver
 //! (`driver/src/source/`), and one reader module here, named in [`open`].
 
-mod files;
+pub mod files;
 mod rate;
 
 use arrow_array::RecordBatch;

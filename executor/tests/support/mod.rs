@@ -155,6 +155,7 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            tables: Vec::new(),
         }),
     })
 }

@@ -92,6 +92,11 @@ impl SourceReader for FilesReader {
                 skip_bad: self.task.skip_bad_records,
             },
             root: self.task.root.clone(),
+            label: if self.task.label.is_empty() {
+                "source file".into()
+            } else {
+                self.task.label.clone()
+            },
             bad_records,
         });
         let ranges = self.task.ranges;
@@ -113,6 +118,8 @@ struct Ctx {
     format: Format,
     lines: LineFormat,
     root: String,
+    /// What the files are, in errors ("source file").
+    label: String,
     bad_records: Counter,
 }
 
@@ -124,17 +131,23 @@ impl Ctx {
     /// Checks that the file is as planned, then reads the range.
     async fn read_range(self: Arc<Self>, r: FileRange) -> Result<Batches, ExecutorError> {
         let storage = self.storage()?;
-        let name = storage.describe_str(&r.path);
+        let name = format!("{} {}", self.label, storage.describe_str(&r.path));
         match storage.head(&r.path).await? {
             None => {
                 return Err(ExecutorError::BadInput(format!(
-                    "source file {name} vanished after the batch was planned"
+                    "{name} vanished after the batch was planned"
                 )));
             }
             Some(m) if m.size != r.size => {
                 return Err(ExecutorError::BadInput(format!(
-                    "source file {name} changed size after the batch was planned: {} bytes then, {} now",
+                    "{name} changed size after the batch was planned: {} bytes then, {} now",
                     r.size, m.size
+                )));
+            }
+            Some(m) if r.modified_ms != 0 && m.modified_ms != r.modified_ms => {
+                return Err(ExecutorError::BadInput(format!(
+                    "{name} changed after the batch was planned: modified at {} ms then, {} ms now",
+                    r.modified_ms, m.modified_ms
                 )));
             }
             Some(_) => {}
@@ -147,6 +160,7 @@ impl Ctx {
                     self.schema(),
                     self.bad_records.clone(),
                     self.lines.skip_bad,
+                    &self.label,
                 )
                 .await
             }
@@ -201,7 +215,7 @@ impl Ctx {
                     prefix.iter().filter(|&&b| b == b'\n').count() as u64
                 };
                 Err(ExecutorError::BadInput(format!(
-                    "source file {name} line {}: {}; set on_bad_record: skip to skip such records",
+                    "{name} line {}: {}; set on_bad_record: skip to skip such records",
                     before + bad.index + 1,
                     bad.reason
                 )))

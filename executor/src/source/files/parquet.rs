@@ -48,11 +48,12 @@ pub async fn read(
     schema: SchemaRef,
     bad_records: Counter,
     skip_bad: bool,
+    label: &str,
 ) -> Result<Batches, ExecutorError> {
-    let name = storage.describe_str(&r.path);
+    let name = format!("{label} {}", storage.describe_str(&r.path));
     let meta = sluice_common::parquet_meta::read(&storage, &r.path, r.size).await?;
     let arrow = ArrowReaderMetadata::try_new(meta.clone(), ArrowReaderOptions::new())
-        .map_err(|e| ExecutorError::BadInput(format!("source file {name}: {e}")))?;
+        .map_err(|e| ExecutorError::BadInput(format!("{name}: {e}")))?;
     let selected = row_groups(&meta, r.start, r.end);
     let reader = Reader {
         storage,
@@ -90,9 +91,8 @@ async fn row_group(
     schema: &SchemaRef,
     name: &str,
 ) -> Result<Vec<RecordBatch>, ExecutorError> {
-    let bad = |e: &dyn std::fmt::Display| {
-        ExecutorError::BadInput(format!("source file {name} row group {i}: {e}"))
-    };
+    let bad =
+        |e: &dyn std::fmt::Display| ExecutorError::BadInput(format!("{name} row group {i}: {e}"));
     // A storage error stays one (it may be retried); anything else is bad data.
     let failed = |e: ParquetError| match e {
         ParquetError::External(inner) => match inner.downcast::<sluice_common::Error>() {

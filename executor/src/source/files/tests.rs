@@ -104,6 +104,14 @@ fn large_inputs_decode_in_groups_with_every_row() {
 
 /// The first error of reading `ranges` of `dir`, as a task would.
 async fn read_error(dir: &std::path::Path, ranges: Vec<sluice_proto::FileRange>) -> String {
+    read_error_as(dir, ranges, "").await
+}
+
+async fn read_error_as(
+    dir: &std::path::Path,
+    ranges: Vec<sluice_proto::FileRange>,
+    label: &str,
+) -> String {
     use futures::StreamExt;
     let task = sluice_proto::FilesTask {
         root: dir.display().to_string(),
@@ -111,6 +119,7 @@ async fn read_error(dir: &std::path::Path, ranges: Vec<sluice_proto::FileRange>)
         ranges,
         skip_bad_records: true,
         csv: None,
+        label: label.into(),
     };
     let reader = super::FilesReader::new(task, fmt(Format::Jsonl, true).schema).unwrap();
     let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
@@ -133,6 +142,7 @@ async fn a_file_that_changed_or_vanished_since_planning_fails_for_good() {
         size,
         start: 0,
         end: size,
+        modified_ms: 0,
     };
     let err = read_error(dir.path(), vec![range("a.jsonl", 10)]).await;
     assert!(
@@ -146,6 +156,25 @@ async fn a_file_that_changed_or_vanished_since_planning_fails_for_good() {
     .await;
     assert!(
         err.contains("gone.jsonl vanished after the batch was planned"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_static_table_file_modified_since_planning_fails_naming_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("c.jsonl"), "{\"id\": 1}\n").unwrap();
+    let range = sluice_proto::FileRange {
+        path: "c.jsonl".into(),
+        size: 10,
+        start: 0,
+        end: 10,
+        modified_ms: 1_000,
+    };
+    let err = read_error_as(dir.path(), vec![range], "static table cities file").await;
+    assert!(err.contains("static table cities file"), "{err}");
+    assert!(
+        err.contains("c.jsonl changed after the batch was planned: modified at 1000 ms then"),
         "{err}"
     );
 }

@@ -1,0 +1,95 @@
+//! What an executor keeps between tasks: opened file sinks, and the static
+//! tables it has loaded, keyed by the table's plan (its schema and the
+//! files with their sizes and modification times), so a table is read
+//! again only when a batch names other files.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow_array::RecordBatch;
+use futures::TryStreamExt;
+use sluice_common::sink::FileSink;
+use sluice_proto::TablePlan;
+use sluice_sql::Table;
+
+use crate::counter::Counter;
+use crate::error::ExecutorError;
+use crate::source::{SourceReader, files::FilesReader};
+
+/// Loaded tables kept (the most recently used).
+const TABLES_KEPT: usize = 8;
+
+#[derive(Debug, Default)]
+pub struct Caches {
+    sinks: Mutex<HashMap<String, FileSink>>,
+    tables: Mutex<VecDeque<(String, Arc<Vec<RecordBatch>>)>>,
+}
+
+/// A poisoned lock is a bug: panic.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().expect("executor cache lock poisoned")
+}
+
+impl Caches {
+    /// The sink at `path`, opened on first use. Blocking (it may create the
+    /// directory): call it from a blocking thread. Failures are not cached.
+    pub fn sink(&self, path: &str) -> Result<FileSink, ExecutorError> {
+        if let Some(s) = lock(&self.sinks).get(path) {
+            return Ok(s.clone());
+        }
+        let sink = FileSink::open(path)?;
+        lock(&self.sinks).insert(path.to_string(), sink.clone());
+        Ok(sink)
+    }
+
+    fn table(&self, key: &str) -> Option<Arc<Vec<RecordBatch>>> {
+        let mut kept = lock(&self.tables);
+        let i = kept.iter().position(|(k, _)| k == key)?;
+        let entry = kept.remove(i).expect("found above");
+        let rows = entry.1.clone();
+        kept.push_back(entry);
+        Some(rows)
+    }
+
+    fn keep_table(&self, key: String, rows: Arc<Vec<RecordBatch>>) {
+        let mut kept = lock(&self.tables);
+        kept.retain(|(k, _)| *k != key);
+        kept.push_back((key, rows));
+        while kept.len() > TABLES_KEPT {
+            kept.pop_front();
+        }
+    }
+}
+
+/// The static tables of a task, from the cache or read now.
+pub async fn tables(caches: &Caches, plans: &[TablePlan]) -> Result<Vec<Table>, ExecutorError> {
+    let mut out = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let malformed =
+            |m: String| ExecutorError::MalformedTask(format!("table {}: {m}", plan.name));
+        let schema =
+            sluice_sql::decode_schema(&plan.schema).map_err(|e| malformed(e.to_string()))?;
+        let key = format!("{plan:?}");
+        let batches = match caches.table(&key) {
+            Some(rows) => rows,
+            None => {
+                let files = plan
+                    .files
+                    .clone()
+                    .ok_or_else(|| malformed("no files".into()))?;
+                let reader: Box<dyn SourceReader> =
+                    Box::new(FilesReader::new(files, schema.clone())?);
+                let rows: Vec<RecordBatch> = reader.read(Counter::default()).try_collect().await?;
+                let rows = Arc::new(rows);
+                caches.keep_table(key, rows.clone());
+                rows
+            }
+        };
+        out.push(Table {
+            name: plan.name.clone(),
+            schema,
+            batches,
+        });
+    }
+    Ok(out)
+}
