@@ -72,11 +72,6 @@ fn lines(bytes: &[u8]) -> Vec<String> {
     out
 }
 
-/// `sql` over `input`, as DataFusion computes it in one piece.
-pub async fn expected_batches(sql: &str, input: Vec<RecordBatch>) -> Vec<RecordBatch> {
-    expected_batches_with(sql, input, &[]).await
-}
-
 /// `sql` over `input` and the static `tables`, computed in one piece.
 pub async fn expected_batches_with(
     sql: &str,

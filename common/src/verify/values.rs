@@ -56,22 +56,22 @@ fn csv(bytes: Bytes) -> Result<Vec<u64>, String> {
         .with_header(true)
         .build(std::io::Cursor::new(bytes))
         .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| e.to_string())?;
-        for v in column(&batch)?.iter() {
-            out.push(v.ok_or("a null value")?);
-        }
-    }
-    Ok(out)
+    collect(reader)
 }
 
 fn parquet(bytes: Bytes) -> Result<Vec<u64>, String> {
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
         .and_then(|b| b.build())
         .map_err(|e| e.to_string())?;
+    collect(reader)
+}
+
+/// The `value` of every row the batches hold.
+fn collect(
+    batches: impl Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>>,
+) -> Result<Vec<u64>, String> {
     let mut out = Vec::new();
-    for batch in reader {
+    for batch in batches {
         let batch = batch.map_err(|e| e.to_string())?;
         for v in column(&batch)?.iter() {
             out.push(v.ok_or("a null value")?);
