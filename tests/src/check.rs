@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sluice_common::checkpoint::{FileLogEntry, OffsetRecord};
 use sluice_common::verify::{Report, verify_sink};
 
 /// Runs the exactly-once checker on `sink` for the values `0..total`.
@@ -49,6 +50,53 @@ pub fn log_entries(checkpoint_root: &Path, query: &str, log: &str) -> Vec<(u64, 
 /// The highest batch id in a log, with its path.
 pub fn latest_entry(checkpoint_root: &Path, query: &str, log: &str) -> Option<(u64, PathBuf)> {
     log_entries(checkpoint_root, query, log).pop()
+}
+
+/// Every record of a query's log (`"offsets"`, `"commits"`,
+/// `"sources/files"`) decoded as `T`, with its batch id, in batch order.
+/// Panics on a record that cannot be read or decoded.
+pub fn log_records<T: serde::de::DeserializeOwned>(
+    checkpoint_root: &Path,
+    query: &str,
+    log: &str,
+) -> Vec<(u64, T)> {
+    log_entries(checkpoint_root, query, log)
+        .into_iter()
+        .map(|(id, path)| {
+            let bytes = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            let record = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{} does not decode: {e}", path.display()));
+            (id, record)
+        })
+        .collect()
+}
+
+/// The plans `offsets/N` of `query` still on disk, in batch order.
+pub fn offset_records(checkpoint_root: &Path, query: &str) -> Vec<OffsetRecord> {
+    log_records::<OffsetRecord>(checkpoint_root, query, "offsets")
+        .into_iter()
+        .map(|(id, r)| {
+            assert_eq!(r.batch_id, id, "offsets/{id} holds batch {}", r.batch_id);
+            r
+        })
+        .collect()
+}
+
+/// The file source's log `sources/files/N` of `query` (never purged): the
+/// files each batch took, as `(N, file names)`, in batch order.
+pub fn file_log(checkpoint_root: &Path, query: &str) -> Vec<(u64, Vec<String>)> {
+    log_records::<FileLogEntry>(checkpoint_root, query, "sources/files")
+        .into_iter()
+        .map(|(id, e)| {
+            assert_eq!(
+                e.batch_id, id,
+                "sources/files/{id} holds batch {}",
+                e.batch_id
+            );
+            (id, e.files)
+        })
+        .collect()
 }
 
 /// `(batch_id, epoch)` of every commit record of `query`, in batch order.

@@ -24,8 +24,8 @@ pub mod seed;
 pub mod spec;
 
 pub use check::{
-    assert_epochs_non_decreasing, assert_exactly_once, files_under, json_has_query, latest_entry,
-    log_entries, query_dir,
+    assert_epochs_non_decreasing, assert_exactly_once, commit_epochs, file_log, files_under,
+    json_has_query, latest_entry, log_entries, log_records, offset_records, query_dir,
 };
 pub use cli::CliOutput;
 pub use client::{Client, state_name};

@@ -127,11 +127,27 @@ pub fn normalized(rows: &[String]) -> Vec<String> {
 /// (see [`normalized`]). `schema` is the query's output schema. A file
 /// listed twice fails the test.
 pub async fn committed_any(sink: &Path, schema: &arrow_schema::SchemaRef) -> Vec<String> {
+    let mut all: Vec<String> = committed_batches(sink, schema)
+        .await
+        .into_values()
+        .flatten()
+        .collect();
+    all.sort();
+    all
+}
+
+/// As [`committed_any`], but the rows of each batch's manifest apart, by
+/// batch id: what each batch committed, normalized.
+pub async fn committed_batches(
+    sink: &Path,
+    schema: &arrow_schema::SchemaRef,
+) -> std::collections::BTreeMap<u64, Vec<String>> {
     let location = sink.to_str().expect("utf-8 sink path");
     let files = FileSink::open(location).expect("sink opens");
     let mut seen = std::collections::BTreeSet::new();
-    let mut all = Vec::new();
+    let mut out = std::collections::BTreeMap::new();
     for m in files.manifests().await.expect("manifests read") {
+        let mut all = Vec::new();
         for f in m.files {
             assert!(seen.insert(f.path.clone()), "{} is listed twice", f.path);
             let bytes = std::fs::read(sink.join(&f.path))
@@ -167,8 +183,10 @@ pub async fn committed_any(sink: &Path, schema: &arrow_schema::SchemaRef) -> Vec
                 all.push(serde_json::to_string(&v).expect("a row encodes"));
             }
         }
+        let previous = out.insert(m.batch_id, normalized(&all));
+        assert!(previous.is_none(), "two manifests of batch {}", m.batch_id);
     }
-    normalized(&all)
+    out
 }
 
 /// A file's rows as JSON lines (absent values dropped, as jsonl writes them).
