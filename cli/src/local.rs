@@ -89,6 +89,8 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
         trigger_ms: 1000,
         max_rows_per_batch: None,
         sink: out,
+        sql: None,
+        format: "jsonl",
     };
     let result = follow_demo(&addr, &demo, &shutdown).await;
     if let Err(e) = &result {

@@ -19,6 +19,10 @@ pub struct RateQuery {
     pub trigger_ms: u64,
     pub max_rows_per_batch: Option<u64>,
     pub sink: String,
+    /// The query's SQL over `input`; none runs `SELECT * FROM input`.
+    pub sql: Option<String>,
+    /// The sink's format: jsonl, csv or parquet.
+    pub format: &'static str,
 }
 
 impl RateQuery {
@@ -35,8 +39,11 @@ impl RateQuery {
             "name": self.name,
             "source": { "rate": rate },
             "trigger": { "interval_ms": self.trigger_ms },
-            "sink": { "files": { "path": self.sink, "format": "jsonl" } },
+            "sink": { "files": { "path": self.sink, "format": self.format } },
         });
+        if let Some(sql) = &self.sql {
+            spec["sql"] = sql.as_str().into();
+        }
         if let Some(m) = self.max_rows_per_batch {
             spec["max_rows_per_batch"] = m.into();
         }
@@ -130,6 +137,8 @@ mod tests {
             trigger_ms: 0,
             max_rows_per_batch: Some(4_000_000),
             sink: "/tmp/out".into(),
+            sql: None,
+            format: "jsonl",
         };
         let spec = QuerySpec::parse(&q.spec_text()).unwrap();
         spec.validate().unwrap();

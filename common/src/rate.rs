@@ -1,4 +1,5 @@
-//! The rate source: rows `{value: UInt64, timestamp_ms: Timestamp(ms)}`.
+//! The rate source: rows `{value: Int64, timestamp_ms: Timestamp(ms)}`, as
+//! Spark's rate source (`value` is a `bigint`).
 //! `timestamp_ms` is the row's event time; the jsonl sink writes it as
 //! milliseconds since the epoch.
 //!
@@ -9,7 +10,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use arrow_array::{RecordBatch, TimestampMillisecondArray, UInt64Array};
+use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use crate::error::{Error, Result};
@@ -19,7 +20,7 @@ pub const CHUNK_ROWS: u64 = 64 * 1024;
 
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
-        Field::new("value", DataType::UInt64, false),
+        Field::new("value", DataType::Int64, false),
         Field::new(
             "timestamp_ms",
             DataType::Timestamp(TimeUnit::Millisecond, None),
@@ -35,7 +36,13 @@ pub fn schema() -> SchemaRef {
 
 /// The timestamp of value `v`.
 pub fn timestamp_ms(start_ms: i64, v: u64, rows_per_second: u64) -> i64 {
-    let offset = (u128::from(v) * 1000) / u128::from(rows_per_second.max(1));
+    let rps = rows_per_second.max(1);
+    // In u64 while it fits (every value below 1.8e16): no 128-bit division
+    // per generated row.
+    let offset = match v.checked_mul(1000) {
+        Some(ms) => u128::from(ms / rps),
+        None => (u128::from(v) * 1000) / u128::from(rps),
+    };
     start_ms.saturating_add(i64::try_from(offset).unwrap_or(i64::MAX))
 }
 
@@ -66,6 +73,40 @@ pub fn partition_range(p: u32, parts: u32, start: u64, end: u64) -> (u64, u64) {
     }
 }
 
+/// A task of a batch reads at least this many rows, when the batch has
+/// them: small partitions are packed into one task, as Spark packs small
+/// files into one partition, so that a task's fixed cost (planning, a
+/// durable part file) is not paid per partition.
+pub const MIN_TASK_ROWS: u64 = 64 * 1024;
+
+/// The tasks of batch `[start, end)` over `parts` partitions, as
+/// (first partition, partition count): consecutive partitions, in order,
+/// split evenly into `min(parts, ⌈rows / MIN_TASK_ROWS⌉)` groups. Groups
+/// without rows are left out. A pure function of the batch's offsets, so a
+/// replay makes the same tasks.
+pub fn task_groups(parts: u32, start: u64, end: u64) -> Vec<(u32, u32)> {
+    let parts = parts.max(1);
+    let rows = end.saturating_sub(start);
+    let tasks = u32::try_from(rows.div_ceil(MIN_TASK_ROWS))
+        .unwrap_or(u32::MAX)
+        .clamp(1, parts);
+    // The first `parts % tasks` groups take one partition more.
+    let (base, extra) = (parts / tasks, parts % tasks);
+    let mut first = 0;
+    let mut groups = Vec::with_capacity(tasks as usize);
+    for t in 0..tasks {
+        let count = base + u32::from(t < extra);
+        let rows: u64 = (first..first + count)
+            .map(|p| partition_range(p, parts, start, end).1)
+            .sum();
+        if rows > 0 {
+            groups.push((first, count));
+        }
+        first += count;
+    }
+    groups
+}
+
 /// The rows of partition `p` for one batch, in chunks of [`CHUNK_ROWS`].
 pub fn generate(
     p: u32,
@@ -94,12 +135,18 @@ pub fn chunks(
         let done = i * CHUNK_ROWS;
         let n = (count - done).min(CHUNK_ROWS);
         let base = first + done * step;
-        let values: UInt64Array = (0..n).map(|i| base + i * step).collect();
+        let last = base + (n - 1) * step;
+        if i64::try_from(last).is_err() {
+            return Err(Error::Encoding(format!(
+                "rate source value {last} is past the largest bigint"
+            )));
+        }
+        let values = Int64Array::from_iter_values((0..n).map(|i| (base + i * step) as i64));
         let stamps = TimestampMillisecondArray::from_iter_values(
             values
                 .values()
                 .iter()
-                .map(|&v| timestamp_ms(start_ms, v, rows_per_second)),
+                .map(|&v| timestamp_ms(start_ms, v as u64, rows_per_second)),
         );
         RecordBatch::try_new(schema(), vec![Arc::new(values), Arc::new(stamps)])
             .map_err(|e| Error::Encoding(e.to_string()))
@@ -134,6 +181,35 @@ mod tests {
     }
 
     #[test]
+    fn small_partitions_are_packed_into_tasks_that_cover_each_once() {
+        // 1024 partitions of 10 rows: one task.
+        assert_eq!(task_groups(1024, 0, 10_240), vec![(0, 1024)]);
+        // Large partitions: one task each.
+        assert_eq!(task_groups(8, 0, 4_000_000).len(), 8);
+        // 3 tasks' worth over 8 partitions: 3 + 3 + 2.
+        assert_eq!(
+            task_groups(8, 0, 3 * MIN_TASK_ROWS),
+            vec![(0, 3), (3, 3), (6, 2)]
+        );
+        // Fewer rows than partitions: groups without rows are left out.
+        assert_eq!(task_groups(4, 6, 7), vec![(0, 4)]);
+        assert!(task_groups(4, 7, 7).is_empty());
+        for (parts, s, e) in [(7u32, 3u64, 500_000u64), (100, 0, 1_000_000), (3, 5, 9)] {
+            let mut covered = Vec::new();
+            for (first, count) in task_groups(parts, s, e) {
+                covered.extend(first..first + count);
+            }
+            let with_rows: Vec<u32> = (0..parts)
+                .filter(|&p| partition_range(p, parts, s, e).1 > 0)
+                .collect();
+            assert!(with_rows.iter().all(|p| covered.contains(p)));
+            let mut sorted = covered.clone();
+            sorted.dedup();
+            assert_eq!(sorted, covered, "each partition in one task");
+        }
+    }
+
+    #[test]
     fn availability_follows_timestamps() {
         // 10 rows/s: value v has timestamp start + 100 * v.
         assert_eq!(available_rows(1000, 999, 10, None), 0);
@@ -159,7 +235,7 @@ mod tests {
         let v = a[0]
             .column(0)
             .as_any()
-            .downcast_ref::<UInt64Array>()
+            .downcast_ref::<Int64Array>()
             .unwrap();
         assert_eq!(v.value(0), 1);
         assert_eq!(v.value(1), 5);

@@ -26,6 +26,7 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
                 start_ms: 1_000,
                 start_value: start,
                 end_value: end,
+                partition_count: 1,
             })),
         }),
         sink: Some(Sink {

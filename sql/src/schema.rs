@@ -34,7 +34,7 @@ mod tests {
     #[test]
     fn a_schema_survives_the_wire() {
         let schema = Schema::new(vec![
-            Field::new("value", DataType::UInt64, false),
+            Field::new("value", DataType::Int64, false),
             Field::new(
                 "timestamp_ms",
                 DataType::Timestamp(TimeUnit::Millisecond, None),

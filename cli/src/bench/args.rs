@@ -15,6 +15,27 @@ pub enum Scenario {
     Overhead,
     Recovery,
     Failover,
+    SqlStateless,
+    Files,
+    Partitions,
+}
+
+/// A file sink format a scenario writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SinkFormat {
+    Jsonl,
+    Csv,
+    Parquet,
+}
+
+impl SinkFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkFormat::Jsonl => "jsonl",
+            SinkFormat::Csv => "csv",
+            SinkFormat::Parquet => "parquet",
+        }
+    }
 }
 
 /// The flags of `bench`.
@@ -24,15 +45,25 @@ pub struct BenchArgs {
     /// Print compact JSON on one line (the default is pretty-printed JSON).
     #[arg(long)]
     pub json: bool,
-    /// throughput: total rows.
+    /// throughput, sql-stateless: total rows.
     #[arg(long, default_value_t = 20_000_000)]
     pub rows: u64,
-    /// throughput: the cap on rows per batch.
+    /// throughput, sql-stateless: the cap on rows per batch.
     #[arg(long, default_value_t = 4_000_000)]
     pub max_rows_per_batch: u64,
-    /// overhead: the number of 10-row batches.
+    /// overhead, partitions: the number of batches (default 200 overhead,
+    /// 100 partitions).
+    #[arg(long)]
+    pub batches: Option<u64>,
+    /// sql-stateless: the sink format (default: jsonl, then parquet).
+    #[arg(long, value_enum)]
+    pub format: Option<SinkFormat>,
+    /// files: how many jsonl input files.
     #[arg(long, default_value_t = 200)]
-    pub batches: u64,
+    pub files: u64,
+    /// files: rows per input file.
+    #[arg(long, default_value_t = 100_000)]
+    pub rows_per_file: u64,
     /// recovery: how many kill/restart rounds.
     #[arg(long, default_value_t = 5)]
     pub iterations: u32,
@@ -42,7 +73,8 @@ pub struct BenchArgs {
     /// failover: how many SIGTERM handovers.
     #[arg(long, default_value_t = 10)]
     pub handovers: u32,
-    /// Source partitions (default: 8 throughput, 2 overhead, 4 recovery and failover).
+    /// Source partitions (default: 8 throughput and sql-stateless, 2
+    /// overhead, 1024 partitions, 4 recovery and failover).
     #[arg(long)]
     pub partitions: Option<u32>,
 }

@@ -46,6 +46,8 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         trigger_ms: TRIGGER_MS,
         max_rows_per_batch: None,
         sink: out.clone(),
+        sql: None,
+        format: "jsonl",
     };
     let commits = Path::new(&root).join("queries").join(QUERY).join("commits");
     let rounds = cluster

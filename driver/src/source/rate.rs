@@ -1,6 +1,7 @@
 //! The rate source's planner. A batch covers the global values
 //! `[start_value, end_value)`; partition `p` of `P` reads the values `v`
-//! with `v % P == p`. The source's start time is fixed in `sources/rate`
+//! with `v % P == p`. A task reads consecutive partitions: small ones are
+//! packed together ([`rate::task_groups`]). The source's start time is fixed in `sources/rate`
 //! when the query is created, so a replay generates the same rows.
 
 use std::time::Duration;
@@ -100,20 +101,21 @@ impl SourcePlanner for RatePlanner {
             panic!("a rate source was given a file source's offsets");
         };
         let parts = self.spec.partitions;
-        (0..parts)
-            .filter(|&p| rate::partition_range(p, parts, start_value, end_value).1 > 0)
-            .map(|p| {
+        rate::task_groups(parts, start_value, end_value)
+            .into_iter()
+            .map(|(first, count)| {
                 let task = pb::RateTask {
                     partitions: parts,
                     rows_per_second: self.spec.rows_per_second,
                     start_ms: self.start_ms,
                     start_value,
                     end_value,
+                    partition_count: count,
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Rate(task)),
                 };
-                (p, source)
+                (first, source)
             })
             .collect()
     }

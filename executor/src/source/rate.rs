@@ -1,5 +1,5 @@
 //! The rate source's reader: generates a task's rows from its range (see
-//! `sluice_common::rate`), 64 Ki rows at a time.
+//! `sluice_common::rate`), 64 Ki rows at a time, partition by partition.
 
 use arrow_schema::SchemaRef;
 use sluice_common::rate;
@@ -11,21 +11,30 @@ use super::{Batches, SourceReader};
 use crate::counter::Counter;
 use crate::error::ExecutorError;
 
+/// Reads partitions `[partition, partition + count)`, one after another.
 pub struct RateReader {
     task: RateTask,
     partition: u32,
+    count: u32,
 }
 
 impl RateReader {
     pub fn new(task: RateTask, partition: u32) -> Result<Self, ExecutorError> {
         let bad = |m: &str| Err(ExecutorError::MalformedTask(format!("rate source: {m}")));
-        if task.partitions == 0 || partition >= task.partitions {
+        let count = task.partition_count.max(1);
+        if task.partitions == 0
+            || u64::from(partition) + u64::from(count) > u64::from(task.partitions)
+        {
             return bad("partition out of range");
         }
         if task.end_value < task.start_value {
             return bad("end_value is below start_value");
         }
-        Ok(RateReader { task, partition })
+        Ok(RateReader {
+            task,
+            partition,
+            count,
+        })
     }
 }
 
@@ -36,19 +45,26 @@ impl SourceReader for RateReader {
 
     fn planned_rows(&self) -> Option<u64> {
         let t = &self.task;
-        Some(rate::partition_range(self.partition, t.partitions, t.start_value, t.end_value).1)
+        let parts = self.partition..self.partition + self.count;
+        Some(
+            parts
+                .map(|p| rate::partition_range(p, t.partitions, t.start_value, t.end_value).1)
+                .sum(),
+        )
     }
 
     fn read(self: Box<Self>, _bad_records: Counter) -> Batches {
         let t = self.task;
-        let chunks = rate::chunks(
-            self.partition,
-            t.partitions,
-            t.rows_per_second,
-            t.start_ms,
-            t.start_value,
-            t.end_value,
-        );
+        let chunks = (self.partition..self.partition + self.count).flat_map(move |p| {
+            rate::chunks(
+                p,
+                t.partitions,
+                t.rows_per_second,
+                t.start_ms,
+                t.start_value,
+                t.end_value,
+            )
+        });
         futures::stream::iter(chunks.map(|c| c.map_err(ExecutorError::from))).boxed()
     }
 }

@@ -142,6 +142,7 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
                 start_ms: 10_000,
                 start_value: 0,
                 end_value: end,
+                partition_count: 1,
             })),
         }),
         sink: Some(Sink {

@@ -1,0 +1,103 @@
+//! The in-process cluster the throughput and latency scenarios share: a
+//! driver and one executor with 2 slots, a query run from submit to its
+//! end, and the progress records the driver kept for it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sluice_proto::{BatchProgress, QueryState, QueryStatus};
+use tokio_util::sync::CancellationToken;
+
+use super::args::RUN_LIMIT;
+use crate::client::Client;
+use crate::inproc::{self, InProcess};
+use crate::{output, progress, queries};
+
+/// The executor's task slots.
+pub const SLOTS: u32 = 2;
+
+/// An in-process driver and one executor with [`SLOTS`] slots; returns the
+/// cluster and a client that has seen the executor attach.
+pub async fn start(
+    root: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(InProcess, Client)> {
+    let listen = inproc::free_addr()?;
+    let addr = inproc::advertise(listen);
+    let mut cluster = InProcess::new(shutdown.child_token());
+    cluster.spawn_driver(&inproc::driver_args(listen, None, root, "bench-driver"))?;
+    cluster.spawn_executor(
+        vec![addr.clone()],
+        "bench-executor",
+        SLOTS,
+        Duration::from_secs(1),
+    );
+    let mut client = Client::new(vec![addr])?;
+    cluster
+        .supervise(queries::wait_for_executors(
+            &mut client,
+            1,
+            Duration::from_secs(30),
+        ))
+        .await?;
+    Ok((cluster, client))
+}
+
+/// What one run of a query left: its end state, its batches' progress by
+/// batch id, and the seconds from submit to the end.
+pub struct Run {
+    pub status: QueryStatus,
+    pub batches: BTreeMap<u64, BatchProgress>,
+    pub seconds: f64,
+}
+
+/// Submits `spec` as `name`, follows its progress until it ends, and shuts
+/// the cluster down. The time runs from the submit call to the end state.
+pub async fn run_query(
+    mut cluster: InProcess,
+    mut client: Client,
+    name: &str,
+    spec: &str,
+) -> anyhow::Result<Run> {
+    let token = CancellationToken::new();
+    let started = Instant::now();
+    let (status, batches, seconds) = cluster
+        .supervise(async {
+            queries::submit(&mut client, spec).await?;
+            // Follow while it runs, then read what the driver retained, in
+            // case the follow stream started after the first batches.
+            let mut seen = BTreeMap::new();
+            let mut keep = |p: &BatchProgress| {
+                seen.insert(p.batch_id, p.clone());
+            };
+            let follow = progress::stream(&mut client, name, true, &token, &mut keep);
+            tokio::time::timeout(RUN_LIMIT, follow)
+                .await
+                .context("the query did not finish in time")??;
+            let status = queries::wait_terminal(&mut client, name, RUN_LIMIT).await?;
+            let seconds = started.elapsed().as_secs_f64();
+            progress::stream(&mut client, name, false, &token, &mut keep).await?;
+            Ok((status, seen, seconds))
+        })
+        .await?;
+    cluster.shutdown(inproc::GRACE).await?;
+    ensure_finished(&status)?;
+    Ok(Run {
+        status,
+        batches,
+        seconds,
+    })
+}
+
+fn ensure_finished(status: &QueryStatus) -> anyhow::Result<()> {
+    if status.state() == QueryState::Finished {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "query {} ended {}: {}",
+        status.name,
+        output::state_name(status.state),
+        status.error
+    )
+}
