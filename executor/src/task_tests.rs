@@ -94,6 +94,45 @@ async fn a_task_whose_query_keeps_no_row_writes_no_file() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+#[tokio::test]
+async fn a_task_run_twice_writes_the_same_bytes_in_every_format() {
+    let sql =
+        "SELECT value, value % 7 AS k, CAST(value AS VARCHAR) AS s FROM input WHERE value % 3 <> 0";
+    for (format, partition_by) in [
+        ("jsonl", vec![]),
+        ("csv", vec![]),
+        ("parquet", vec!["k".to_string()]),
+    ] {
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let dir = tempfile::tempdir().unwrap();
+            let mut t = with_sql(assignment(dir.path().to_str().unwrap(), 1, 0, 5_000), sql);
+            let Some(sink::Kind::Files(f)) = t.sink.as_mut().and_then(|s| s.kind.as_mut()) else {
+                unreachable!()
+            };
+            f.format = format.into();
+            f.partition_by = partition_by.clone();
+            let r = execute(t, slot(), Arc::new(Caches::default())).await;
+            let Some(Outcome::Ok(out)) = r.outcome else {
+                panic!("{format} task failed: {r:?}");
+            };
+            let files: Vec<(String, Vec<u8>)> = out
+                .files
+                .iter()
+                .map(|f| {
+                    (
+                        f.path.clone(),
+                        std::fs::read(dir.path().join(&f.path)).unwrap(),
+                    )
+                })
+                .collect();
+            assert!(!files.is_empty(), "{format}");
+            runs.push(files);
+        }
+        assert_eq!(runs[0], runs[1], "{format}: two runs of one task differ");
+    }
+}
+
 #[test]
 fn admission_refuses_only_older_epochs() {
     assert_eq!(admit(5, 5), Admission::Run);
