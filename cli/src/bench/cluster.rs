@@ -9,9 +9,10 @@ use anyhow::Context;
 use sluice_proto::{BatchProgress, QueryState, QueryStatus};
 use tokio_util::sync::CancellationToken;
 
-use super::args::RUN_LIMIT;
+use super::args::{RUN_LIMIT, UNBOUNDED_RPS};
 use crate::client::Client;
 use crate::inproc::{self, InProcess};
+use crate::queries::RateQuery;
 use crate::{output, progress, queries};
 
 /// The executor's task slots.
@@ -42,6 +43,29 @@ pub async fn start(
         ))
         .await?;
     Ok((cluster, client))
+}
+
+/// A rate query at trigger 0 with every row available at once:
+/// `total_rows` in batches of at most `max_rows_per_batch`, into jsonl at
+/// `sink`, with no SQL.
+pub fn unbounded_rate(
+    name: String,
+    partitions: u32,
+    total_rows: u64,
+    max_rows_per_batch: u64,
+    sink: &str,
+) -> RateQuery {
+    RateQuery {
+        name,
+        partitions,
+        rows_per_second: UNBOUNDED_RPS,
+        total_rows: Some(total_rows),
+        trigger_ms: 0,
+        max_rows_per_batch: Some(max_rows_per_batch),
+        sink: sink.to_string(),
+        sql: None,
+        format: "jsonl",
+    }
 }
 
 /// What one run of a query left: its end state, its batches' progress by

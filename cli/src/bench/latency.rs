@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, UNBOUNDED_RPS, cores, workdir};
 use super::cluster;
-use crate::queries::RateQuery;
 use crate::stats::{Summary, round3};
 use crate::verify;
 
@@ -59,17 +58,13 @@ pub async fn partitions(
 async fn run(shape: Shape, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
     let (_dir, root, out) = workdir()?;
     let total = shape.batches * shape.rows_per_batch;
-    let q = RateQuery {
-        name: format!("bench-{}", shape.scenario),
-        partitions: shape.partitions,
-        rows_per_second: UNBOUNDED_RPS,
-        total_rows: Some(total),
-        trigger_ms: 0,
-        max_rows_per_batch: Some(shape.rows_per_batch),
-        sink: out.clone(),
-        sql: None,
-        format: "jsonl",
-    };
+    let q = cluster::unbounded_rate(
+        format!("bench-{}", shape.scenario),
+        shape.partitions,
+        total,
+        shape.rows_per_batch,
+        &out,
+    );
     let (cluster, client) = cluster::start(&root, shutdown).await?;
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
     let report = verify::check(&out, Some(total)).await?;

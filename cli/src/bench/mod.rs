@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::inproc;
-use crate::queries::RateQuery;
 use crate::stats::round3;
 use crate::verify;
 
@@ -57,17 +56,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
 async fn throughput(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
     let (_dir, root, out) = workdir()?;
     let partitions = args.partitions.unwrap_or(8);
-    let q = RateQuery {
-        name: "bench-throughput".into(),
+    let q = cluster::unbounded_rate(
+        "bench-throughput".into(),
         partitions,
-        rows_per_second: UNBOUNDED_RPS,
-        total_rows: Some(args.rows),
-        trigger_ms: 0,
-        max_rows_per_batch: Some(args.max_rows_per_batch),
-        sink: out.clone(),
-        sql: None,
-        format: "jsonl",
-    };
+        args.rows,
+        args.max_rows_per_batch,
+        &out,
+    );
     let (cluster, client) = cluster::start(&root, shutdown).await?;
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
     let report = verify::check(&out, Some(args.rows)).await?;

@@ -17,9 +17,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{BenchArgs, SinkFormat, UNBOUNDED_RPS, cores, workdir};
+use super::args::{BenchArgs, SinkFormat, cores, workdir};
 use super::cluster::{self, Run};
-use crate::queries::RateQuery;
 use crate::stats::{Summary, round3};
 use crate::verify;
 
@@ -47,17 +46,15 @@ pub async fn stateless(
     let mut code = 0;
     for format in formats {
         let (_dir, root, out) = workdir()?;
-        let q = RateQuery {
-            name: format!("bench-sql-{}", format.as_str()),
+        let mut q = cluster::unbounded_rate(
+            format!("bench-sql-{}", format.as_str()),
             partitions,
-            rows_per_second: UNBOUNDED_RPS,
-            total_rows: Some(args.rows),
-            trigger_ms: 0,
-            max_rows_per_batch: Some(args.max_rows_per_batch),
-            sink: out.clone(),
-            sql: Some(STATELESS_SQL.into()),
-            format: format.as_str(),
-        };
+            args.rows,
+            args.max_rows_per_batch,
+            &out,
+        );
+        q.sql = Some(STATELESS_SQL.into());
+        q.format = format.as_str();
         let (c, client) = cluster::start(&root, shutdown).await?;
         let run = cluster::run_query(c, client, &q.name, &q.spec_text()).await?;
         let (check, exact) = check(&out, args.rows, kept).await?;
