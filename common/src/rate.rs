@@ -80,31 +80,36 @@ pub fn partition_range(p: u32, parts: u32, start: u64, end: u64) -> (u64, u64) {
 pub const MIN_TASK_ROWS: u64 = 64 * 1024;
 
 /// The tasks of batch `[start, end)` over `parts` partitions, as
-/// (first partition, partition count): consecutive partitions, in order,
-/// split evenly into `min(parts, ⌈rows / MIN_TASK_ROWS⌉)` groups. Groups
-/// without rows are left out. A pure function of the batch's offsets, so a
+/// (first partition, partition count): runs of consecutive partitions, in
+/// order, enough of them that each holds about [`MIN_TASK_ROWS`] rows (at
+/// most one per partition), and never more than `max_task_rows` (the
+/// driver's cap, recorded in the plan) unless one partition alone holds
+/// more. Runs without rows are left out. A pure function of the plan, so a
 /// replay makes the same tasks.
-pub fn task_groups(parts: u32, start: u64, end: u64) -> Vec<(u32, u32)> {
+pub fn task_groups(
+    parts: u32,
+    start: u64,
+    end: u64,
+    max_task_rows: Option<u64>,
+) -> Vec<(u32, u32)> {
     let parts = parts.max(1);
     let rows = end.saturating_sub(start);
-    let tasks = u32::try_from(rows.div_ceil(MIN_TASK_ROWS))
+    let wanted = u32::try_from(rows.div_ceil(MIN_TASK_ROWS))
         .unwrap_or(u32::MAX)
         .clamp(1, parts);
-    // The first `parts % tasks` groups take one partition more.
-    let (base, extra) = (parts / tasks, parts % tasks);
-    let mut first = 0;
-    let mut groups = Vec::with_capacity(tasks as usize);
-    for t in 0..tasks {
-        let count = base + u32::from(t < extra);
-        let rows: u64 = (first..first + count)
-            .map(|p| partition_range(p, parts, start, end).1)
-            .sum();
-        if rows > 0 {
-            groups.push((first, count));
-        }
-        first += count;
+    let mut size = parts.div_ceil(wanted);
+    if let Some(cap) = max_task_rows {
+        // No partition holds more than ⌈rows / parts⌉ rows.
+        let largest = rows.div_ceil(u64::from(parts)).max(1);
+        size = size.min(u32::try_from((cap / largest).max(1)).unwrap_or(u32::MAX));
     }
-    groups
+    (0..parts)
+        .step_by(size as usize)
+        .map(|first| (first, size.min(parts - first)))
+        .filter(|&(first, count)| {
+            (first..first + count).any(|p| partition_range(p, parts, start, end).1 > 0)
+        })
+        .collect()
 }
 
 /// The rows of partition `p` for one batch, in chunks of [`CHUNK_ROWS`].
@@ -183,20 +188,31 @@ mod tests {
     #[test]
     fn small_partitions_are_packed_into_tasks_that_cover_each_once() {
         // 1024 partitions of 10 rows: one task.
-        assert_eq!(task_groups(1024, 0, 10_240), vec![(0, 1024)]);
+        assert_eq!(task_groups(1024, 0, 10_240, None), vec![(0, 1024)]);
         // Large partitions: one task each.
-        assert_eq!(task_groups(8, 0, 4_000_000).len(), 8);
+        assert_eq!(task_groups(8, 0, 4_000_000, None).len(), 8);
         // 3 tasks' worth over 8 partitions: 3 + 3 + 2.
         assert_eq!(
-            task_groups(8, 0, 3 * MIN_TASK_ROWS),
+            task_groups(8, 0, 3 * MIN_TASK_ROWS, None),
             vec![(0, 3), (3, 3), (6, 2)]
         );
         // Fewer rows than partitions: groups without rows are left out.
-        assert_eq!(task_groups(4, 6, 7), vec![(0, 4)]);
-        assert!(task_groups(4, 7, 7).is_empty());
+        assert_eq!(task_groups(4, 6, 7, None), vec![(0, 4)]);
+        assert!(task_groups(4, 7, 7, None).is_empty());
+        // The driver's cap on a task's rows holds for packed tasks.
+        let capped = task_groups(1024, 0, 10_240, Some(100));
+        assert_eq!(capped.len(), 103);
+        for &(first, count) in &capped {
+            let rows: u64 = (first..first + count)
+                .map(|p| partition_range(p, 1024, 0, 10_240).1)
+                .sum();
+            assert!(rows <= 100, "{first}+{count}: {rows} rows");
+        }
+        // A cap below one partition's rows: one partition per task.
+        assert_eq!(task_groups(4, 0, 400, Some(10)).len(), 4);
         for (parts, s, e) in [(7u32, 3u64, 500_000u64), (100, 0, 1_000_000), (3, 5, 9)] {
             let mut covered = Vec::new();
-            for (first, count) in task_groups(parts, s, e) {
+            for (first, count) in task_groups(parts, s, e, Some(30_000)) {
                 covered.extend(first..first + count);
             }
             let with_rows: Vec<u32> = (0..parts)

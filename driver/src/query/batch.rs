@@ -59,7 +59,7 @@ pub async fn execute(
     }
     let plan = &plan;
     let parts = source
-        .tasks(&offsets.source)
+        .tasks(offsets)
         .into_iter()
         .map(|(p, input)| run_partition(ctx, offsets, p, input, plan));
     let outputs = try_join_all(parts).await?;

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::{FileLogEntry, RECORD_VERSION, SourceFile, SourceOffsets, padded};
+use sluice_common::checkpoint::{
+    FileLogEntry, OffsetRecord, RECORD_VERSION, SourceFile, SourceOffsets, padded,
+};
 use sluice_common::spec::{FileSourceSpec, OnBadRecord};
 use sluice_common::storage::Storage;
 use sluice_proto as pb;
@@ -191,8 +193,8 @@ impl SourcePlanner for FilesPlanner {
         }
     }
 
-    fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)> {
-        let SourceOffsets::Files { files, tasks, .. } = offsets else {
+    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
+        let SourceOffsets::Files { files, tasks, .. } = &plan.source else {
             // Invariant: recovery's `gap` refuses another source's offsets.
             panic!("a file source was given a rate source's offsets");
         };

@@ -24,7 +24,7 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord, SourceOffsets,
+    OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord, SourceOffsets,
 };
 use sluice_common::spec::SourceSpec;
 use sluice_common::time::now_ms;
@@ -85,8 +85,9 @@ pub trait SourcePlanner: Send + Sync {
     /// damaged checkpoint.
     fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String>;
 
-    /// The tasks of a batch: one source range per partition with input.
-    fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)>;
+    /// The tasks of a batch's plan, each with its index (the part files'
+    /// partition) and its source range; a pure function of the plan.
+    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)>;
 
     /// The rows a batch reads, when its plan fixes them.
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;

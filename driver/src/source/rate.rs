@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::{RateSourceMeta, SourceOffsets};
+use sluice_common::checkpoint::{OffsetRecord, RateSourceMeta, SourceOffsets};
 use sluice_common::rate;
 use sluice_common::spec::RateSpec;
 use sluice_common::time::now_ms;
@@ -91,17 +91,17 @@ impl SourcePlanner for RatePlanner {
         }
     }
 
-    fn tasks(&self, offsets: &SourceOffsets) -> Vec<(u32, pb::TaskSource)> {
+    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
         let SourceOffsets::Rate {
             start_value,
             end_value,
-        } = *offsets
+        } = plan.source
         else {
             // Invariant: recovery's `gap` refuses another source's offsets.
             panic!("a rate source was given a file source's offsets");
         };
         let parts = self.spec.partitions;
-        rate::task_groups(parts, start_value, end_value)
+        rate::task_groups(parts, start_value, end_value, plan.max_rows_per_task)
             .into_iter()
             .map(|(first, count)| {
                 let task = pb::RateTask {
