@@ -102,21 +102,17 @@ pub fn file_log(checkpoint_root: &Path, query: &str) -> Vec<(u64, Vec<String>)> 
 /// `(batch_id, epoch)` of every commit record of `query`, in batch order.
 /// Panics on a record that cannot be read.
 pub fn commit_epochs(checkpoint_root: &Path, query: &str) -> Vec<(u64, u64)> {
-    log_entries(checkpoint_root, query, "commits")
+    /// The fields of a commit record this reads; the others may be absent.
+    #[derive(serde::Deserialize)]
+    struct Commit {
+        batch_id: u64,
+        epoch: u64,
+    }
+    log_records::<Commit>(checkpoint_root, query, "commits")
         .into_iter()
-        .map(|(id, path)| {
-            let bytes = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-            let v: serde_json::Value = serde_json::from_slice(&bytes)
-                .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-            let batch = v["batch_id"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("{} has no batch_id: {v}", path.display()));
-            assert_eq!(batch, id, "{} holds batch_id {batch}", path.display());
-            let epoch = v["epoch"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("{} has no epoch: {v}", path.display()));
-            (batch, epoch)
+        .map(|(id, r)| {
+            assert_eq!(r.batch_id, id, "commits/{id} holds batch_id {}", r.batch_id);
+            (r.batch_id, r.epoch)
         })
         .collect()
 }

@@ -1,8 +1,9 @@
 //! The rate source's planner. A batch covers the global values
 //! `[start_value, end_value)`; partition `p` of `P` reads the values `v`
 //! with `v % P == p`. A task reads consecutive partitions: small ones are
-//! packed together ([`rate::task_groups`]). The source's start time is fixed in `sources/rate`
-//! when the query is created, so a replay generates the same rows.
+//! packed together ([`rate::task_groups`]). The source's start time is
+//! fixed in `sources/rate` when the query is created, so a replay
+//! generates the same rows.
 
 use std::time::Duration;
 

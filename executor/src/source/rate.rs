@@ -38,6 +38,13 @@ impl RateReader {
     }
 }
 
+impl RateReader {
+    /// The partitions this task reads, in order.
+    fn partitions(&self) -> std::ops::Range<u32> {
+        self.partition..self.partition + self.count
+    }
+}
+
 impl SourceReader for RateReader {
     fn schema(&self) -> SchemaRef {
         rate::schema()
@@ -45,17 +52,17 @@ impl SourceReader for RateReader {
 
     fn planned_rows(&self) -> Option<u64> {
         let t = &self.task;
-        let parts = self.partition..self.partition + self.count;
         Some(
-            parts
+            self.partitions()
                 .map(|p| rate::partition_range(p, t.partitions, t.start_value, t.end_value).1)
                 .sum(),
         )
     }
 
     fn read(self: Box<Self>, _bad_records: Counter) -> Batches {
+        let parts = self.partitions();
         let t = self.task;
-        let chunks = (self.partition..self.partition + self.count).flat_map(move |p| {
+        let chunks = parts.flat_map(move |p| {
             rate::chunks(
                 p,
                 t.partitions,
