@@ -102,6 +102,7 @@ impl InProcess {
             slots,
             heartbeat,
             id: id.to_string(),
+            max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

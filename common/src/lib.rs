@@ -11,6 +11,7 @@ pub mod rate;
 pub mod shutdown;
 pub mod sink;
 pub mod spec;
+pub mod state;
 pub mod storage;
 pub mod telemetry;
 pub mod time;

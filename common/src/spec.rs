@@ -3,6 +3,7 @@
 //! checks every range and names the field that is out of it.
 
 mod files;
+mod state;
 mod tables;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,9 @@ use crate::error::{Error, Result};
 pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
+};
+pub use state::{
+    DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, MAX_STATE_PARTITIONS, OutputMode,
 };
 pub use tables::{TableSpec, validate_table};
 
@@ -39,6 +43,16 @@ pub struct QuerySpec {
     /// Static tables the SQL may join `input` with, by name.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tables: std::collections::BTreeMap<String, TableSpec>,
+    /// Which rows each batch emits; `None` means the query's default
+    /// ([`OutputMode::effective`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_mode: Option<OutputMode>,
+    /// A stateful query's shuffle buckets and state partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_partitions: Option<u32>,
+    /// A state snapshot every this many batches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_interval: Option<u64>,
 }
 
 /// The query of a spec without `sql`.
@@ -177,6 +191,7 @@ impl QuerySpec {
         for (name, t) in &self.tables {
             validate_table(name, t)?;
         }
+        state::validate(self.state_partitions, self.snapshot_interval)?;
         if self.max_rows_per_batch == Some(0) {
             return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
         }
@@ -223,6 +238,16 @@ impl QuerySpec {
     /// The query's SQL.
     pub fn sql(&self) -> &str {
         self.sql.as_deref().unwrap_or(DEFAULT_SQL)
+    }
+
+    /// The state partitions of a stateful query.
+    pub fn state_partitions(&self) -> u32 {
+        self.state_partitions.unwrap_or(DEFAULT_STATE_PARTITIONS)
+    }
+
+    /// How often a stateful query's state is snapshotted, in batches.
+    pub fn snapshot_interval(&self) -> u64 {
+        self.snapshot_interval.unwrap_or(DEFAULT_SNAPSHOT_INTERVAL)
     }
 
     /// The sink location.
@@ -304,6 +329,9 @@ impl From<&QuerySpec> for pb::QuerySpec {
             sink: Some(s.sink.to_proto()),
             sql: s.sql.clone(),
             tables: s.tables.iter().map(|(n, t)| t.to_proto(n)).collect(),
+            output_mode: s.output_mode.map(|m| m.as_str().to_string()),
+            state_partitions: s.state_partitions,
+            snapshot_interval: s.snapshot_interval,
         }
     }
 }
@@ -387,6 +415,17 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
                 .iter()
                 .map(|t| Ok((t.name.clone(), TableSpec::try_from(t)?)))
                 .collect::<Result<_>>()?,
+            output_mode: match p.output_mode.as_deref() {
+                None => None,
+                Some(m) => Some(OutputMode::parse(m).ok_or_else(|| {
+                    Error::invalid(
+                        "output_mode",
+                        format!("unknown mode {m:?}; expected append, update or complete"),
+                    )
+                })?),
+            },
+            state_partitions: p.state_partitions,
+            snapshot_interval: p.snapshot_interval,
         };
         spec.validate()?;
         Ok(spec)

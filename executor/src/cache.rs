@@ -1,4 +1,5 @@
-//! What an executor keeps between tasks: opened file sinks, and the static
+//! What an executor keeps between tasks: opened file sinks and state
+//! stores, stateful queries' state ([`States`]), and the static
 //! tables it has loaded, keyed by the table's plan (its schema and the
 //! files with their sizes and modification times), so a table is read
 //! again only when a batch names other files.
@@ -9,12 +10,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use sluice_common::sink::FileSink;
+use sluice_common::state::StateStore;
 use sluice_proto::TablePlan;
 use sluice_sql::Table;
 
 use crate::counter::Counter;
 use crate::error::ExecutorError;
 use crate::source::{SourceReader, files::FilesReader};
+use crate::state::States;
 
 /// Loaded tables kept (the most recently used).
 const TABLES_KEPT: usize = 8;
@@ -23,6 +26,12 @@ const TABLES_KEPT: usize = 8;
 pub struct Caches {
     sinks: Mutex<HashMap<String, FileSink>>,
     tables: Mutex<VecDeque<(String, Arc<Vec<RecordBatch>>)>>,
+    stores: Mutex<HashMap<String, StateStore>>,
+    /// Stateful queries' partitions held in memory.
+    pub states: States,
+    /// The most state bytes held at once (`--max-state-bytes`); 0 is
+    /// unbounded.
+    max_state_bytes: u64,
 }
 
 /// A poisoned lock is a bug: panic.
@@ -31,6 +40,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Caches {
+    /// Caches whose states may hold up to `max_state_bytes`.
+    pub fn new(max_state_bytes: u64) -> Self {
+        Caches {
+            max_state_bytes,
+            ..Default::default()
+        }
+    }
+
+    /// The most state bytes held at once.
+    pub fn max_state_bytes(&self) -> u64 {
+        if self.max_state_bytes == 0 {
+            u64::MAX
+        } else {
+            self.max_state_bytes
+        }
+    }
+
     /// The sink at `path`, opened on first use. Blocking (it may create the
     /// directory): call it from a blocking thread. Failures are not cached.
     pub fn sink(&self, path: &str) -> Result<FileSink, ExecutorError> {
@@ -40,6 +66,18 @@ impl Caches {
         let sink = FileSink::open(path)?;
         lock(&self.sinks).insert(path.to_string(), sink.clone());
         Ok(sink)
+    }
+
+    /// The shuffle and state files of the query whose checkpoint
+    /// directory is `location`, opened on first use. Blocking, like
+    /// [`Caches::sink`].
+    pub fn state_store(&self, location: &str) -> Result<StateStore, ExecutorError> {
+        if let Some(s) = lock(&self.stores).get(location) {
+            return Ok(s.clone());
+        }
+        let store = StateStore::open(location)?;
+        lock(&self.stores).insert(location.to_string(), store.clone());
+        Ok(store)
     }
 
     fn table(&self, key: &str) -> Option<Arc<Vec<RecordBatch>>> {

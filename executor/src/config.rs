@@ -31,7 +31,14 @@ pub struct Cli {
     /// This executor's name (default: `executor-<uuid>`).
     #[arg(long, env = "SLUICE_ID")]
     pub id: Option<String>,
+    /// The most bytes of stateful queries' state this executor holds in
+    /// memory; a task whose state would pass it fails, naming the query.
+    #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
+    pub max_state_bytes: u64,
 }
+
+/// `--max-state-bytes` unless set: 2 GiB.
+pub const DEFAULT_MAX_STATE_BYTES: u64 = 2 << 30;
 
 /// The validated configuration of one executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +51,8 @@ pub struct ExecutorConfig {
     pub heartbeat: Duration,
     /// The name the driver knows this executor by.
     pub id: String,
+    /// The most bytes of state held in memory; at least 1.
+    pub max_state_bytes: u64,
 }
 
 impl TryFrom<Cli> for ExecutorConfig {
@@ -58,6 +67,7 @@ impl TryFrom<Cli> for ExecutorConfig {
                 .id
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(default_id),
+            max_state_bytes: cli.max_state_bytes,
         };
         config.validated()
     }
@@ -80,6 +90,11 @@ impl ExecutorConfig {
         if drivers.is_empty() {
             return Err(ExecutorError::Config(
                 "--driver needs at least one address".into(),
+            ));
+        }
+        if self.max_state_bytes == 0 {
+            return Err(ExecutorError::Config(
+                "--max-state-bytes must be at least 1".into(),
             ));
         }
         if self.slots == 0 {

@@ -50,6 +50,16 @@ pub enum ExecutorError {
     #[error("{0}")]
     BadInput(String),
 
+    /// A stateful query's state outgrew what this executor may hold.
+    #[error(
+        "query {query}: its state on this executor would hold {bytes} bytes, above --max-state-bytes {limit}; raise the limit, add executors or state_partitions, or bound the state with a watermark"
+    )]
+    StateTooLarge {
+        query: String,
+        bytes: u64,
+        limit: u64,
+    },
+
     /// A task's future panicked.
     #[error("task panicked: {0}")]
     TaskPanicked(String),
@@ -79,6 +89,7 @@ impl ExecutorError {
             | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)
             | ExecutorError::BadInput(_)
+            | ExecutorError::StateTooLarge { .. }
             | ExecutorError::StaleEpoch { .. } => false,
         }
     }

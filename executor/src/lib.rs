@@ -24,10 +24,15 @@ pub mod connection;
 mod counter;
 pub mod error;
 mod input;
+mod map;
+mod output;
+mod reduce;
 mod runner;
 pub mod session;
+mod shuffle;
 mod sink;
 mod source;
+mod state;
 pub mod task;
 
 pub use config::{Cli, ExecutorConfig};
@@ -66,7 +71,7 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         incarnation,
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         max_epoch: AtomicU64::new(0),
-        sinks: Arc::default(),
+        sinks: Arc::new(crate::cache::Caches::new(config.max_state_bytes)),
         config,
     });
     let result = connection::serve(shared.clone(), shutdown).await;

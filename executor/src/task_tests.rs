@@ -2,6 +2,8 @@
 //! temporary sink.
 
 use super::*;
+use crate::map::plan;
+use sluice_proto::sink;
 use tokio::sync::Semaphore;
 
 fn slot() -> OwnedSemaphorePermit {
@@ -42,6 +44,7 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
             tables: Vec::new(),
         }),
+        ..Default::default()
     }
 }
 

@@ -39,6 +39,7 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
         slots: 1,
         heartbeat: Duration::from_millis(20),
         id: "exec-test".into(),
+        max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
     };
     let executor = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
 
@@ -133,6 +134,7 @@ async fn run_returns_promptly_when_no_driver_is_up() {
         slots: 1,
         heartbeat: Duration::from_millis(100),
         id: "lonely".into(),
+        max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
     };
     let run = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -152,6 +154,7 @@ async fn an_invalid_config_is_refused() {
         slots: 1,
         heartbeat: Duration::from_millis(100),
         id: "x".into(),
+        max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
     };
     let err = sluice_executor::run(config, CancellationToken::new())
         .await

@@ -14,10 +14,12 @@
 mod error;
 mod schema;
 mod session;
+mod stateful;
 mod support;
 
 pub use error::SqlError;
 pub use schema::{decode_schema, encode_schema};
+pub use stateful::Aggregation;
 
 use std::sync::{Arc, Mutex};
 
@@ -26,9 +28,10 @@ use arrow_schema::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::execute_stream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::prelude::SessionContext;
 
 /// The table name of a query's input.
 pub const INPUT: &str = "input";
@@ -58,7 +61,7 @@ pub async fn check(
     sql: &str,
     input: SchemaRef,
     tables: &[(String, SchemaRef)],
-) -> Result<SchemaRef, SqlError> {
+) -> Result<Checked, SqlError> {
     let tables: Vec<Table> = tables
         .iter()
         .map(|(name, schema)| Table {
@@ -68,8 +71,21 @@ pub async fn check(
         })
         .collect();
     let ctx = with_input(Once::empty(input), &tables)?;
-    let plan = session::logical_plan(&ctx, sql).await?;
-    Ok(Arc::new(plan.schema().as_arrow().clone()))
+    let (plan, shape) = session::logical_plan(&ctx, sql).await?;
+    Ok(Checked {
+        output: Arc::new(plan.schema().as_arrow().clone()),
+        keys: shape.keys,
+    })
+}
+
+/// A checked query.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The schema of its output rows.
+    pub output: SchemaRef,
+    /// The grouping key of its aggregation over the stream, the columns of
+    /// a `SELECT DISTINCT`; `None` when it keeps no state.
+    pub keys: Option<Vec<String>>,
 }
 
 /// A running query's output.
@@ -100,23 +116,32 @@ pub async fn run(
     input: InputBatches,
     tables: &[Table],
 ) -> Result<Output, SqlError> {
-    let ctx = with_input(Once::new(schema, input), tables)?;
-    let plan = session::logical_plan(&ctx, sql).await?;
-    let physical = ctx
-        .state()
-        .create_physical_plan(&plan)
-        .await
-        .map_err(SqlError::from_planning)?;
+    let (ctx, physical) = physical(sql, schema, input, tables).await?;
     let schema = physical.schema();
     let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
     Ok(Output { schema, stream })
 }
 
-/// A session whose table `input` is `input`, with the static `tables`.
-fn with_input(
-    input: Once,
+/// The physical plan of `sql` over `input` and the static `tables`, with
+/// the session that runs it.
+async fn physical(
+    sql: &str,
+    schema: SchemaRef,
+    input: InputBatches,
     tables: &[Table],
-) -> Result<datafusion::prelude::SessionContext, SqlError> {
+) -> Result<(SessionContext, Arc<dyn ExecutionPlan>), SqlError> {
+    let ctx = with_input(Once::new(schema, input), tables)?;
+    let (plan, _) = session::logical_plan(&ctx, sql).await?;
+    let physical = ctx
+        .state()
+        .create_physical_plan(&plan)
+        .await
+        .map_err(SqlError::from_planning)?;
+    Ok((ctx, physical))
+}
+
+/// A session whose table `input` is `input`, with the static `tables`.
+fn with_input(input: Once, tables: &[Table]) -> Result<SessionContext, SqlError> {
     let ctx = session::context();
     let table = StreamingTable::try_new(input.schema.clone(), vec![Arc::new(input)])
         .map_err(SqlError::from_planning)?;

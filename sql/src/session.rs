@@ -7,11 +7,13 @@
 //! robin. Output batches are re-chunked to a fixed size, which keeps their
 //! order.
 
+use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::optimizer::Optimizer;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 
 use crate::SqlError;
-use crate::support;
+use crate::support::{self, Shape};
 
 /// Rows per output batch.
 pub const BATCH_ROWS: usize = 8192;
@@ -29,12 +31,28 @@ pub fn context() -> SessionContext {
         .with_round_robin_repartition(false)
         .with_coalesce_batches(true)
         .with_information_schema(false);
-    SessionContext::new_with_config(config)
+    // `count(DISTINCT x)` stays one aggregation, whose state (the distinct
+    // values of each group) merges across batches; DataFusion's rewrite
+    // into two nested aggregations would not.
+    let rules = Optimizer::new()
+        .rules
+        .into_iter()
+        .filter(|r| r.name() != "single_distinct_aggregation_to_group_by")
+        .collect();
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_optimizer_rules(rules)
+        .build();
+    SessionContext::new_with_state(state)
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
 /// that Sluice runs.
-pub async fn logical_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan, SqlError> {
+pub async fn logical_plan(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<(LogicalPlan, Shape), SqlError> {
     let plan = ctx
         .state()
         .create_logical_plan(sql)
@@ -49,8 +67,8 @@ pub async fn logical_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan
             construct: "a statement other than SELECT".into(),
             reason: e.strip_backtrace(),
         })?;
-    support::check(&plan)?;
-    Ok(plan)
+    let shape = support::check(&plan)?;
+    Ok((plan, shape))
 }
 
 /// A parse error at the end of the query carries no position from the

@@ -1,9 +1,10 @@
-//! What a stateless query may do, checked on its logical plan before it
+//! What a query may do, checked on its logical plan before it
 //! runs. Anything else is refused by name: no query may silently run with
 //! different semantics than its SQL says.
 //!
-//! - Refused until stateful queries exist: aggregates and `GROUP BY`,
-//!   `DISTINCT`, window functions (they need state across batches).
+//! - One aggregation over the stream (`GROUP BY`, `SELECT DISTINCT`) is
+//!   a stateful query; its aggregate functions are those whose state
+//!   merges exactly. Window functions (`OVER`) are refused.
 //! - Refused outright: `ORDER BY` and `LIMIT` (a stream has no order and
 //!   no end), functions whose value is not fixed by their arguments
 //!   (`now()`, `random()`, `uuid()`: a retried task must write the same
@@ -17,30 +18,50 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 
 use crate::{INPUT, SqlError};
 
-const STATEFUL: &str = "it needs state across batches, which stateless queries do not keep";
+/// The aggregate functions whose state merges exactly across batches.
+const AGGREGATES: [&str; 6] = ["count", "sum", "min", "max", "avg", "approx_distinct"];
+
+/// What the checked query keeps between batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// The grouping key of the query's aggregation over the stream (every
+    /// column of a `SELECT DISTINCT`); `None` for a stateless query.
+    pub keys: Option<Vec<String>>,
+}
 
 /// Refuses the first construct of `plan` that Sluice does not run.
-pub fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
+pub fn check(plan: &LogicalPlan) -> Result<Shape, SqlError> {
     let mut refused: Option<SqlError> = None;
     let mut input_reads = 0usize;
+    let mut keys: Vec<Vec<String>> = Vec::new();
     plan.apply_with_subqueries(|node| {
         let volatile = volatile_function(node)?;
         let found = match node {
-            LogicalPlan::Aggregate(a) => {
-                let names = function_names(&a.aggr_expr)?;
-                let construct = match (a.group_expr.is_empty(), names.is_empty()) {
-                    (false, true) => "GROUP BY".to_string(),
-                    (_, false) => format!("the aggregate function {}", names.join(", ")),
-                    (true, true) => "an aggregation".to_string(),
-                };
-                Some(unsupported(construct, STATEFUL))
+            LogicalPlan::Aggregate(a) if reads_input(&a.input) => {
+                keys.push(a.group_expr.iter().map(|e| e.schema_name().to_string()).collect());
+                if a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+                    Some(unsupported(
+                        "GROUPING SETS, CUBE or ROLLUP",
+                        "a streaming aggregation keeps one grouping",
+                    ))
+                } else {
+                    aggregate_functions(&a.aggr_expr)?
+                }
             }
-            LogicalPlan::Distinct(_) => Some(unsupported("DISTINCT", STATEFUL)),
+            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(_)) => Some(unsupported(
+                "DISTINCT ON",
+                "use SELECT DISTINCT or GROUP BY",
+            )),
+            LogicalPlan::Distinct(d) if reads_input(node) => {
+                let schema = d.input().schema();
+                keys.push(schema.fields().iter().map(|f| f.name().clone()).collect());
+                None
+            }
             LogicalPlan::Window(w) => {
                 let names = function_names(&w.window_expr)?;
                 Some(unsupported(
                     format!("the window function {}", names.join(", ")),
-                    STATEFUL,
+                    "it needs the rows of earlier batches in order; use GROUP BY window(...) for event-time windows",
                 ))
             }
             LogicalPlan::Sort(_) => Some(unsupported(
@@ -91,7 +112,47 @@ pub fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
             "each batch's input is read once; join the stream with static tables instead",
         ));
     }
-    Ok(())
+    if keys.len() > 1 {
+        return Err(unsupported(
+            "more than one aggregation over the stream",
+            "a streaming query keeps the state of one aggregation",
+        ));
+    }
+    Ok(Shape { keys: keys.pop() })
+}
+
+/// The first aggregate call in `exprs` whose state does not merge exactly
+/// across batches, refused by name.
+fn aggregate_functions(exprs: &[Expr]) -> datafusion::common::Result<Option<SqlError>> {
+    let mut refused = None;
+    for e in exprs {
+        e.apply(|e| {
+            if let Expr::AggregateFunction(f) = e {
+                let name = f.func.name().to_string();
+                let distinct = f.params.distinct;
+                if !AGGREGATES.contains(&name.as_str()) || (distinct && name != "count") {
+                    let shown = if distinct { format!("{name}(DISTINCT ...)") } else { name };
+                    refused = Some(unsupported(
+                        format!("the aggregate function {shown}"),
+                        "a streaming aggregation keeps count, sum, min, max, avg, count(DISTINCT ...) and approx_distinct, whose state merges exactly across batches",
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                if !f.params.order_by.is_empty() {
+                    refused = Some(unsupported(
+                        format!("ORDER BY in the aggregate function {name}"),
+                        "a stream has no order",
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if refused.is_some() {
+            break;
+        }
+    }
+    Ok(refused)
 }
 
 /// A join of the stream with a static table is supported when every row

@@ -22,6 +22,7 @@ pub mod ports;
 pub mod process;
 pub mod seed;
 pub mod spec;
+pub mod stateful;
 
 pub use check::{
     assert_epochs_non_decreasing, assert_exactly_once, commit_epochs, file_log, files_under,

@@ -14,6 +14,8 @@ pub struct Spec {
     pub sink: String,
     pub format: String,
     pub sql: Option<String>,
+    /// Top-level lines added as they are (`output_mode: update`, ...).
+    pub extra: Vec<String>,
 }
 
 impl Spec {
@@ -29,7 +31,14 @@ impl Spec {
             sink: sink.display().to_string(),
             format: "jsonl".to_string(),
             sql: None,
+            extra: Vec::new(),
         }
+    }
+
+    /// Adds a top-level line, such as `output_mode: complete`.
+    pub fn with(mut self, line: &str) -> Self {
+        self.extra.push(line.to_string());
+        self
     }
 
     pub fn sql(mut self, sql: &str) -> Self {
@@ -82,6 +91,10 @@ impl Spec {
         ));
         if let Some(sql) = &self.sql {
             y.push_str(&format!("sql: {}\n", yaml_string(sql)));
+        }
+        for line in &self.extra {
+            y.push_str(line);
+            y.push('\n');
         }
         y
     }

@@ -1,8 +1,9 @@
 //! SQL that cannot run is refused at submit with INVALID_ARGUMENT, through
 //! the CLI and gRPC alike, naming what is wrong: a syntax error with its
-//! position, an unknown column or table, an unsupported construct. A
-//! changed `sql` on an existing checkpoint is FAILED_PRECONDITION naming
-//! the field. Nothing is created for a refused query.
+//! position, an unknown column or table, an unsupported construct, an
+//! output mode the query cannot have. A changed `sql`, grouping key or
+//! state partition count on an existing checkpoint is FAILED_PRECONDITION
+//! naming what differs. Nothing is created for a refused query.
 
 use std::time::Duration;
 
@@ -14,45 +15,71 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
     let cluster = Cluster::new("bad-sql");
     let driver = cluster.start_ready_driver().await;
     let drivers = driver.addr().to_string();
+    let none: &[&str] = &[];
     let cases = [
         (
             "SELEC value FROM input",
+            none,
             &["field `sql`", "SELEC", "Line: 1, Column: 1"][..],
         ),
-        ("SELECT value FROM input WHERE", &["Line: 1"][..]),
-        ("SELECT nope FROM input", &["nope"][..]),
-        ("SELECT * FROM elsewhere", &["elsewhere"][..]),
+        ("SELECT value FROM input WHERE", none, &["Line: 1"][..]),
+        ("SELECT nope FROM input", none, &["nope"][..]),
+        ("SELECT * FROM elsewhere", none, &["elsewhere"][..]),
         (
-            "SELECT count(*) FROM input",
-            &["count", "not supported"][..],
+            "SELECT value % 3 AS k, median(value) AS m FROM input GROUP BY value % 3",
+            none,
+            &["median", "not supported", "merges exactly"][..],
         ),
         (
-            "SELECT value % 3 AS k FROM input GROUP BY value % 3",
-            &["GROUP BY", "not supported"][..],
+            "SELECT value % 3 AS k, sum(DISTINCT value) AS s FROM input GROUP BY value % 3",
+            none,
+            &["sum(DISTINCT ...)", "not supported"][..],
+        ),
+        (
+            "SELECT k, count(*) AS c FROM (SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3) GROUP BY k",
+            none,
+            &["more than one aggregation over the stream", "not supported"][..],
+        ),
+        (
+            "SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3",
+            &["output_mode: append"][..],
+            &["output_mode", "append needs a watermark"][..],
+        ),
+        (
+            "SELECT value FROM input",
+            &["output_mode: complete"][..],
+            &["output_mode", "complete needs an aggregation"][..],
         ),
         (
             "SELECT value FROM input ORDER BY value",
+            none,
             &["ORDER BY", "not supported"][..],
         ),
         (
             "SELECT value FROM input LIMIT 10",
+            none,
             &["LIMIT", "not supported"][..],
         ),
         (
             "SELECT value, row_number() OVER (ORDER BY value) AS n FROM input",
+            none,
             &["row_number", "not supported"][..],
         ),
         (
             "SELECT a.value FROM input a JOIN input b ON a.value = b.value",
+            none,
             &["join of the stream with itself", "not supported"][..],
         ),
     ];
-    for (i, (sql, wanted)) in cases.iter().enumerate() {
+    for (i, (sql, extra, wanted)) in cases.iter().enumerate() {
         let name = format!("bad-{i}");
-        let yaml = Spec::new(&name, &cluster.sink_path(&name))
+        let mut spec = Spec::new(&name, &cluster.sink_path(&name))
             .total_rows(100)
-            .sql(sql)
-            .to_yaml();
+            .sql(sql);
+        for line in *extra {
+            spec = spec.with(line);
+        }
+        let yaml = spec.to_yaml();
         let file = cluster.write_spec(&yaml);
         let out = cluster
             .cli(&drivers, &["submit", file.to_str().unwrap()])
@@ -103,4 +130,38 @@ async fn a_changed_sql_on_an_existing_checkpoint_is_refused() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("sql"), "{err:?}");
     assert!(err.message().contains("value % 2 = 1"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_grouping_key_or_state_partition_count_is_refused() {
+    let cluster = Cluster::new("changed-state");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let spec = Spec::new("agg", &cluster.sink_path("agg"))
+        .total_rows(200)
+        .rows_per_second(2000)
+        .sql("SELECT value % 5 AS k, count(*) AS n FROM input GROUP BY value % 5");
+    let mut client = cluster.client(&drivers);
+    client.submit(&spec.to_yaml()).await.expect("first submit");
+    client
+        .wait_state("agg", QueryState::Finished, Duration::from_secs(60))
+        .await;
+    let rekeyed = spec
+        .clone()
+        .sql("SELECT value % 7 AS k, count(*) AS n FROM input GROUP BY value % 7");
+    let err = client
+        .submit(&rekeyed.to_yaml())
+        .await
+        .expect_err("a changed grouping key must be refused");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("grouping key"), "{err:?}");
+    assert!(err.message().contains("value % Int64(7)"), "{err:?}");
+    let repartitioned = spec.clone().with("state_partitions: 4");
+    let err = client
+        .submit(&repartitioned.to_yaml())
+        .await
+        .expect_err("a changed state partition count must be refused");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("state_partitions"), "{err:?}");
 }

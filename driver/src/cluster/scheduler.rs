@@ -94,6 +94,7 @@ struct Executor {
 struct Running {
     key: u64,
     reply: oneshot::Sender<TaskOutcome>,
+    affinity: Option<String>,
 }
 
 struct Actor {
@@ -107,6 +108,16 @@ struct Actor {
     running: HashMap<String, Running>,
     /// The last conflict over each executor id (see [`identity`]).
     conflicts: HashMap<String, String>,
+    /// State affinity: the executor id that last completed each stateful
+    /// query's reduce task of a partition, which holds its state.
+    holders: HashMap<String, String>,
+}
+
+/// The state a task works on, for affinity: a reduce task's (query,
+/// partition).
+fn affinity(task: &pb::TaskAssignment) -> Option<String> {
+    (task.stage == pb::Stage::Reduce as i32)
+        .then(|| format!("{}/{}", task.query_id, task.partition))
 }
 
 impl Scheduler {
@@ -129,6 +140,7 @@ impl Scheduler {
             pending: VecDeque::new(),
             running: HashMap::new(),
             conflicts: HashMap::new(),
+            holders: HashMap::new(),
         };
         tracker.spawn(actor.run(rx, cancel));
         Scheduler {
@@ -335,7 +347,12 @@ impl Actor {
             e.running.retain(|t| t != &result.task_id);
         }
         let outcome = match result.outcome {
-            Some(pb::task_result::Outcome::Ok(out)) => TaskOutcome::Done(out),
+            Some(pb::task_result::Outcome::Ok(out)) => {
+                if let (Some(a), Some(e)) = (run.affinity, self.executors.get(&key)) {
+                    self.holders.insert(a, e.id.clone());
+                }
+                TaskOutcome::Done(out)
+            }
             Some(pb::task_result::Outcome::Error(err)) => TaskOutcome::Failed(err),
             None => TaskOutcome::Failed(pb::TaskError {
                 kind: pb::ErrorKind::Retryable as i32,
@@ -404,7 +421,18 @@ impl Actor {
                 running: e.running.len() as u32,
             })
             .collect();
-        for key in place(self.pending.len(), &caps) {
+        let prefer: Vec<Option<u64>> = self
+            .pending
+            .iter()
+            .map(|(t, _)| {
+                let holder = self.holders.get(&affinity(t)?)?;
+                self.executors
+                    .iter()
+                    .find(|(_, e)| &e.id == holder)
+                    .map(|(k, _)| *k)
+            })
+            .collect();
+        for key in place(&prefer, &caps) {
             let Some((task, reply)) = self.pending.pop_front() else {
                 break;
             };
@@ -412,6 +440,7 @@ impl Actor {
                 break;
             };
             let task_id = task.task_id.clone();
+            let affinity = affinity(&task);
             let msg = pb::DriverMessage {
                 kind: Some(pb::driver_message::Kind::Task(task)),
             };
@@ -422,7 +451,14 @@ impl Actor {
             }
             debug!(task = %task_id, executor = %e.id, "task dispatched");
             e.running.push(task_id.clone());
-            self.running.insert(task_id, Running { key, reply });
+            self.running.insert(
+                task_id,
+                Running {
+                    key,
+                    reply,
+                    affinity,
+                },
+            );
         }
     }
 }

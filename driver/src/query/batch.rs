@@ -1,14 +1,14 @@
-//! Running one planned batch: its tasks, then the sink manifest, then
-//! `commits/N`.
+//! Running one planned batch: its tasks (see [`super::stages`]), then the
+//! sink manifest, then `commits/N`.
 //!
 //! Invariant (DESIGN.md, 2): `commits/N` is created only after every task
-//! of batch N succeeded and the sink manifest listing their files is
-//! durable. A task attempt that is abandoned (stop, term end, another
-//! partition failing) is withdrawn from its executor by [`InFlight`].
+//! of batch N succeeded: the sink manifest listing their files is durable,
+//! and so is every state version N (a reduce task reports success only
+//! once its delta is written). Batch N's shuffle files are removed only
+//! after `commits/N`.
 
 use std::time::{Duration, Instant};
 
-use futures::future::try_join_all;
 use sluice_common::checkpoint::{CommitRecord, OffsetRecord, RECORD_VERSION, padded};
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
@@ -16,8 +16,7 @@ use sluice_proto as pb;
 use tracing::{debug, warn};
 
 use super::ctx::Ctx;
-use super::retry::{Failures, Next, after_failure};
-use crate::cluster::scheduler::{Scheduler, TaskOutcome};
+use super::stages;
 use crate::error::DriverError;
 use crate::source::SourcePlanner;
 
@@ -57,17 +56,14 @@ pub async fn execute(
     if let Some(record) = &ctx.tables {
         plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
     }
-    let plan = &plan;
-    let parts = source
-        .tasks(offsets)
-        .into_iter()
-        .map(|(p, input)| run_partition(ctx, offsets, p, input, plan));
-    let outputs = try_join_all(parts).await?;
+    let outputs = stages::run(ctx, offsets, source.tasks(offsets), &plan).await?;
     let execution = t.elapsed();
 
     let t = Instant::now();
-    let input_rows: u64 = outputs.iter().map(|o| o.input_rows).sum();
-    let bad_records: u64 = outputs.iter().map(|o| o.bad_records).sum();
+    let input_rows: u64 = outputs.map.iter().map(|o| o.input_rows).sum();
+    let bad_records: u64 = outputs.map.iter().map(|o| o.bad_records).sum();
+    let state_rows_total: u64 = outputs.reduce.iter().map(|o| o.state_rows).sum();
+    let state_bytes: u64 = outputs.reduce.iter().map(|o| o.state_bytes).sum();
     if let Some(planned) = source.planned_rows(&offsets.source)
         && planned != input_rows
     {
@@ -76,10 +72,11 @@ pub async fn execute(
         )));
     }
     let files: Vec<SinkFile> = outputs
-        .into_iter()
-        .flat_map(|o| o.files)
+        .writers()
+        .iter()
+        .flat_map(|o| &o.files)
         .map(|f| SinkFile {
-            path: f.path,
+            path: f.path.clone(),
             rows: f.rows,
             bytes: f.bytes,
         })
@@ -113,6 +110,9 @@ pub async fn execute(
         ctx.driver.confirm_leadership(&ctx.term).await?;
     }
     let commit = t.elapsed();
+    if let Some(stateful) = &ctx.stateful {
+        remove_shuffle(ctx, stateful, batch);
+    }
 
     let total = timings.started.elapsed();
     let secs = |d: Duration| d.as_secs_f64().max(1e-6);
@@ -134,11 +134,15 @@ pub async fn execute(
             sink_commit: ms(sink_commit),
             commit: ms(commit),
             total: ms(total),
+            map: ms(outputs.map_time),
+            reduce: ms(outputs.reduce_time),
         }),
         timestamp_ms: offsets.batch_timestamp_ms,
         epoch,
         skipped_before: 0,
         bad_records,
+        state_rows_total,
+        state_bytes,
     };
     let m = &ctx.driver.metrics;
     m.batches_committed
@@ -153,108 +157,19 @@ pub async fn execute(
     Ok(input_rows)
 }
 
-/// Withdraws a task attempt from the scheduler unless it completed.
-struct InFlight<'a> {
-    scheduler: &'a Scheduler,
-    task_id: Option<String>,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.task_id.take() {
-            self.scheduler.cancel(id);
-        }
-    }
-}
-
-/// Runs partition `p` of a batch until it succeeds or fails for good.
-async fn run_partition(
-    ctx: &Ctx,
-    offsets: &OffsetRecord,
-    p: u32,
-    input: pb::TaskSource,
-    plan: &pb::TaskPlan,
-) -> Result<pb::TaskOutput, DriverError> {
-    let max = ctx.driver.config.max_task_attempts;
-    let (mut attempt, mut failures) = (0u32, Failures::default());
-    loop {
-        let task_id = format!("{}/{}/{}/{}", ctx.entry.id, offsets.batch_id, p, attempt);
-        let task = pb::TaskAssignment {
-            task_id: task_id.clone(),
-            query_id: ctx.entry.id.clone(),
-            query_name: ctx.entry.name.clone(),
-            batch_id: offsets.batch_id,
-            partition: p,
-            attempt,
-            epoch: ctx.term.epoch,
-            source: Some(input.clone()),
-            sink: Some(ctx.spec.sink.to_proto()),
-            stage: pb::Stage::Map.into(),
-            plan: Some(plan.clone()),
+/// Removes batch `batch`'s shuffle files in the background, once
+/// `commits/N` exists: nothing reads them any more. A failure leaves them
+/// for retention.
+fn remove_shuffle(ctx: &Ctx, stateful: &super::ctx::Stateful, batch: u64) {
+    let checkpoint = stateful.checkpoint.clone();
+    ctx.term.tasks.spawn(async move {
+        let removed = async {
+            sluice_common::state::StateStore::open(&checkpoint)?
+                .remove_shuffle(batch)
+                .await
         };
-        let mut guard = InFlight {
-            scheduler: &ctx.term.scheduler,
-            task_id: Some(task_id),
-        };
-        let outcome = ctx.term.scheduler.run_task(task).await;
-        guard.task_id = None;
-        let (kind, message) = match outcome {
-            TaskOutcome::Done(out) => {
-                if failures != Failures::default() {
-                    ctx.entry.set_error(String::new());
-                }
-                return Ok(out);
-            }
-            TaskOutcome::Lost(reason) => (None, reason),
-            TaskOutcome::Failed(e) => (Some(e.kind()), e.message),
-        };
-        let label = kind.map_or("lost", |k| k.as_str_name());
-        ctx.driver
-            .metrics
-            .task_failures
-            .with_label_values(&[label])
-            .inc();
-        let what = format!(
-            "batch {} partition {p} attempt {attempt}: {message}",
-            offsets.batch_id
-        );
-        if kind == Some(pb::ErrorKind::StaleEpoch) {
-            ctx.driver.confirm_leadership(&ctx.term).await?;
+        if let Err(e) = removed.await {
+            warn!(batch, error = %e, "removing shuffle files failed; retention will");
         }
-        // A term that is ending loses its tasks: that says nothing of them.
-        if ctx.term.cancel.is_cancelled() {
-            return Err(DriverError::Cancelled);
-        }
-        let next = after_failure(kind, failures, max);
-        failures.record(kind);
-        let lost = || {
-            format!(
-                "executor lost while running this task {} times",
-                failures.lost_streak
-            )
-        };
-        match next {
-            Next::Fail if kind.is_none() => {
-                return Err(DriverError::TaskFailed(format!("{what}: {}", lost())));
-            }
-            Next::Fail => {
-                return Err(DriverError::TaskFailed(format!(
-                    "{what} (gave up after {} attempts)",
-                    attempt + 1
-                )));
-            }
-            Next::Retry { delay } => {
-                if kind.is_some() {
-                    warn!(batch = offsets.batch_id, partition = p, attempt, error = %message, "task failed; retrying");
-                    ctx.entry.set_error(format!("{what} (retrying)"));
-                } else {
-                    warn!(batch = offsets.batch_id, partition = p, attempt, lost = failures.lost_streak, reason = %message, "executor lost while running a task; retrying");
-                    ctx.entry
-                        .set_error(format!("{what}: {} (retrying)", lost()));
-                }
-                ctx.sleep(delay).await?;
-                attempt += 1;
-            }
-        }
-    }
+    });
 }

@@ -30,6 +30,18 @@ pub struct Ctx {
     pub plan: pb::TaskPlan,
     /// The static tables' schemas and places, when the query has tables.
     pub tables: Option<sluice_common::checkpoint::TablesRecord>,
+    /// How a stateful query's batches run; `None` for a stateless query.
+    pub stateful: Option<Stateful>,
+}
+
+/// How a stateful query's batches run, fixed when its runner starts.
+#[derive(Debug, Clone)]
+pub struct Stateful {
+    /// The query's checkpoint directory, where shuffle and state files go.
+    pub checkpoint: String,
+    pub partitions: u32,
+    pub snapshot_interval: u64,
+    pub mode: sluice_common::spec::OutputMode,
 }
 
 impl Ctx {

@@ -6,13 +6,16 @@
 //!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
 //! ```
 
+pub mod attempts;
 pub mod batch;
 pub mod cleanup;
+pub mod conflict;
 pub mod ctx;
 pub mod entry;
 pub mod registry;
 pub mod retry;
 pub mod runner;
+pub mod stages;
 pub mod summary;
 
 use std::collections::BTreeMap;
@@ -21,6 +24,7 @@ use std::sync::Arc;
 use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
+use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{check_sink_location, locations_overlap};
 use sluice_common::time::now_ms;
@@ -116,10 +120,26 @@ async fn check_sql(
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
-    let output = sluice_sql::check(spec.sql(), input, &tables)
+    let checked = sluice_sql::check(spec.sql(), input, &tables)
         .await
         .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))?;
-    check_partition_by(spec, &output)
+    check_output_mode(spec.output_mode, checked.keys.is_some())?;
+    check_partition_by(spec, &checked.output)
+}
+
+/// The output mode fits the query, as in Spark: `complete` needs an
+/// aggregation, and `append` of an aggregation needs a watermark and an
+/// event-time window, without which no group is ever final.
+fn check_output_mode(mode: Option<OutputMode>, stateful: bool) -> Result<(), DriverError> {
+    match (mode, stateful) {
+        (Some(OutputMode::Complete), false) => Err(DriverError::Invalid(
+            "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT); this query keeps no state".into(),
+        )),
+        (Some(OutputMode::Append), true) => Err(DriverError::Invalid(
+            "output_mode: append needs a watermark and an event-time window in GROUP BY, so that a group is emitted once, when it is final; use update or complete".into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The sink's `partition_by` names output columns, and leaves at least
@@ -159,7 +179,7 @@ pub async fn submit(
     let _guard = term.queries.submit_lock.lock().await;
     term.fence()?;
     if let Some(existing) = term.queries.get(&spec.name) {
-        return Err(conflict(&spec, existing.spec.as_ref(), existing.state()));
+        return Err(conflict::conflict(&spec, existing.spec.as_ref(), existing.state()).await);
     }
     let others: Vec<(String, String)> = term
         .queries
@@ -175,14 +195,14 @@ pub async fn submit(
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
         if old != spec || qc.metadata().await?.is_some() {
-            return Err(conflict(&spec, Some(&old), QueryState::Running));
+            return Err(conflict::conflict(&spec, Some(&old), QueryState::Running).await);
         }
     }
     crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
     if stored != spec {
-        return Err(conflict(&spec, Some(&stored), QueryState::Running));
+        return Err(conflict::conflict(&spec, Some(&stored), QueryState::Running).await);
     }
     let meta = QueryMetadata {
         version: RECORD_VERSION,
@@ -234,23 +254,6 @@ fn check_sink(
         )));
     }
     Ok(())
-}
-
-fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryState) -> DriverError {
-    let name = &new.name;
-    match old {
-        Some(old) if old == new => DriverError::AlreadyExists(format!(
-            "query {name:?} already exists (state {})",
-            state.as_str()
-        )),
-        Some(old) => DriverError::FailedPrecondition(format!(
-            "query {name:?} already has a checkpoint with a different spec: {}",
-            old.diff(new).join(", ")
-        )),
-        None => DriverError::FailedPrecondition(format!(
-            "query {name:?} already has a checkpoint whose spec cannot be read"
-        )),
-    }
 }
 
 /// Stops a query: writes the `stopped` marker, then cancels its runner.

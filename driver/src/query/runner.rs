@@ -91,11 +91,13 @@ async fn drive(
         sink: None,
         plan,
         tables: None,
+        stateful: None,
     };
     ctx.tables = source::tables::load(&ctx).await?;
     let source = source::open(&ctx).await?;
     let source = source.as_ref();
     ctx.plan.input_schema = sluice_sql::encode_schema(&source.schema());
+    ctx.stateful = super::stages::plan(&ctx, source.schema()).await?;
     let path = ctx.spec.sink_path().to_string();
     ctx.sink = Some(
         ctx.storage("open sink", || async { FileSink::open(&path) })

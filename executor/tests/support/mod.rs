@@ -158,6 +158,7 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
             tables: Vec::new(),
         }),
+        ..Default::default()
     })
 }
 

@@ -1,0 +1,76 @@
+//! The spec's fields for stateful queries: the output mode, the state's
+//! partitions and how often it is snapshotted.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The buckets of a stateful query's shuffle and state, unless set.
+pub const DEFAULT_STATE_PARTITIONS: u32 = 8;
+pub const MAX_STATE_PARTITIONS: u32 = 1024;
+/// A state snapshot every this many batches, unless set.
+pub const DEFAULT_SNAPSHOT_INTERVAL: u64 = 10;
+pub const MAX_SNAPSHOT_INTERVAL: u64 = 10_000;
+
+/// Which rows each batch emits, with Spark's semantics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Rows that are final: a stateless query's rows, a window once the
+    /// watermark passes its end.
+    Append,
+    /// The groups that changed in the batch.
+    Update,
+    /// The whole result table, every batch.
+    Complete,
+}
+
+impl OutputMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "append" => Some(OutputMode::Append),
+            "update" => Some(OutputMode::Update),
+            "complete" => Some(OutputMode::Complete),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputMode::Append => "append",
+            OutputMode::Update => "update",
+            OutputMode::Complete => "complete",
+        }
+    }
+
+    /// The mode a query runs in: the one set, or append for a stateless
+    /// query and update for an aggregation.
+    pub fn effective(set: Option<Self>, stateful: bool) -> Self {
+        set.unwrap_or(if stateful {
+            OutputMode::Update
+        } else {
+            OutputMode::Append
+        })
+    }
+}
+
+/// Checks the state fields' ranges.
+pub fn validate(partitions: Option<u32>, snapshot_interval: Option<u64>) -> Result<()> {
+    if let Some(p) = partitions
+        && !(1..=MAX_STATE_PARTITIONS).contains(&p)
+    {
+        return Err(Error::invalid(
+            "state_partitions",
+            format!("must be in 1..={MAX_STATE_PARTITIONS}, got {p}"),
+        ));
+    }
+    if let Some(i) = snapshot_interval
+        && !(1..=MAX_SNAPSHOT_INTERVAL).contains(&i)
+    {
+        return Err(Error::invalid(
+            "snapshot_interval",
+            format!("must be in 1..={MAX_SNAPSHOT_INTERVAL}, got {i}"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! The shuffle and state files of a stateful query, under its checkpoint
+//! directory, and the pure decisions over them: which files rebuild a
+//! state version, and which ones retention may delete.
+//!
+//! ```text
+//! <checkpoint>/queries/<name>/
+//!   shuffle/<N>/<map>.arrow                       one file per map task, one IPC stream per bucket
+//!   state/<operator>/<partition>/<N>.delta        the rows batch N changed or removed
+//!   state/<operator>/<partition>/<N>.snapshot     the whole state after batch N
+//! ```
+//!
+//! Every file is create-only. State version N (what batch N left) is the
+//! latest snapshot at or below N, then every delta after it up to N.
+
+use bytes::Bytes;
+
+use crate::checkpoint::padded;
+use crate::error::{Error, Result};
+use crate::storage::{Created, Path, Storage};
+
+/// One file of a partition's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StateFile {
+    Delta(u64),
+    Snapshot(u64),
+}
+
+impl StateFile {
+    pub fn version(self) -> u64 {
+        match self {
+            StateFile::Delta(v) | StateFile::Snapshot(v) => v,
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            StateFile::Delta(v) => format!("{}.delta", padded(v)),
+            StateFile::Snapshot(v) => format!("{}.snapshot", padded(v)),
+        }
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        let (n, kind) = name.split_once('.')?;
+        let v = (n.len() == 20).then(|| n.parse::<u64>().ok())??;
+        match kind {
+            "delta" => Some(StateFile::Delta(v)),
+            "snapshot" => Some(StateFile::Snapshot(v)),
+            _ => None,
+        }
+    }
+}
+
+/// The files that rebuild state version `version`, in the order to apply
+/// them: the latest snapshot at or below it, then each delta after it.
+/// `Err` names the first delta that is missing.
+pub fn rebuild(files: &[StateFile], version: u64) -> std::result::Result<Vec<StateFile>, String> {
+    let snapshot = files
+        .iter()
+        .filter_map(|f| match f {
+            StateFile::Snapshot(v) if *v <= version => Some(*v),
+            _ => None,
+        })
+        .max();
+    let first = snapshot.map_or(0, |s| s + 1);
+    let mut plan: Vec<StateFile> = snapshot.map(StateFile::Snapshot).into_iter().collect();
+    for v in first..=version {
+        if !files.contains(&StateFile::Delta(v)) {
+            return Err(format!("{} is missing", StateFile::Delta(v).name()));
+        }
+        plan.push(StateFile::Delta(v));
+    }
+    Ok(plan)
+}
+
+/// The files retention may delete when every version from `oldest` on must
+/// stay recoverable: everything older than the snapshot that rebuilds
+/// `oldest` (nothing when no snapshot does).
+pub fn expired(files: &[StateFile], oldest: u64) -> Vec<StateFile> {
+    let Some(base) = files
+        .iter()
+        .filter_map(|f| match f {
+            StateFile::Snapshot(v) if *v <= oldest => Some(*v),
+            _ => None,
+        })
+        .max()
+    else {
+        return Vec::new();
+    };
+    files
+        .iter()
+        .copied()
+        .filter(|f| f.version() < base || (f.version() == base && matches!(f, StateFile::Delta(_))))
+        .collect()
+}
+
+/// A query's shuffle and state files.
+#[derive(Clone, Debug)]
+pub struct StateStore {
+    storage: Storage,
+}
+
+impl StateStore {
+    /// The store of the query whose checkpoint directory is `location`.
+    pub fn open(location: &str) -> Result<Self> {
+        Ok(StateStore {
+            storage: Storage::open(location)?,
+        })
+    }
+
+    fn shuffle(batch: u64, map: u32) -> Path {
+        Path::from_iter(["shuffle", &padded(batch), &format!("{map:05}.arrow")])
+    }
+
+    fn dir(operator: &str, partition: u32) -> Path {
+        Path::from_iter(["state", operator, &format!("{partition:05}")])
+    }
+
+    /// Creates map task `map`'s shuffle file of batch `batch`; an existing
+    /// file with other bytes is damage (a task is deterministic).
+    pub async fn write_shuffle(&self, batch: u64, map: u32, bytes: Bytes) -> Result<()> {
+        self.create_same(&Self::shuffle(batch, map), bytes).await
+    }
+
+    /// One bucket of a map task's shuffle file.
+    pub async fn read_shuffle(&self, batch: u64, map: u32, offset: u64, len: u64) -> Result<Bytes> {
+        let path = Self::shuffle(batch, map);
+        self.storage
+            .get_range(path.as_ref(), offset..offset + len)
+            .await
+    }
+
+    /// Deletes batch `batch`'s shuffle files (after `commits/N`).
+    pub async fn remove_shuffle(&self, batch: u64) -> Result<usize> {
+        let dir = Path::from_iter(["shuffle", &padded(batch)]);
+        let files = self.storage.list_files(&dir).await?;
+        for f in &files {
+            self.storage.delete(&f.location).await?;
+        }
+        Ok(files.len())
+    }
+
+    /// The batches that still have shuffle files.
+    pub async fn shuffled_batches(&self) -> Result<Vec<u64>> {
+        let dirs = self.storage.list_dirs(&Path::from("shuffle")).await?;
+        Ok(dirs.iter().filter_map(|d| d.parse().ok()).collect())
+    }
+
+    /// Creates a state file; an existing file with other bytes is damage.
+    pub async fn write(
+        &self,
+        operator: &str,
+        partition: u32,
+        file: StateFile,
+        bytes: Bytes,
+    ) -> Result<()> {
+        let path = Self::dir(operator, partition).join(file.name());
+        self.create_same(&path, bytes).await
+    }
+
+    pub async fn read(&self, operator: &str, partition: u32, file: StateFile) -> Result<Bytes> {
+        let path = Self::dir(operator, partition).join(file.name());
+        self.storage
+            .get(&path)
+            .await?
+            .ok_or_else(|| Error::Corrupt {
+                path: self.storage.describe(&path),
+                reason: "missing".into(),
+            })
+    }
+
+    /// A partition's state files; a name that is not one is damage.
+    pub async fn files(&self, operator: &str, partition: u32) -> Result<Vec<StateFile>> {
+        let dir = Self::dir(operator, partition);
+        let mut out = Vec::new();
+        for f in self.storage.list_files(&dir).await? {
+            let name = f.location.filename().unwrap_or_default();
+            out.push(StateFile::parse(name).ok_or_else(|| Error::Corrupt {
+                path: self.storage.describe(&f.location),
+                reason: "not a state file (expected <20-digit version>.delta or .snapshot)".into(),
+            })?);
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The partitions that have state files, by number.
+    pub async fn partitions(&self, operator: &str) -> Result<Vec<u32>> {
+        let dir = Path::from_iter(["state", operator]);
+        let dirs = self.storage.list_dirs(&dir).await?;
+        Ok(dirs.iter().filter_map(|d| d.parse().ok()).collect())
+    }
+
+    /// Deletes what [`expired`] allows for one partition.
+    pub async fn retain(&self, operator: &str, partition: u32, oldest: u64) -> Result<usize> {
+        let files = self.files(operator, partition).await?;
+        let gone = expired(&files, oldest);
+        for f in &gone {
+            let path = Self::dir(operator, partition).join(f.name());
+            self.storage.delete(&path).await?;
+        }
+        Ok(gone.len())
+    }
+
+    /// A human-readable location of a state file, for errors.
+    pub fn describe(&self, operator: &str, partition: u32, file: StateFile) -> String {
+        self.storage
+            .describe(&Self::dir(operator, partition).join(file.name()))
+    }
+
+    async fn create_same(&self, path: &Path, bytes: Bytes) -> Result<()> {
+        match self.storage.create(path, bytes.clone()).await? {
+            Created::New => Ok(()),
+            Created::Existing(b) if b == bytes => Ok(()),
+            Created::Existing(_) => Err(Error::Corrupt {
+                path: self.storage.describe(path),
+                reason: "exists with other bytes than this deterministic task wrote".into(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use StateFile::{Delta, Snapshot};
+
+    #[test]
+    fn a_version_is_its_latest_snapshot_and_the_deltas_after_it() {
+        let files = [
+            Delta(0),
+            Delta(1),
+            Delta(2),
+            Snapshot(2),
+            Delta(3),
+            Delta(4),
+        ];
+        assert_eq!(
+            rebuild(&files, 4),
+            Ok(vec![Snapshot(2), Delta(3), Delta(4)])
+        );
+        assert_eq!(rebuild(&files, 1), Ok(vec![Delta(0), Delta(1)]));
+        assert_eq!(rebuild(&files, 2), Ok(vec![Snapshot(2)]));
+        let gap = [Delta(0), Delta(2)];
+        assert_eq!(
+            rebuild(&gap, 2),
+            Err("00000000000000000001.delta is missing".into())
+        );
+    }
+
+    #[test]
+    fn retention_keeps_what_rebuilds_the_oldest_version() {
+        let files = [
+            Delta(0),
+            Delta(1),
+            Snapshot(1),
+            Delta(2),
+            Delta(3),
+            Snapshot(3),
+            Delta(4),
+        ];
+        assert_eq!(expired(&files, 2), vec![Delta(0), Delta(1)]);
+        assert_eq!(
+            expired(&files, 4),
+            vec![Delta(0), Delta(1), Snapshot(1), Delta(2), Delta(3)]
+        );
+        assert!(expired(&files, 0).is_empty());
+        for oldest in 0..=4 {
+            let left: Vec<StateFile> = files
+                .iter()
+                .copied()
+                .filter(|f| !expired(&files, oldest).contains(f))
+                .collect();
+            for v in oldest..=4 {
+                assert!(
+                    rebuild(&left, v).is_ok(),
+                    "version {v} after retaining {oldest}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn state_file_names_round_trip() {
+        for f in [Delta(7), Snapshot(123)] {
+            assert_eq!(StateFile::parse(&f.name()), Some(f));
+        }
+        assert_eq!(StateFile::parse("7.delta"), None);
+        assert_eq!(StateFile::parse("00000000000000000007.tmp"), None);
+    }
+}

@@ -1,0 +1,127 @@
+//! One task of a batch, from its first attempt until it succeeds or fails
+//! for good: retries with backoff, executor losses, stale epochs.
+//!
+//! An attempt that is abandoned (stop, term end, another task of the batch
+//! failing) is withdrawn from its executor by [`InFlight`].
+
+use sluice_common::checkpoint::OffsetRecord;
+use sluice_proto as pb;
+use tracing::warn;
+
+use super::ctx::Ctx;
+use super::retry::{Failures, Next, after_failure};
+use crate::cluster::scheduler::{Scheduler, TaskOutcome};
+use crate::error::DriverError;
+
+/// Withdraws a task attempt from the scheduler unless it completed.
+struct InFlight<'a> {
+    scheduler: &'a Scheduler,
+    task_id: Option<String>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.task_id.take() {
+            self.scheduler.cancel(id);
+        }
+    }
+}
+
+/// The task of `stage` for partition `p` of a batch, before its attempt
+/// is set: what every attempt of it runs.
+pub fn task(ctx: &Ctx, offsets: &OffsetRecord, stage: pb::Stage, p: u32) -> pb::TaskAssignment {
+    pb::TaskAssignment {
+        query_id: ctx.entry.id.clone(),
+        query_name: ctx.entry.name.clone(),
+        batch_id: offsets.batch_id,
+        partition: p,
+        epoch: ctx.term.epoch,
+        sink: Some(ctx.spec.sink.to_proto()),
+        stage: stage.into(),
+        ..Default::default()
+    }
+}
+
+/// Runs `task` until an attempt succeeds or it fails for good.
+pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, DriverError> {
+    let max = ctx.driver.config.max_task_attempts;
+    let (mut attempt, mut failures) = (0u32, Failures::default());
+    let p = task.partition;
+    let (stage, prefix) = if task.stage == pb::Stage::Reduce as i32 {
+        ("reduce partition", "r")
+    } else {
+        ("partition", "")
+    };
+    loop {
+        let task_id = format!("{}/{}/{prefix}{p}/{attempt}", ctx.entry.id, task.batch_id);
+        let attempt_task = pb::TaskAssignment {
+            task_id: task_id.clone(),
+            attempt,
+            ..task.clone()
+        };
+        let mut guard = InFlight {
+            scheduler: &ctx.term.scheduler,
+            task_id: Some(task_id),
+        };
+        let outcome = ctx.term.scheduler.run_task(attempt_task).await;
+        guard.task_id = None;
+        let (kind, message) = match outcome {
+            TaskOutcome::Done(out) => {
+                if failures != Failures::default() {
+                    ctx.entry.set_error(String::new());
+                }
+                return Ok(out);
+            }
+            TaskOutcome::Lost(reason) => (None, reason),
+            TaskOutcome::Failed(e) => (Some(e.kind()), e.message),
+        };
+        let label = kind.map_or("lost", |k| k.as_str_name());
+        ctx.driver
+            .metrics
+            .task_failures
+            .with_label_values(&[label])
+            .inc();
+        let what = format!(
+            "batch {} {stage} {p} attempt {attempt}: {message}",
+            task.batch_id
+        );
+        if kind == Some(pb::ErrorKind::StaleEpoch) {
+            ctx.driver.confirm_leadership(&ctx.term).await?;
+        }
+        // A term that is ending loses its tasks: that says nothing of them.
+        if ctx.term.cancel.is_cancelled() {
+            return Err(DriverError::Cancelled);
+        }
+        let next = after_failure(kind, failures, max);
+        failures.record(kind);
+        let lost = || {
+            format!(
+                "executor lost while running this task {} times",
+                failures.lost_streak
+            )
+        };
+        match next {
+            Next::Fail if kind.is_none() => {
+                return Err(DriverError::TaskFailed(format!("{what}: {}", lost())));
+            }
+            Next::Fail => {
+                return Err(DriverError::TaskFailed(format!(
+                    "{what} (gave up after {} attempts)",
+                    attempt + 1
+                )));
+            }
+            Next::Retry { delay } => {
+                if kind.is_some() {
+                    warn!(batch = task.batch_id, partition = p, attempt, error = %message, "task failed; retrying");
+                    ctx.entry.set_error(format!("{what} (retrying)"));
+                } else {
+                    warn!(batch = task.batch_id, partition = p, attempt, lost = failures.lost_streak, reason = %message, "executor lost while running a task; retrying");
+                    ctx.entry
+                        .set_error(format!("{what}: {} (retrying)", lost()));
+                }
+                ctx.sleep(delay).await?;
+                attempt += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The tasks of one batch, stage by stage.
+//!
+//! ```text
+//!  stateless:  map task per source task ─► sink part files
+//!  stateful:   map task per source task ─► shuffle/<N>/<map>.arrow, a byte range per bucket
+//!              reduce task per state partition (its bucket of every map file, in map order)
+//!                ─► state/<op>/<p>/<N>.delta and sink part files
+//! ```
+//!
+//! The reduce stage starts once every map task has succeeded: a bucket's
+//! input is complete only then.
+
+use std::time::{Duration, Instant};
+
+use futures::future::try_join_all;
+use sluice_common::checkpoint::OffsetRecord;
+use sluice_proto as pb;
+
+use super::attempts;
+use super::ctx::{Ctx, Stateful};
+use crate::error::DriverError;
+use sluice_common::spec::OutputMode;
+
+/// The directory of a stateful query's state under `state/`.
+pub const OPERATOR: &str = "aggregate";
+
+/// How the query of `ctx` runs its batches: `None` when its SQL keeps no
+/// state. The SQL was checked at submit; a failure here is an internal
+/// error.
+pub async fn plan(
+    ctx: &Ctx,
+    input: arrow_schema::SchemaRef,
+) -> Result<Option<Stateful>, DriverError> {
+    let tables: Vec<(String, arrow_schema::SchemaRef)> = ctx
+        .tables
+        .iter()
+        .flat_map(|r| &r.tables)
+        .map(|(n, t)| (n.clone(), std::sync::Arc::new(t.schema.clone())))
+        .collect();
+    let checked = sluice_sql::check(ctx.spec.sql(), input, &tables)
+        .await
+        .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
+    if checked.keys.is_none() {
+        return Ok(None);
+    }
+    let root = ctx.driver.config.checkpoint_root.trim_end_matches('/');
+    Ok(Some(Stateful {
+        checkpoint: format!("{root}/queries/{}", ctx.entry.name),
+        partitions: ctx.spec.state_partitions(),
+        snapshot_interval: ctx.spec.snapshot_interval(),
+        mode: OutputMode::effective(ctx.spec.output_mode, true),
+    }))
+}
+
+/// What the tasks of a batch reported.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    /// The map tasks, which read the input.
+    pub map: Vec<pb::TaskOutput>,
+    /// The reduce tasks of a stateful query, which wrote the output.
+    pub reduce: Vec<pb::TaskOutput>,
+    pub map_time: Duration,
+    pub reduce_time: Duration,
+}
+
+impl Outputs {
+    /// The tasks that wrote sink files.
+    pub fn writers(&self) -> &[pb::TaskOutput] {
+        if self.reduce.is_empty() {
+            &self.map
+        } else {
+            &self.reduce
+        }
+    }
+}
+
+/// Runs the batch's tasks: `inputs` are the source's tasks, `plan` what
+/// each runs.
+pub async fn run(
+    ctx: &Ctx,
+    offsets: &OffsetRecord,
+    inputs: Vec<(u32, pb::TaskSource)>,
+    plan: &pb::TaskPlan,
+) -> Result<Outputs, DriverError> {
+    let t = Instant::now();
+    let shuffle = ctx.stateful.as_ref().map(|s| pb::ShuffleWrite {
+        checkpoint: s.checkpoint.clone(),
+        buckets: s.partitions,
+    });
+    let maps = inputs.into_iter().map(|(p, input)| {
+        let mut task = attempts::task(ctx, offsets, pb::Stage::Map, p);
+        task.source = Some(input);
+        task.plan = Some(plan.clone());
+        task.shuffle = shuffle.clone();
+        attempts::run(ctx, task)
+    });
+    let map = try_join_all(maps).await?;
+    let map_time = t.elapsed();
+    let Some(stateful) = &ctx.stateful else {
+        return Ok(Outputs {
+            map,
+            map_time,
+            ..Default::default()
+        });
+    };
+    if let Some(m) = map
+        .iter()
+        .find(|m| m.shuffle.len() != stateful.partitions as usize)
+    {
+        return Err(DriverError::Internal(format!(
+            "batch {}: a map task reported {} shuffle buckets, not {}",
+            offsets.batch_id,
+            m.shuffle.len(),
+            stateful.partitions
+        )));
+    }
+    let t = Instant::now();
+    let reduces = (0..stateful.partitions).map(|b| {
+        let mut task = attempts::task(ctx, offsets, pb::Stage::Reduce, b);
+        task.plan = Some(plan.clone());
+        task.reduce = Some(pb::ReduceTask {
+            checkpoint: stateful.checkpoint.clone(),
+            inputs: bucket(&map, b),
+            operator: OPERATOR.into(),
+            read_version: offsets.batch_id.checked_sub(1),
+            output_mode: stateful.mode.as_str().into(),
+            snapshot_interval: stateful.snapshot_interval,
+        });
+        attempts::run(ctx, task)
+    });
+    let reduce = try_join_all(reduces).await?;
+    Ok(Outputs {
+        map,
+        reduce,
+        map_time,
+        reduce_time: t.elapsed(),
+    })
+}
+
+/// Bucket `b`'s byte range of every map task's shuffle file, in map order.
+pub fn bucket(maps: &[pb::TaskOutput], b: u32) -> Vec<pb::ShuffleRange> {
+    maps.iter()
+        .filter_map(|m| m.shuffle.get(b as usize).cloned())
+        .collect()
+}

@@ -1,0 +1,215 @@
+//! A map task: the task's source range read through the query's SQL.
+//!
+//! ```text
+//!  plan() (validate) ──► spawn_blocking(read + SQL + encode) ──► part files (create-only)
+//!                                      │ rows == 0: no file
+//!                                      ▼
+//!                           TaskOutput{rows, files, input_rows}
+//! ```
+//!
+//! A stateful query's map task goes on in [`crate::shuffle`] instead.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_schema::SchemaRef;
+use sluice_common::spec::DEFAULT_MAX_FILE_BYTES;
+use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput, sink};
+
+use crate::cache::Caches;
+use crate::error::ExecutorError;
+use crate::input::Input;
+use crate::output::{self, Emitter};
+use crate::sink::parts::Layout;
+use crate::source::{self, SourceReader};
+
+/// What one map task does, validated.
+pub struct TaskPlan {
+    pub batch_id: u64,
+    pub partition: u32,
+    pub source: Box<dyn SourceReader>,
+    /// The query, and the schema of its `input` table.
+    pub sql: String,
+    pub input_schema: SchemaRef,
+    /// The file sink's root location, and the layout of its files.
+    pub sink_path: String,
+    pub layout: Layout,
+    /// The static tables the SQL joins with, as this batch reads them.
+    pub tables: Vec<sluice_proto::TablePlan>,
+    /// A stateful query's shuffle, where the partial aggregates go.
+    pub shuffle: Option<ShuffleWrite>,
+}
+
+/// Validates a map task's assignment into a plan; anything missing is
+/// fatal.
+pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
+    let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+    if task.stage != Stage::Map as i32 {
+        return Err(malformed(format!(
+            "stage {} is not a map stage",
+            task.stage
+        )));
+    }
+    if task.shuffle.as_ref().is_some_and(|s| s.buckets == 0) {
+        return Err(malformed("a shuffle with no buckets".into()));
+    }
+    let query = task
+        .plan
+        .as_ref()
+        .ok_or_else(|| malformed("missing plan".into()))?;
+    let input_schema =
+        sluice_sql::decode_schema(&query.input_schema).map_err(|e| malformed(e.to_string()))?;
+    let source = task
+        .source
+        .as_ref()
+        .ok_or_else(|| malformed("missing source".into()))?;
+    let source = source::open(source, task.partition, input_schema.clone())
+        .map_err(|e| malformed(e.to_string()))?;
+    if input_schema != source.schema() {
+        return Err(malformed(
+            "the plan's input schema is not the source's".into(),
+        ));
+    }
+    let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
+        return Err(malformed("missing sink".into()));
+    };
+    if files.path.is_empty() {
+        return Err(malformed("missing sink path".into()));
+    }
+    crate::sink::encoder(&files.format, source.schema()).map_err(|e| malformed(e.to_string()))?;
+    let layout = Layout {
+        format: files.format.clone(),
+        partition_by: files.partition_by.clone(),
+        max_file_bytes: files
+            .max_file_bytes
+            .unwrap_or(DEFAULT_MAX_FILE_BYTES)
+            .max(1),
+        batch: task.batch_id,
+        partition: task.partition,
+    };
+    Ok(TaskPlan {
+        batch_id: task.batch_id,
+        partition: task.partition,
+        source,
+        sql: query.sql.clone(),
+        input_schema,
+        sink_path: files.path.clone(),
+        layout,
+        tables: query.tables.clone(),
+        shuffle: task.shuffle.clone(),
+    })
+}
+
+/// Runs a stateless query's map task: its rows go to sink part files
+/// (see [`crate::output`]).
+pub async fn run(
+    plan: TaskPlan,
+    caches: Arc<Caches>,
+    started: Instant,
+) -> Result<TaskOutput, ExecutorError> {
+    let planned = plan.source.planned_rows();
+    if planned == Some(0) {
+        return Ok(TaskOutput {
+            duration_ms: started.elapsed().as_millis() as u64,
+            ..Default::default()
+        });
+    }
+    let sink = output::open_sink(&caches, &plan.sink_path).await?;
+    let (tx, rx) = output::channel();
+    let runtime = tokio::runtime::Handle::current();
+    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &caches));
+    let files = output::write_files(&sink, rx).await?;
+    let produced = producer
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+    produced.check(planned)?;
+    Ok(TaskOutput {
+        rows: produced.rows,
+        files,
+        duration_ms: started.elapsed().as_millis() as u64,
+        input_rows: produced.input_rows,
+        bad_records: produced.bad_records,
+        ..Default::default()
+    })
+}
+
+/// What the blocking half of a task counted.
+pub(crate) struct Produced {
+    pub input_rows: u64,
+    pub rows: u64,
+    pub bad_records: u64,
+}
+
+impl Produced {
+    /// A task reads exactly the rows its plan has, when the plan says.
+    pub fn check(&self, planned: Option<u64>) -> Result<(), ExecutorError> {
+        match planned {
+            Some(p) if p != self.input_rows => Err(ExecutorError::TaskPanicked(format!(
+                "read {} rows of the {p} planned",
+                self.input_rows
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The task's input, as the SQL's `input` table reads it, with its
+/// counters; and the static tables.
+pub(crate) struct Opened {
+    pub input: Input,
+    pub read: crate::counter::Counter,
+    pub failure: crate::input::Failure,
+    pub bad_records: crate::counter::Counter,
+    pub tables: Vec<sluice_sql::Table>,
+}
+
+pub(crate) fn open_input(
+    source: Box<dyn SourceReader>,
+    tables: &[sluice_proto::TablePlan],
+    runtime: &tokio::runtime::Handle,
+    caches: &Caches,
+) -> Result<Opened, ExecutorError> {
+    let tables = runtime.block_on(crate::cache::tables(caches, tables))?;
+    let bad_records = crate::counter::Counter::default();
+    let input = Input::new(source.read(bad_records.clone()));
+    Ok(Opened {
+        read: input.read.clone(),
+        failure: input.failure.clone(),
+        input,
+        bad_records,
+        tables,
+    })
+}
+
+/// The blocking half of [`run`]: reads the input through the query and
+/// sends the encoded output.
+fn produce(
+    plan: TaskPlan,
+    runtime: &tokio::runtime::Handle,
+    tx: tokio::sync::mpsc::Sender<crate::sink::parts::Piece>,
+    caches: &Caches,
+) -> Result<Produced, ExecutorError> {
+    let opened = open_input(plan.source, &plan.tables, runtime, caches)?;
+    let mut output = runtime.block_on(sluice_sql::run(
+        &plan.sql,
+        plan.input_schema,
+        Box::pin(opened.input),
+        &opened.tables,
+    ))?;
+    let mut emitter = Emitter::new(plan.layout, &output.schema(), tx)?;
+    while let Some(batch) = runtime.block_on(output.next()) {
+        let batch = match batch {
+            Ok(b) => b,
+            // The input's own error says whether a retry may help.
+            Err(e) => return Err(opened.failure.take().unwrap_or(e.into())),
+        };
+        if !emitter.write(&batch)? {
+            break;
+        }
+    }
+    Ok(Produced {
+        rows: emitter.finish()?,
+        input_rows: opened.read.get(),
+        bad_records: opened.bad_records.get(),
+    })
+}

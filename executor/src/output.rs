@@ -1,0 +1,134 @@
+//! A task's output rows into sink part files, in bounded memory:
+//!
+//! ```text
+//!  blocking thread: output batch ─► Emitter (Parts: encode) ─► channel (2)
+//!  the task:        channel ─► write_files: part file writers (multipart)
+//! ```
+//!
+//! A file is begun with its first bytes: a task whose output is empty
+//! writes nothing at all. Dropping the writer's future (a cancelled task)
+//! stops the emitter and removes the unfinished files.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use sluice_common::sink::FileSink;
+use sluice_common::storage::VisibleWriter;
+use sluice_proto::SinkFile;
+use tokio::sync::mpsc;
+
+use crate::cache::Caches;
+use crate::error::ExecutorError;
+use crate::sink::parts::{Layout, Parts, Piece};
+
+/// Pieces of encoded rows in flight between the emitter and the writer.
+const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// The channel between an [`Emitter`] and [`write_files`].
+pub fn channel() -> (mpsc::Sender<Piece>, mpsc::Receiver<Piece>) {
+    mpsc::channel(CHUNKS_IN_FLIGHT)
+}
+
+/// The sink at `path`, opened on first use.
+pub async fn open_sink(caches: &Arc<Caches>, path: &str) -> Result<FileSink, ExecutorError> {
+    let (caches, path) = (caches.clone(), path.to_string());
+    tokio::task::spawn_blocking(move || caches.sink(&path))
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
+}
+
+/// The blocking side: encodes output batches into pieces of part files.
+pub struct Emitter {
+    parts: Parts,
+    tx: mpsc::Sender<Piece>,
+    pieces: Vec<Piece>,
+    rows: u64,
+}
+
+impl Emitter {
+    pub fn new(
+        layout: Layout,
+        schema: &SchemaRef,
+        tx: mpsc::Sender<Piece>,
+    ) -> Result<Self, ExecutorError> {
+        Ok(Emitter {
+            parts: Parts::new(layout, schema)?,
+            tx,
+            pieces: Vec::new(),
+            rows: 0,
+        })
+    }
+
+    /// Encodes and sends one batch; `false` once the writer is gone (failed
+    /// or cancelled), when there is no point in going on.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<bool, ExecutorError> {
+        self.rows += batch.num_rows() as u64;
+        self.parts.write(batch, &mut self.pieces)?;
+        Ok(self.send())
+    }
+
+    /// Ends every open file; returns the rows written.
+    pub fn finish(self) -> Result<u64, ExecutorError> {
+        let Emitter {
+            parts,
+            tx,
+            mut pieces,
+            rows,
+        } = self;
+        parts.finish(&mut pieces)?;
+        send(&tx, &mut pieces);
+        Ok(rows)
+    }
+
+    fn send(&mut self) -> bool {
+        send(&self.tx, &mut self.pieces)
+    }
+}
+
+fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
+    pieces.drain(..).all(|p| tx.blocking_send(p).is_ok())
+}
+
+/// The async side: writes the pieces into part files, create-only, and
+/// returns the files once the emitter is done.
+pub async fn write_files(
+    sink: &FileSink,
+    mut rx: mpsc::Receiver<Piece>,
+) -> Result<Vec<SinkFile>, ExecutorError> {
+    let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
+    let mut files = Vec::new();
+    while let Some(piece) = rx.recv().await {
+        match piece {
+            Piece::Data { name, bytes } => {
+                if !writers.contains_key(&name) {
+                    let w = sink.begin_part(&name).await?;
+                    writers.insert(name.clone(), w);
+                }
+                writers
+                    .get_mut(&name)
+                    .expect("begun above")
+                    .write(bytes)
+                    .await?;
+            }
+            Piece::End { name, rows } => {
+                let w = writers.remove(&name).ok_or_else(|| {
+                    ExecutorError::TaskPanicked(format!("{name} ended before any bytes"))
+                })?;
+                let f = sink.finish_part(w, &name, rows).await?;
+                files.push(SinkFile {
+                    path: f.path,
+                    rows: f.rows,
+                    bytes: f.bytes,
+                });
+            }
+        }
+    }
+    if let Some(name) = writers.keys().next() {
+        return Err(ExecutorError::TaskPanicked(format!(
+            "{name} was never finished"
+        )));
+    }
+    Ok(files)
+}

@@ -1,0 +1,179 @@
+//! The map stage of a stateful query: the task's input, aggregated into
+//! partial rows, split by key into the query's state partitions, and
+//! written as one create-only shuffle file.
+//!
+//! ```text
+//!  input ─► SQL up to the aggregation ─► Partial aggregate ─► split by hash(key) % buckets
+//!        ─► shuffle/<N>/<map>.arrow = [IPC stream of bucket 0][bucket 1]...  (create-only)
+//!        ─► TaskOutput{shuffle: one byte range per bucket}
+//! ```
+//!
+//! The hash is xxHash64 of the key in Arrow's row format: every executor
+//! places a key in the same bucket, whatever its build or machine.
+//! A retry writes the same bytes; one that finds the file adopts it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_row::{RowConverter, SortField};
+use arrow_schema::SchemaRef;
+use bytes::{Bytes, BytesMut};
+use sluice_proto::{ShuffleRange, ShuffleWrite, TaskOutput};
+use sluice_sql::Aggregation;
+
+use crate::cache::Caches;
+use crate::error::ExecutorError;
+use crate::map::{Produced, TaskPlan, open_input};
+use crate::state::codec;
+
+/// Runs a stateful query's map task.
+pub async fn run(
+    plan: TaskPlan,
+    caches: Arc<Caches>,
+    started: Instant,
+) -> Result<TaskOutput, ExecutorError> {
+    let shuffle: ShuffleWrite = plan
+        .shuffle
+        .clone()
+        .expect("a stateful map task has a shuffle");
+    let planned = plan.source.planned_rows();
+    if planned == Some(0) {
+        let none = vec![Vec::new(); shuffle.buckets as usize];
+        return Ok(TaskOutput {
+            duration_ms: started.elapsed().as_millis() as u64,
+            shuffle: encode(&plan.input_schema, none, plan.partition)?.1,
+            ..Default::default()
+        });
+    }
+    let (batch, map) = (plan.batch_id, plan.partition);
+    let runtime = tokio::runtime::Handle::current();
+    let blocking = caches.clone();
+    let buckets = shuffle.buckets;
+    let (produced, bytes, ranges) =
+        tokio::task::spawn_blocking(move || partials(plan, buckets, &runtime, &blocking))
+            .await
+            .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+    produced.check(planned)?;
+    if !bytes.is_empty() {
+        let store = crate::reduce::open_store(&caches, &shuffle.checkpoint).await?;
+        store.write_shuffle(batch, map, bytes).await?;
+    }
+    Ok(TaskOutput {
+        duration_ms: started.elapsed().as_millis() as u64,
+        input_rows: produced.input_rows,
+        bad_records: produced.bad_records,
+        shuffle: ranges,
+        ..Default::default()
+    })
+}
+
+/// The blocking half: the partial rows of the task's input, encoded.
+fn partials(
+    plan: TaskPlan,
+    buckets: u32,
+    runtime: &tokio::runtime::Handle,
+    caches: &Caches,
+) -> Result<(Produced, Bytes, Vec<ShuffleRange>), ExecutorError> {
+    let opened = open_input(plan.source, &plan.tables, runtime, caches)?;
+    let agg = runtime
+        .block_on(Aggregation::plan(
+            &plan.sql,
+            plan.input_schema.clone(),
+            Box::pin(opened.input),
+            &opened.tables,
+        ))?
+        .ok_or_else(|| {
+            ExecutorError::MalformedTask("a shuffle for a query without an aggregation".into())
+        })?;
+    let mut output = agg.map()?;
+    let mut rows = Vec::new();
+    while let Some(b) = runtime.block_on(output.next()) {
+        match b {
+            Ok(b) if b.num_rows() > 0 => rows.push(b),
+            Ok(_) => {}
+            Err(e) => return Err(opened.failure.take().unwrap_or(e.into())),
+        }
+    }
+    let schema = agg.partial_schema();
+    let split = split(&rows, &schema, agg.key_columns(), buckets)?;
+    let (bytes, ranges) = encode(&schema, split, plan.partition)?;
+    let produced = Produced {
+        input_rows: opened.read.get(),
+        rows: rows.iter().map(|b| b.num_rows() as u64).sum(),
+        bad_records: opened.bad_records.get(),
+    };
+    Ok((produced, bytes, ranges))
+}
+
+fn fail(e: arrow_schema::ArrowError) -> ExecutorError {
+    ExecutorError::TaskPanicked(format!("shuffle: {e}"))
+}
+
+/// The bucket of each key: xxHash64 of its row bytes, modulo `buckets`.
+pub fn bucket(key: &[u8], buckets: u32) -> u32 {
+    (twox_hash::XxHash64::oneshot(0, key) % u64::from(buckets)) as u32
+}
+
+/// Partial rows split into `buckets` by the hash of their first `keys`
+/// columns, keeping their order within each bucket. Without a key (a
+/// global aggregate) every row goes to bucket 0.
+pub fn split(
+    rows: &[RecordBatch],
+    schema: &SchemaRef,
+    keys: usize,
+    buckets: u32,
+) -> Result<Vec<Vec<RecordBatch>>, ExecutorError> {
+    let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); buckets as usize];
+    if keys == 0 {
+        out[0] = rows.to_vec();
+        return Ok(out);
+    }
+    let fields = schema.fields()[..keys]
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields).map_err(fail)?;
+    for b in rows {
+        let keyed = converter
+            .convert_columns(&b.columns()[..keys])
+            .map_err(fail)?;
+        let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets as usize];
+        for (i, r) in keyed.iter().enumerate() {
+            picks[bucket(r.as_ref(), buckets) as usize].push(i as u32);
+        }
+        for (n, pick) in picks.into_iter().enumerate() {
+            if !pick.is_empty() {
+                let taken = arrow_select::take::take_record_batch(b, &UInt32Array::from(pick))
+                    .map_err(fail)?;
+                out[n].push(taken);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The buckets as one file, an IPC stream per non-empty bucket, and each
+/// bucket's byte range in it.
+pub fn encode(
+    schema: &SchemaRef,
+    buckets: Vec<Vec<RecordBatch>>,
+    map: u32,
+) -> Result<(Bytes, Vec<ShuffleRange>), ExecutorError> {
+    let mut file = BytesMut::new();
+    let mut ranges = Vec::with_capacity(buckets.len());
+    for bucket in buckets {
+        let rows: u64 = bucket.iter().map(|b| b.num_rows() as u64).sum();
+        let offset = file.len() as u64;
+        if rows > 0 {
+            file.extend_from_slice(&codec::encode(schema, &bucket)?);
+        }
+        ranges.push(ShuffleRange {
+            map,
+            offset,
+            length: file.len() as u64 - offset,
+            rows,
+        });
+    }
+    Ok((file.freeze(), ranges))
+}

@@ -1,0 +1,253 @@
+//! A stateful query: one aggregation over the stream, split into the two
+//! stages of a batch with DataFusion's own aggregate modes.
+//!
+//! ```text
+//!  map task:     input ─► [filter, project, join] ─► Partial ─────────────► partial rows
+//!  reduce task:  state rows of the keys seen ∪ partial rows ─► PartialReduce ─► state rows
+//!                state rows (changed, all or evicted) ─► Final ─► [HAVING, SELECT] ─► output
+//! ```
+//!
+//! A partial row is the group key followed by each aggregate's
+//! intermediate state (`avg` keeps a count and a sum, `count(DISTINCT x)`
+//! the list of values). State rows have the same schema, so merging a
+//! batch into the state is the same operation as merging two map tasks,
+//! and a reloaded state is byte for byte the state that was saved.
+//!
+//! Invariant (determinism): every stage runs on one partition in a fixed
+//! input order, and DataFusion's hash aggregation emits groups in the order
+//! they first appear; so each stage's output is a pure function of its
+//! input.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect, execute_stream};
+use datafusion::prelude::SessionContext;
+
+use crate::{InputBatches, Output, SqlError, Table};
+
+/// The aggregation of a planned stateful query.
+pub struct Aggregation {
+    ctx: SessionContext,
+    /// The whole plan; `node` is its aggregation.
+    root: Arc<dyn ExecutionPlan>,
+    node: Arc<dyn ExecutionPlan>,
+    group_by: Arc<PhysicalGroupBy>,
+    aggr_expr: Vec<Arc<AggregateFunctionExpr>>,
+    filter_expr: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    /// What the aggregation reads: the stream, filtered and projected.
+    input: Arc<dyn ExecutionPlan>,
+    partial: SchemaRef,
+}
+
+impl std::fmt::Debug for Aggregation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregation")
+            .field("partial", &self.partial)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Aggregation {
+    /// Plans `sql` over `input` and the static `tables`; `None` when the
+    /// query keeps no state.
+    pub async fn plan(
+        sql: &str,
+        schema: SchemaRef,
+        input: InputBatches,
+        tables: &[Table],
+    ) -> Result<Option<Self>, SqlError> {
+        let (ctx, root) = crate::physical(sql, schema, input, tables).await?;
+        let Some(node) = find(&root)? else {
+            return Ok(None);
+        };
+        let agg = node
+            .downcast_ref::<AggregateExec>()
+            .expect("find returns an aggregation");
+        // A Final over a Partial, or a Single: either way the raw side.
+        let raw = match agg.mode() {
+            AggregateMode::Single => agg,
+            _ => agg
+                .input()
+                .downcast_ref::<AggregateExec>()
+                .filter(|p| *p.mode() == AggregateMode::Partial)
+                .ok_or_else(|| unexpected(&format!("an aggregation in mode {:?}", agg.mode())))?,
+        };
+        if raw.group_expr().has_grouping_set() {
+            return Err(SqlError::Unsupported {
+                construct: "GROUPING SETS, CUBE or ROLLUP".into(),
+                reason: "a streaming aggregation keeps one grouping".into(),
+            });
+        }
+        let partial = AggregateExec::try_new(
+            AggregateMode::Partial,
+            raw.group_expr().clone(),
+            raw.aggr_expr().to_vec(),
+            raw.filter_expr().to_vec(),
+            raw.input().clone(),
+            raw.input_schema(),
+        )
+        .map_err(SqlError::from_planning)?;
+        Ok(Some(Aggregation {
+            group_by: Arc::new(raw.group_expr().clone()),
+            aggr_expr: raw.aggr_expr().to_vec(),
+            filter_expr: raw.filter_expr().to_vec(),
+            input: raw.input().clone(),
+            partial: partial.schema(),
+            ctx,
+            root: root.clone(),
+            node,
+        }))
+    }
+
+    /// The schema of partial rows and of state rows: the group key columns,
+    /// then the aggregates' states.
+    pub fn partial_schema(&self) -> SchemaRef {
+        self.partial.clone()
+    }
+
+    /// How many leading columns of a partial row are the group key.
+    pub fn key_columns(&self) -> usize {
+        self.group_by.expr().len()
+    }
+
+    /// Whether the aggregation computes anything beyond its groups (a
+    /// `SELECT DISTINCT` does not).
+    pub fn has_aggregates(&self) -> bool {
+        !self.aggr_expr.is_empty()
+    }
+
+    /// The schema of the query's output rows.
+    pub fn output_schema(&self) -> SchemaRef {
+        self.root.schema()
+    }
+
+    /// Map stage: the task's input, aggregated into partial rows. Runs
+    /// the input once; a second call is a bug.
+    pub fn map(&self) -> Result<Output, SqlError> {
+        let partial = AggregateExec::try_new(
+            AggregateMode::Partial,
+            self.group_by.clone(),
+            self.aggr_expr.clone(),
+            self.filter_expr.clone(),
+            self.input.clone(),
+            self.input.schema(),
+        )
+        .map_err(SqlError::from_planning)?;
+        let stream = execute_stream(Arc::new(partial), self.ctx.task_ctx())
+            .map_err(SqlError::from_execution)?;
+        Ok(Output {
+            schema: self.partial.clone(),
+            stream,
+        })
+    }
+
+    /// Merges partial rows (state rows first, then a batch's partials)
+    /// into one state row per key, in the order the keys first appear.
+    pub async fn merge(&self, rows: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, SqlError> {
+        let merge = self.over_partials(AggregateMode::PartialReduce, rows)?;
+        collect(merge, self.ctx.task_ctx())
+            .await
+            .map_err(SqlError::from_execution)
+    }
+
+    /// The output rows of the groups in `state` (state rows): their
+    /// final values, through the rest of the query (HAVING, SELECT).
+    pub async fn finish(&self, state: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, SqlError> {
+        let last = self.over_partials(AggregateMode::Final, state)?;
+        let target = self.node.clone();
+        let plan = self
+            .root
+            .clone()
+            .transform_down(|n| {
+                Ok(if Arc::ptr_eq(&n, &target) {
+                    Transformed::yes(last.clone())
+                } else {
+                    Transformed::no(n)
+                })
+            })
+            .map_err(SqlError::from_planning)?
+            .data;
+        collect(plan, self.ctx.task_ctx())
+            .await
+            .map_err(SqlError::from_execution)
+    }
+
+    fn over_partials(
+        &self,
+        mode: AggregateMode,
+        rows: Vec<RecordBatch>,
+    ) -> Result<Arc<dyn ExecutionPlan>, SqlError> {
+        let source = MemorySourceConfig::try_new_exec(&[rows], self.partial.clone(), None)
+            .map_err(SqlError::from_planning)?;
+        let exec = AggregateExec::try_new(
+            mode,
+            self.group_by.as_final(),
+            self.aggr_expr.clone(),
+            vec![None; self.aggr_expr.len()],
+            source,
+            self.input.schema(),
+        )
+        .map_err(SqlError::from_planning)?;
+        Ok(Arc::new(exec))
+    }
+}
+
+/// The one aggregation of `root` that reads the stream: the Single one,
+/// or the Final of a Final-over-Partial pair. `None` when there is none.
+fn find(root: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, SqlError> {
+    let mut found: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    root.apply(|n| {
+        if let Some(a) = n.downcast_ref::<AggregateExec>()
+            && matches!(
+                a.mode(),
+                AggregateMode::Single
+                    | AggregateMode::Final
+                    | AggregateMode::FinalPartitioned
+                    | AggregateMode::SinglePartitioned
+            )
+            && reads_stream(n)
+        {
+            found.push(n.clone());
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })
+    .map_err(SqlError::from_planning)?;
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(SqlError::Unsupported {
+            construct: "more than one aggregation over the stream".into(),
+            reason: "a streaming query keeps the state of one aggregation".into(),
+        }),
+    }
+}
+
+/// Whether `plan` reads the stream (the `input` table's one partition).
+fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|n| {
+        if n.name() == "StreamingTableExec" {
+            found = true;
+            return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn unexpected(what: &str) -> SqlError {
+    SqlError::Unsupported {
+        construct: what.into(),
+        reason: "Sluice cannot split it into map and reduce stages".into(),
+    }
+}
+
+#[cfg(test)]
+#[path = "stateful_tests.rs"]
+mod tests;
