@@ -53,7 +53,10 @@ pub struct OffsetRecord {
     pub batch_id: u64,
     pub epoch: u64,
     pub batch_timestamp_ms: i64,
-    pub watermark_ms: i64,
+    /// The watermark of a query with one: rows older are dropped, state
+    /// behind it is evicted. `None` before any event time was seen.
+    #[serde(default)]
+    pub watermark_ms: Option<i64>,
     pub source: SourceOffsets,
     /// The driver's cap on one task's rows when this batch was planned
     /// (absent in records written before there was one).
@@ -178,6 +181,10 @@ pub struct CommitRecord {
     pub num_rows: u64,
     pub end_value: u64,
     pub committed_ms: i64,
+    /// A query with a watermark: the latest event time of every batch up to
+    /// this one, from which the next batch's watermark follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_event_time_ms: Option<i64>,
 }
 
 /// The rate source's fixed start, so that a replay produces the same bytes.
@@ -377,6 +384,7 @@ mod tests {
                 num_rows: 1,
                 end_value: n,
                 committed_ms: 0,
+                max_event_time_ms: None,
             };
             q.create(&format!("commits/{}", padded(n)), &rec)
                 .await

@@ -16,6 +16,7 @@ pub use files::{
 };
 pub use state::{
     DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, MAX_STATE_PARTITIONS, OutputMode,
+    WatermarkSpec,
 };
 pub use tables::{TableSpec, validate_table};
 
@@ -53,6 +54,9 @@ pub struct QuerySpec {
     /// A state snapshot every this many batches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_interval: Option<u64>,
+    /// Event time and how late a row may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkSpec>,
 }
 
 /// The query of a spec without `sql`.
@@ -192,6 +196,9 @@ impl QuerySpec {
             validate_table(name, t)?;
         }
         state::validate(self.state_partitions, self.snapshot_interval)?;
+        if let Some(w) = &self.watermark {
+            w.validate()?;
+        }
         if self.max_rows_per_batch == Some(0) {
             return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
         }
@@ -332,6 +339,10 @@ impl From<&QuerySpec> for pb::QuerySpec {
             output_mode: s.output_mode.map(|m| m.as_str().to_string()),
             state_partitions: s.state_partitions,
             snapshot_interval: s.snapshot_interval,
+            watermark: s.watermark.as_ref().map(|w| pb::Watermark {
+                column: w.column.clone(),
+                delay_ms: w.delay_ms,
+            }),
         }
     }
 }
@@ -426,6 +437,10 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             },
             state_partitions: p.state_partitions,
             snapshot_interval: p.snapshot_interval,
+            watermark: p.watermark.as_ref().map(|w| WatermarkSpec {
+                column: w.column.clone(),
+                delay_ms: w.delay_ms,
+            }),
         };
         spec.validate()?;
         Ok(spec)

@@ -23,6 +23,7 @@ pub mod query;
 pub mod recovery;
 pub mod source;
 pub mod state;
+pub mod watermark;
 
 use std::sync::Arc;
 

@@ -12,6 +12,7 @@ use futures::Stream;
 
 pub use crate::counter::Counter;
 use crate::error::ExecutorError;
+use crate::late::LateFilter;
 use crate::source::Batches;
 
 /// The first error of the input, shared with the task.
@@ -28,14 +29,17 @@ pub struct Input {
     batches: Batches,
     pub read: Counter,
     pub failure: Failure,
+    /// A query with a watermark: late rows are dropped here.
+    late: Option<LateFilter>,
 }
 
 impl Input {
-    pub fn new(batches: Batches) -> Self {
+    pub fn new(batches: Batches, late: Option<LateFilter>) -> Self {
         Input {
             batches,
             read: Counter::default(),
             failure: Failure::default(),
+            late,
         }
     }
 }
@@ -52,7 +56,14 @@ impl Stream for Input {
         Poll::Ready(Some(match next {
             Ok(b) => {
                 self.read.add(b.num_rows() as u64);
-                Ok(b)
+                match &self.late {
+                    None => Ok(b),
+                    Some(late) => late.apply(b).map_err(|e| {
+                        let message = e.to_string();
+                        *self.failure.0.lock().expect("input failure lock poisoned") = Some(e);
+                        message.into()
+                    }),
+                }
             }
             Err(e) => {
                 let message = e.to_string();

@@ -24,6 +24,7 @@ pub mod connection;
 mod counter;
 pub mod error;
 mod input;
+mod late;
 mod map;
 mod output;
 mod reduce;

@@ -19,6 +19,7 @@ use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput, sink};
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::input::Input;
+use crate::late::LateFilter;
 use crate::output::{self, Emitter};
 use crate::sink::parts::Layout;
 use crate::source::{self, SourceReader};
@@ -38,6 +39,8 @@ pub struct TaskPlan {
     pub tables: Vec<sluice_proto::TablePlan>,
     /// A stateful query's shuffle, where the partial aggregates go.
     pub shuffle: Option<ShuffleWrite>,
+    /// A query with a watermark: its event time and late rows.
+    pub late: Option<LateFilter>,
 }
 
 /// Validates a map task's assignment into a plan; anything missing is
@@ -87,7 +90,14 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         batch: task.batch_id,
         partition: task.partition,
     };
+    let late = match &task.event_time {
+        None => None,
+        Some(e) => {
+            Some(LateFilter::new(&input_schema, &e.column, e.watermark_ms).map_err(malformed)?)
+        }
+    };
     Ok(TaskPlan {
+        late,
         batch_id: task.batch_id,
         partition: task.partition,
         source,
@@ -129,6 +139,8 @@ pub async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,
+        rows_dropped_by_watermark: produced.dropped,
+        max_event_time_ms: produced.max_event_time_ms,
         ..Default::default()
     })
 }
@@ -138,6 +150,9 @@ pub(crate) struct Produced {
     pub input_rows: u64,
     pub rows: u64,
     pub bad_records: u64,
+    /// Input rows older than the watermark, dropped.
+    pub dropped: u64,
+    pub max_event_time_ms: Option<i64>,
 }
 
 impl Produced {
@@ -156,29 +171,44 @@ impl Produced {
 /// The task's input, as the SQL's `input` table reads it, with its
 /// counters; and the static tables.
 pub(crate) struct Opened {
-    pub input: Input,
     pub read: crate::counter::Counter,
     pub failure: crate::input::Failure,
     pub bad_records: crate::counter::Counter,
     pub tables: Vec<sluice_sql::Table>,
+    pub late: Option<LateFilter>,
+}
+
+impl Opened {
+    /// What the task counted, once its input is read.
+    pub fn produced(&self, rows: u64) -> Produced {
+        Produced {
+            rows,
+            input_rows: self.read.get(),
+            bad_records: self.bad_records.get(),
+            dropped: self.late.as_ref().map_or(0, |l| l.dropped.get()),
+            max_event_time_ms: self.late.as_ref().and_then(LateFilter::max_event_time_ms),
+        }
+    }
 }
 
 pub(crate) fn open_input(
     source: Box<dyn SourceReader>,
     tables: &[sluice_proto::TablePlan],
+    late: Option<LateFilter>,
     runtime: &tokio::runtime::Handle,
     caches: &Caches,
-) -> Result<Opened, ExecutorError> {
+) -> Result<(Input, Opened), ExecutorError> {
     let tables = runtime.block_on(crate::cache::tables(caches, tables))?;
     let bad_records = crate::counter::Counter::default();
-    let input = Input::new(source.read(bad_records.clone()));
-    Ok(Opened {
+    let input = Input::new(source.read(bad_records.clone()), late.clone());
+    let opened = Opened {
+        late,
         read: input.read.clone(),
         failure: input.failure.clone(),
-        input,
         bad_records,
         tables,
-    })
+    };
+    Ok((input, opened))
 }
 
 /// The blocking half of [`run`]: reads the input through the query and
@@ -189,11 +219,11 @@ fn produce(
     tx: tokio::sync::mpsc::Sender<crate::sink::parts::Piece>,
     caches: &Caches,
 ) -> Result<Produced, ExecutorError> {
-    let opened = open_input(plan.source, &plan.tables, runtime, caches)?;
+    let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
     let mut output = runtime.block_on(sluice_sql::run(
         &plan.sql,
         plan.input_schema,
-        Box::pin(opened.input),
+        Box::pin(input),
         &opened.tables,
     ))?;
     let mut emitter = Emitter::new(plan.layout, &output.schema(), tx)?;
@@ -207,9 +237,5 @@ fn produce(
             break;
         }
     }
-    Ok(Produced {
-        rows: emitter.finish()?,
-        input_rows: opened.read.get(),
-        bad_records: opened.bad_records.get(),
-    })
+    Ok(opened.produced(emitter.finish()?))
 }

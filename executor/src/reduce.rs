@@ -19,11 +19,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMillisecondType;
+use arrow_schema::{DataType, TimeUnit};
 use arrow_select::concat::concat_batches;
 use sluice_common::spec::{DEFAULT_MAX_FILE_BYTES, OutputMode};
 use sluice_common::state::{StateFile, StateStore};
 use sluice_proto::{ReduceTask, TaskAssignment, TaskOutput, sink};
-use sluice_sql::Aggregation;
+use sluice_sql::{Aggregation, WindowEnd};
 use tracing::{debug, warn};
 
 use crate::cache::Caches;
@@ -79,31 +82,47 @@ pub async fn run(
     }
     let snapshot = snapshot(&store, reduce, p, due(reduce, &table));
 
+    let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
+    let window = agg.window();
     let work = async {
         let merged = merge(&agg, &table, partials).await?;
-        let emitted = match mode {
+        let changed = match mode {
             OutputMode::Update if agg.has_aggregates() => merged.clone(),
-            OutputMode::Update => {
-                arrow_select::filter::filter_record_batch(&merged, &table.is_new(&merged)?)
-                    .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
-            }
-            OutputMode::Complete => RecordBatch::new_empty(merged.schema()),
-            OutputMode::Append => {
-                return Err(malformed("append mode needs a watermark and a window"));
-            }
+            OutputMode::Update => filter(&merged, &table.is_new(&merged)?)?,
+            OutputMode::Complete | OutputMode::Append => RecordBatch::new_empty(merged.schema()),
         };
-        let change = Change {
-            deletes: RecordBatch::new_empty(merged.schema()),
+        let none = RecordBatch::new_empty(merged.schema());
+        let upserts = Change {
             upserts: merged,
+            deletes: none.clone(),
+        };
+        table.apply(&upserts, task.batch_id)?;
+        // Windows the watermark has passed are final: evicted, and in
+        // append mode emitted. Complete mode keeps every group.
+        let closed = match (window, watermark, mode) {
+            (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
+                closed(table.rows(), w, wm)?
+            }
+            _ => none.clone(),
+        };
+        let evict = Change {
+            upserts: none,
+            deletes: closed,
+        };
+        table.apply(&evict, task.batch_id)?;
+        // The delta is both steps, applied in the same order on a reload.
+        let change = Change {
+            upserts: upserts.upserts,
+            deletes: evict.deletes,
         };
         let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
         store
             .write(&reduce.operator, p, StateFile::Delta(task.batch_id), delta)
             .await?;
-        table.apply(&change, task.batch_id)?;
         let emitted = match mode {
+            OutputMode::Update => changed,
             OutputMode::Complete => table.rows().clone(),
-            _ => emitted,
+            OutputMode::Append => change.deletes,
         };
         let held = caches.states.bytes_besides(query, p) + table.bytes();
         if held as u64 > caches.max_state_bytes() {
@@ -221,6 +240,41 @@ async fn snapshot(
     if let Err(e) = written.await {
         warn!(version = v, partition = p, error = %e, "state snapshot not written");
     }
+}
+
+fn filter(
+    rows: &RecordBatch,
+    keep: &arrow_array::BooleanArray,
+) -> Result<RecordBatch, ExecutorError> {
+    arrow_select::filter::filter_record_batch(rows, keep)
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
+}
+
+/// The state rows whose window ends at or before the watermark: final.
+fn closed(
+    rows: &RecordBatch,
+    (column, end): (usize, WindowEnd),
+    watermark: i64,
+) -> Result<RecordBatch, ExecutorError> {
+    let fail =
+        |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("window end: {e}"));
+    let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
+    let key = rows.column(column);
+    let (ends, plus) = match end {
+        WindowEnd::Field => {
+            let s = key.as_struct_opt().ok_or_else(|| {
+                ExecutorError::TaskPanicked("a window key that is not a struct".into())
+            })?;
+            (arrow_cast::cast(s.column(1), &ms).map_err(fail)?, 0)
+        }
+        WindowEnd::Plus(d) => (arrow_cast::cast(key, &ms).map_err(fail)?, d),
+    };
+    let ends = ends.as_primitive::<TimestampMillisecondType>();
+    let keep: arrow_array::BooleanArray = ends
+        .iter()
+        .map(|e| Some(e.is_some_and(|e| e.saturating_add(plus) <= watermark)))
+        .collect();
+    filter(rows, &keep)
 }
 
 /// Writes the output rows as part files; returns the rows and files.

@@ -63,6 +63,8 @@ pub async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,
+        rows_dropped_by_watermark: produced.dropped,
+        max_event_time_ms: produced.max_event_time_ms,
         shuffle: ranges,
         ..Default::default()
     })
@@ -75,12 +77,12 @@ fn partials(
     runtime: &tokio::runtime::Handle,
     caches: &Caches,
 ) -> Result<(Produced, Bytes, Vec<ShuffleRange>), ExecutorError> {
-    let opened = open_input(plan.source, &plan.tables, runtime, caches)?;
+    let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
     let agg = runtime
         .block_on(Aggregation::plan(
             &plan.sql,
             plan.input_schema.clone(),
-            Box::pin(opened.input),
+            Box::pin(input),
             &opened.tables,
         ))?
         .ok_or_else(|| {
@@ -98,11 +100,7 @@ fn partials(
     let schema = agg.partial_schema();
     let split = split(&rows, &schema, agg.key_columns(), buckets)?;
     let (bytes, ranges) = encode(&schema, split, plan.partition)?;
-    let produced = Produced {
-        input_rows: opened.read.get(),
-        rows: rows.iter().map(|b| b.num_rows() as u64).sum(),
-        bad_records: opened.bad_records.get(),
-    };
+    let produced = opened.produced(rows.iter().map(|b| b.num_rows() as u64).sum());
     Ok((produced, bytes, ranges))
 }
 

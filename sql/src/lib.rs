@@ -16,10 +16,12 @@ mod schema;
 mod session;
 mod stateful;
 mod support;
+mod window;
 
 pub use error::SqlError;
 pub use schema::{decode_schema, encode_schema};
-pub use stateful::Aggregation;
+pub use stateful::{Aggregation, WindowEnd};
+pub use window::window_type;
 
 use std::sync::{Arc, Mutex};
 
@@ -75,6 +77,7 @@ pub async fn check(
     Ok(Checked {
         output: Arc::new(plan.schema().as_arrow().clone()),
         keys: shape.keys,
+        window: shape.window,
     })
 }
 
@@ -86,6 +89,8 @@ pub struct Checked {
     /// The grouping key of its aggregation over the stream, the columns of
     /// a `SELECT DISTINCT`; `None` when it keeps no state.
     pub keys: Option<Vec<String>>,
+    /// The input column of its event-time window key, if it has one.
+    pub window: Option<String>,
 }
 
 /// A running query's output.

@@ -44,7 +44,11 @@ pub fn context() -> SessionContext {
         .with_default_features()
         .with_optimizer_rules(rules)
         .build();
-    SessionContext::new_with_state(state)
+    let ctx = SessionContext::new_with_state(state);
+    for f in crate::window::functions() {
+        ctx.register_udf(f);
+    }
+    ctx
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
@@ -68,6 +72,7 @@ pub async fn logical_plan(
             reason: e.strip_backtrace(),
         })?;
     let shape = support::check(&plan)?;
+    let plan = crate::window::expand_sliding(plan).map_err(SqlError::from_planning)?;
     Ok((plan, shape))
 }
 

@@ -122,6 +122,23 @@ impl Aggregation {
         !self.aggr_expr.is_empty()
     }
 
+    /// The group key column that is an event-time window, if one is: its
+    /// index in a state row, and how the window's end is found. State
+    /// behind the watermark is evicted by it.
+    pub fn window(&self) -> Option<(usize, WindowEnd)> {
+        let fields = self.partial.fields();
+        self.group_by
+            .expr()
+            .iter()
+            .enumerate()
+            .find_map(|(i, (expr, _))| {
+                if *fields[i].data_type() == crate::window::window_type() {
+                    return Some((i, WindowEnd::Field));
+                }
+                date_bin_stride(expr).map(|ms| (i, WindowEnd::Plus(ms)))
+            })
+    }
+
     /// The schema of the query's output rows.
     pub fn output_schema(&self) -> SchemaRef {
         self.root.schema()
@@ -196,6 +213,38 @@ impl Aggregation {
         .map_err(SqlError::from_planning)?;
         Ok(Arc::new(exec))
     }
+}
+
+/// Where a window's end is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowEnd {
+    /// The key is a `window()` struct: its `end` field.
+    Field,
+    /// The key is a `date_bin(stride, ts)` start: the end is this many
+    /// milliseconds later.
+    Plus(i64),
+}
+
+/// The stride of a `date_bin(INTERVAL ..., ts)` group key, in
+/// milliseconds.
+fn date_bin_stride(expr: &Arc<dyn PhysicalExpr>) -> Option<i64> {
+    use datafusion::physical_expr::ScalarFunctionExpr;
+    use datafusion::physical_expr::expressions::Literal;
+    let f = expr.downcast_ref::<ScalarFunctionExpr>()?;
+    if f.name() != "date_bin" {
+        return None;
+    }
+    let stride = f.args().first()?.downcast_ref::<Literal>()?;
+    let ms = match stride.value() {
+        datafusion::common::ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            i64::from(i.days) * 86_400_000 + i.nanoseconds / 1_000_000
+        }
+        datafusion::common::ScalarValue::IntervalDayTime(Some(i)) => {
+            i64::from(i.days) * 86_400_000 + i64::from(i.milliseconds)
+        }
+        _ => return None,
+    };
+    (ms > 0).then_some(ms)
 }
 
 /// The one aggregation of `root` that reads the stream: the Single one,

@@ -27,6 +27,9 @@ pub struct Shape {
     /// The grouping key of the query's aggregation over the stream (every
     /// column of a `SELECT DISTINCT`); `None` for a stateless query.
     pub keys: Option<Vec<String>>,
+    /// The column whose event-time window (`window`, `hop`, `date_bin`)
+    /// the aggregation groups by, if it does.
+    pub window: Option<String>,
 }
 
 /// Refuses the first construct of `plan` that Sluice does not run.
@@ -34,11 +37,13 @@ pub fn check(plan: &LogicalPlan) -> Result<Shape, SqlError> {
     let mut refused: Option<SqlError> = None;
     let mut input_reads = 0usize;
     let mut keys: Vec<Vec<String>> = Vec::new();
+    let mut window = None;
     plan.apply_with_subqueries(|node| {
         let volatile = volatile_function(node)?;
         let found = match node {
             LogicalPlan::Aggregate(a) if reads_input(&a.input) => {
                 keys.push(a.group_expr.iter().map(|e| e.schema_name().to_string()).collect());
+                window = a.group_expr.iter().find_map(window_column);
                 if a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
                     Some(unsupported(
                         "GROUPING SETS, CUBE or ROLLUP",
@@ -118,7 +123,27 @@ pub fn check(plan: &LogicalPlan) -> Result<Shape, SqlError> {
             "a streaming query keeps the state of one aggregation",
         ));
     }
-    Ok(Shape { keys: keys.pop() })
+    Ok(Shape {
+        keys: keys.pop(),
+        window,
+    })
+}
+
+/// The column an event-time window key is over: `window(ts, ...)`,
+/// `hop(ts, ...)` or `date_bin(stride, ts)`.
+fn window_column(e: &Expr) -> Option<String> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    let arg = match f.func.name() {
+        "window" | "hop" => f.args.first()?,
+        "date_bin" => f.args.get(1)?,
+        _ => return None,
+    };
+    match arg {
+        Expr::Column(c) => Some(c.name.clone()),
+        _ => None,
+    }
 }
 
 /// The first aggregate call in `exprs` whose state does not merge exactly

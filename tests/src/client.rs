@@ -104,6 +104,28 @@ impl Client {
         .await
     }
 
+    /// The progress of every batch the driver still holds for `query`.
+    pub async fn progress(
+        &mut self,
+        query: &str,
+    ) -> Result<Vec<sluice_proto::BatchProgress>, Status> {
+        let req = sluice_proto::ProgressRequest {
+            query: query.to_string(),
+            follow: false,
+        };
+        let mut stream = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.progress(req).await }
+            })
+            .await?;
+        let mut out = Vec::new();
+        while let Some(p) = stream.message().await? {
+            out.push(p);
+        }
+        Ok(out)
+    }
+
     pub async fn list(&mut self) -> Result<Vec<QueryStatus>, Status> {
         self.call(|mut c| async move { c.list(ListQueriesRequest {}).await })
             .await

@@ -46,6 +46,24 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             &["output_mode", "append needs a watermark"][..],
         ),
         (
+            "SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3",
+            &[
+                "output_mode: append",
+                "watermark: {column: timestamp_ms, delay_ms: 100}",
+            ][..],
+            &["output_mode", "GROUP BY window(timestamp_ms"][..],
+        ),
+        (
+            "SELECT value FROM input",
+            &["watermark: {column: nope, delay_ms: 100}"][..],
+            &["watermark.column", "\"nope\" is not a column of input"][..],
+        ),
+        (
+            "SELECT value FROM input",
+            &["watermark: {column: value, delay_ms: 100}"][..],
+            &["watermark.column", "not a timestamp"][..],
+        ),
+        (
             "SELECT value FROM input",
             &["output_mode: complete"][..],
             &["output_mode", "complete needs an aggregation"][..],

@@ -54,6 +54,39 @@ impl OutputMode {
     }
 }
 
+/// The longest watermark delay: 30 days.
+pub const MAX_WATERMARK_DELAY_MS: u64 = 30 * 86_400_000;
+
+/// Event time: `column` (a timestamp of `input`) drives the watermark,
+/// which trails the latest event time seen by `delay_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatermarkSpec {
+    pub column: String,
+    pub delay_ms: u64,
+}
+
+impl WatermarkSpec {
+    pub fn validate(&self) -> Result<()> {
+        if self.column.trim().is_empty() {
+            return Err(Error::invalid(
+                "watermark.column",
+                "must name a timestamp column of input",
+            ));
+        }
+        if self.delay_ms > MAX_WATERMARK_DELAY_MS {
+            return Err(Error::invalid(
+                "watermark.delay_ms",
+                format!(
+                    "must be at most {MAX_WATERMARK_DELAY_MS}, got {}",
+                    self.delay_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Checks the state fields' ranges.
 pub fn validate(partitions: Option<u32>, snapshot_interval: Option<u64>) -> Result<()> {
     if let Some(p) = partitions

@@ -19,6 +19,7 @@ use super::ctx::Ctx;
 use super::stages;
 use crate::error::DriverError;
 use crate::source::SourcePlanner;
+use crate::watermark::EventClock;
 
 /// How long the phases before execution took.
 #[derive(Debug, Clone, Copy)]
@@ -41,13 +42,23 @@ impl Timings {
     }
 }
 
-/// Runs batch `offsets.batch_id` to its commit; returns the rows it read.
+/// What a committed batch read.
+#[derive(Debug, Clone, Copy)]
+pub struct Executed {
+    pub input_rows: u64,
+    /// The latest event time of its input (a query with a watermark).
+    pub max_event_time_ms: Option<i64>,
+}
+
+/// Runs batch `offsets.batch_id` to its commit. `clock` is what the
+/// batches before it said of event time.
 pub async fn execute(
     ctx: &Ctx,
     source: &dyn SourcePlanner,
     offsets: &OffsetRecord,
     timings: Timings,
-) -> Result<u64, DriverError> {
+    clock: EventClock,
+) -> Result<Executed, DriverError> {
     let batch = offsets.batch_id;
     let epoch = ctx.term.epoch;
 
@@ -64,6 +75,12 @@ pub async fn execute(
     let bad_records: u64 = outputs.map.iter().map(|o| o.bad_records).sum();
     let state_rows_total: u64 = outputs.reduce.iter().map(|o| o.state_rows).sum();
     let state_bytes: u64 = outputs.reduce.iter().map(|o| o.state_bytes).sum();
+    let dropped: u64 = outputs
+        .map
+        .iter()
+        .map(|o| o.rows_dropped_by_watermark)
+        .sum();
+    let seen = outputs.map.iter().filter_map(|o| o.max_event_time_ms).max();
     if let Some(planned) = source.planned_rows(&offsets.source)
         && planned != input_rows
     {
@@ -100,6 +117,7 @@ pub async fn execute(
         num_rows: rows,
         end_value: offsets.source.end_value(),
         committed_ms: now_ms(),
+        max_event_time_ms: clock.max_event.max(seen),
     };
     let rel = format!("commits/{}", padded(batch));
     let (_, ours) = ctx
@@ -143,6 +161,8 @@ pub async fn execute(
         bad_records,
         state_rows_total,
         state_bytes,
+        watermark_ms: offsets.watermark_ms,
+        rows_dropped_by_watermark: dropped,
     };
     let m = &ctx.driver.metrics;
     m.batches_committed
@@ -154,7 +174,10 @@ pub async fn execute(
     m.batch_seconds.observe(total.as_secs_f64());
     debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
     ctx.entry.record(progress, offsets.source.end_value());
-    Ok(input_rows)
+    Ok(Executed {
+        input_rows,
+        max_event_time_ms: seen,
+    })
 }
 
 /// Removes batch `batch`'s shuffle files in the background, once

@@ -120,24 +120,60 @@ async fn check_sql(
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
+    let input_schema = input.clone();
     let checked = sluice_sql::check(spec.sql(), input, &tables)
         .await
         .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))?;
-    check_output_mode(spec.output_mode, checked.keys.is_some())?;
+    check_event_time(spec, &input_schema, &checked)?;
     check_partition_by(spec, &checked.output)
 }
 
-/// The output mode fits the query, as in Spark: `complete` needs an
-/// aggregation, and `append` of an aggregation needs a watermark and an
-/// event-time window, without which no group is ever final.
-fn check_output_mode(mode: Option<OutputMode>, stateful: bool) -> Result<(), DriverError> {
-    match (mode, stateful) {
-        (Some(OutputMode::Complete), false) => Err(DriverError::Invalid(
+/// The watermark names a timestamp column of `input`, and the output mode
+/// fits the query, as in Spark: `complete` needs an aggregation, and
+/// `append` of an aggregation needs a watermark and an event-time window
+/// over its column, without which no group is ever final.
+fn check_event_time(
+    spec: &QuerySpec,
+    input: &SchemaRef,
+    checked: &sluice_sql::Checked,
+) -> Result<(), DriverError> {
+    if let Some(w) = &spec.watermark {
+        let Ok(field) = input.field_with_name(&w.column) else {
+            let names: Vec<&str> = input.fields().iter().map(|f| f.name().as_str()).collect();
+            return Err(DriverError::Invalid(format!(
+                "watermark.column: {:?} is not a column of input; its columns are {}",
+                w.column,
+                names.join(", ")
+            )));
+        };
+        if !matches!(field.data_type(), arrow_schema::DataType::Timestamp(_, _)) {
+            return Err(DriverError::Invalid(format!(
+                "watermark.column: {:?} is {}, not a timestamp",
+                w.column,
+                field.data_type()
+            )));
+        }
+    }
+    let stateful = checked.keys.is_some();
+    match spec.output_mode {
+        Some(OutputMode::Complete) if !stateful => Err(DriverError::Invalid(
             "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT); this query keeps no state".into(),
         )),
-        (Some(OutputMode::Append), true) => Err(DriverError::Invalid(
-            "output_mode: append needs a watermark and an event-time window in GROUP BY, so that a group is emitted once, when it is final; use update or complete".into(),
-        )),
+        Some(OutputMode::Append) if stateful => {
+            let watermark = spec.watermark.as_ref().map(|w| w.column.as_str());
+            match (watermark, checked.window.as_deref()) {
+                (Some(w), Some(c)) if w == c => Ok(()),
+                (None, _) => Err(DriverError::Invalid(
+                    "output_mode: append needs a watermark (watermark: {column, delay_ms}) and an event-time window in GROUP BY, so that a group is emitted once, when it is final; use update or complete".into(),
+                )),
+                (Some(w), None) => Err(DriverError::Invalid(format!(
+                    "output_mode: append needs GROUP BY window({w}, ...) (or hop, or date_bin) over the watermark column, so that a group is emitted once, when the watermark passes its end"
+                ))),
+                (Some(w), Some(c)) => Err(DriverError::Invalid(format!(
+                    "output_mode: append needs the window over the watermark column {w:?}, not {c:?}"
+                ))),
+            }
+        }
         _ => Ok(()),
     }
 }

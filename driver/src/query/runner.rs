@@ -32,6 +32,7 @@ use crate::lifecycle::QueryState;
 use crate::recovery::{Recovery, decide};
 use crate::source::{self, Limits, Next, SourcePlanner};
 use crate::state::{Driver, Term};
+use crate::watermark::EventClock;
 
 /// Starts the runner of `entry` as a task owned by the term.
 pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
@@ -105,6 +106,7 @@ async fn drive(
     );
 
     let (mut next, mut committed, mut rerun) = recover(&ctx, source).await?;
+    let mut clock = event_clock(&ctx, next).await?;
     let committed_end = committed.as_ref().map_or(0, SourceOffsets::end_value);
     ctx.entry.set_committed(next as i64 - 1, committed_end);
     let mut cleaner = Cleaner::default();
@@ -126,8 +128,16 @@ async fn drive(
                 source.planned(&ctx, o.batch_id, &o.source).await?;
                 (o, Timings::replay(last_start))
             }
-            None => match plan_next(&ctx, source, next, committed.as_ref(), interval, last_start)
-                .await?
+            None => match plan_next(
+                &ctx,
+                source,
+                next,
+                committed.as_ref(),
+                interval,
+                last_start,
+                clock,
+            )
+            .await?
             {
                 Some(x) => x,
                 None => {
@@ -137,13 +147,29 @@ async fn drive(
             },
         };
         last_start = Some(timings.started);
-        let rows = batch::execute(&ctx, source, &offsets, timings).await?;
+        let done = batch::execute(&ctx, source, &offsets, timings, clock).await?;
+        let rows = done.input_rows;
+        clock = clock.after(offsets.watermark_ms, done.max_event_time_ms);
         next = offsets.batch_id + 1;
         committed = Some(offsets.source.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         purge_old(&ctx, offsets.batch_id);
         cleaner.after_commit(&ctx, offsets.batch_id);
     }
+}
+
+/// What committed batches said of event time (see [`crate::watermark`]):
+/// the watermark and latest event time after batch `next - 1`.
+async fn event_clock(ctx: &Ctx, next: u64) -> Result<EventClock, DriverError> {
+    let Some(last) = next.checked_sub(1).filter(|_| ctx.spec.watermark.is_some()) else {
+        return Ok(EventClock::default());
+    };
+    let o = ctx.storage("read offsets", || ctx.qc.offsets(last)).await?;
+    let c = ctx.storage("read commit", || ctx.qc.commit(last)).await?;
+    Ok(EventClock {
+        watermark: o.and_then(|o| o.watermark_ms),
+        max_event: c.and_then(|c| c.max_event_time_ms),
+    })
 }
 
 /// The INFO line of a running query (see [`crate::query::summary`]).
@@ -254,6 +280,7 @@ async fn plan_next(
     committed: Option<&SourceOffsets>,
     interval: Duration,
     last_start: Option<Instant>,
+    clock: EventClock,
 ) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
     if let Some(prev) = last_start {
         ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
@@ -293,7 +320,11 @@ async fn plan_next(
             batch_id,
             epoch: ctx.term.epoch,
             batch_timestamp_ms: now_ms(),
-            watermark_ms: 0,
+            watermark_ms: ctx
+                .spec
+                .watermark
+                .as_ref()
+                .and_then(|w| clock.next_watermark(w.delay_ms)),
             source: input,
             max_rows_per_task: Some(limits.max_rows_per_task),
         };

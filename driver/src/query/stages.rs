@@ -89,6 +89,7 @@ pub async fn run(
     });
     let maps = inputs.into_iter().map(|(p, input)| {
         let mut task = attempts::task(ctx, offsets, pb::Stage::Map, p);
+        task.event_time = event_time(ctx, offsets);
         task.source = Some(input);
         task.plan = Some(plan.clone());
         task.shuffle = shuffle.clone();
@@ -117,6 +118,7 @@ pub async fn run(
     let t = Instant::now();
     let reduces = (0..stateful.partitions).map(|b| {
         let mut task = attempts::task(ctx, offsets, pb::Stage::Reduce, b);
+        task.event_time = event_time(ctx, offsets);
         task.plan = Some(plan.clone());
         task.reduce = Some(pb::ReduceTask {
             checkpoint: stateful.checkpoint.clone(),
@@ -134,6 +136,14 @@ pub async fn run(
         reduce,
         map_time,
         reduce_time: t.elapsed(),
+    })
+}
+
+/// The event time of a query with a watermark, and the batch's watermark.
+fn event_time(ctx: &Ctx, offsets: &OffsetRecord) -> Option<pb::EventTime> {
+    ctx.spec.watermark.as_ref().map(|w| pb::EventTime {
+        column: w.column.clone(),
+        watermark_ms: offsets.watermark_ms,
     })
 }
 

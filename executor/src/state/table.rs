@@ -133,26 +133,37 @@ impl StateTable {
         Ok(new.into_iter().collect())
     }
 
-    /// Applies one batch's change, which makes this state version `version`.
+    /// Applies one batch's change, which makes this state version
+    /// `version`: first its upserts (each replaces its key's row, or is
+    /// appended), then its deletes. A replay applies the same change the
+    /// same way, so it leaves the same rows in the same order.
     pub fn apply(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
-        let mut drop = vec![false; self.rows.num_rows()];
-        for b in [&change.upserts, &change.deletes] {
-            self.each_key(b, |_, key| {
-                if let Some(&i) = self.index.get(key) {
-                    drop[i as usize] = true;
-                }
-            })?;
+        if change.upserts.num_rows() > 0 {
+            let kept = self.without(&change.upserts)?;
+            self.rows = concat_batches(&self.schema, [&kept, &change.upserts]).map_err(fail)?;
+            self.reindex()?;
         }
-        let kept = if drop.iter().any(|d| *d) {
-            let keep: BooleanArray = drop.iter().map(|d| Some(!d)).collect();
-            arrow_select::filter::filter_record_batch(&self.rows, &keep).map_err(fail)?
-        } else {
-            self.rows.clone()
-        };
-        self.rows = concat_batches(&self.schema, [&kept, &change.upserts]).map_err(fail)?;
-        self.reindex()?;
+        if change.deletes.num_rows() > 0 {
+            self.rows = self.without(&change.deletes)?;
+            self.reindex()?;
+        }
         self.version = Some(version);
         Ok(())
+    }
+
+    /// The state's rows but those with a key of `keys` (state rows).
+    fn without(&self, keys: &RecordBatch) -> Result<RecordBatch, ExecutorError> {
+        let mut drop = vec![false; self.rows.num_rows()];
+        self.each_key(keys, |_, key| {
+            if let Some(&i) = self.index.get(key) {
+                drop[i as usize] = true;
+            }
+        })?;
+        if !drop.iter().any(|d| *d) {
+            return Ok(self.rows.clone());
+        }
+        let keep: BooleanArray = drop.iter().map(|d| Some(!d)).collect();
+        arrow_select::filter::filter_record_batch(&self.rows, &keep).map_err(fail)
     }
 
     /// Replaces every row (a snapshot), which is version `version`.

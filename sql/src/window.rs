@@ -1,0 +1,267 @@
+//! Event-time windows, after Spark's `window()`:
+//!
+//! - `window(ts, '10 seconds')`: the tumbling window that holds `ts`, a
+//!   struct `{start, end}` of millisecond timestamps, aligned to the epoch.
+//! - `window(ts, size, slide)` or `hop(ts, size, slide)`: sliding windows.
+//!   A row is in `size / slide` of them, so in `GROUP BY` the aggregation's
+//!   input is expanded first, one row per window ([`expand_sliding`]).
+//!
+//! Sizes are interval strings ('10 seconds', '1 minute') or intervals of
+//! a fixed length (no months).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMillisecondType;
+use arrow_array::{Array, ArrayRef, ListArray, StructArray, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Fields, TimeUnit};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{
+    Aggregate, ColumnarValue, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+
+/// The column an expanded aggregation groups by, one window per row.
+const EXPANDED: &str = "__sluice_window";
+
+/// The type of a window: `{start, end}`.
+pub fn window_type() -> DataType {
+    let ts = DataType::Timestamp(TimeUnit::Millisecond, None);
+    DataType::Struct(Fields::from(vec![
+        Field::new("start", ts.clone(), true),
+        Field::new("end", ts, true),
+    ]))
+}
+
+/// `window` and its alias `hop`, to register in a session.
+pub fn functions() -> Vec<ScalarUDF> {
+    vec![
+        ScalarUDF::new_from_impl(Window::new("window")),
+        ScalarUDF::new_from_impl(Window::new("hop")),
+    ]
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Window {
+    name: &'static str,
+    signature: Signature,
+    /// Every window of a row (a list), rather than the one tumbling window.
+    all: bool,
+}
+
+impl Window {
+    fn new(name: &'static str) -> Self {
+        Window {
+            name,
+            signature: Signature::variadic_any(Volatility::Immutable),
+            all: false,
+        }
+    }
+
+    fn expanding() -> Self {
+        Window {
+            all: true,
+            ..Window::new("__sluice_windows")
+        }
+    }
+}
+
+impl ScalarUDFImpl for Window {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        if !(2..=3).contains(&args.len()) || !matches!(args[0], DataType::Timestamp(_, _)) {
+            return plan_err!(
+                "{}(ts, size[, slide]) takes a timestamp and one or two interval strings, got {args:?}",
+                self.name
+            );
+        }
+        let one = window_type();
+        Ok(if self.all {
+            DataType::List(Arc::new(Field::new_list_field(one, true)))
+        } else {
+            one
+        })
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let size = millis(&args.args[1], self.name)?;
+        let slide = match args.args.get(2) {
+            Some(s) => millis(s, self.name)?,
+            None => size,
+        };
+        if slide > size {
+            return exec_err!(
+                "{}: the slide ({slide} ms) is longer than the size ({size} ms)",
+                self.name
+            );
+        }
+        if slide != size && !self.all {
+            return exec_err!(
+                "{}(ts, size, slide) with a slide shorter than the size puts a row in several windows: it is supported only in GROUP BY",
+                self.name
+            );
+        }
+        let ts = args.args[0].to_array(args.number_rows)?;
+        let ts = arrow_cast::cast(&ts, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
+        let ts = ts.as_primitive::<TimestampMillisecondType>();
+        let out: ArrayRef = if self.all {
+            Arc::new(all_windows(ts, size, slide)?)
+        } else {
+            let starts: TimestampMillisecondArray = ts
+                .iter()
+                .map(|t| t.map(|t| t - t.rem_euclid(size)))
+                .collect();
+            Arc::new(windows(starts, size)?)
+        };
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+/// Each window start with its end, as window structs.
+fn windows(starts: TimestampMillisecondArray, size: i64) -> Result<StructArray> {
+    let ends: TimestampMillisecondArray = starts.iter().map(|s| s.map(|s| s + size)).collect();
+    let DataType::Struct(fields) = window_type() else {
+        unreachable!("a window is a struct")
+    };
+    let nulls = starts.nulls().cloned();
+    Ok(StructArray::try_new(
+        fields,
+        vec![Arc::new(starts), Arc::new(ends)],
+        nulls,
+    )?)
+}
+
+/// Every sliding window of each row: the starts `k * slide` with
+/// `start <= ts < start + size`, oldest first.
+fn all_windows(ts: &TimestampMillisecondArray, size: i64, slide: i64) -> Result<ListArray> {
+    let mut starts = Vec::new();
+    let mut offsets = vec![0i32];
+    for t in ts.iter() {
+        if let Some(t) = t {
+            let last = t - t.rem_euclid(slide);
+            let mut first = last;
+            while first - slide > t - size {
+                first -= slide;
+            }
+            let mut s = first;
+            while s <= last {
+                starts.push(s);
+                s += slide;
+            }
+        }
+        offsets.push(i32::try_from(starts.len()).map_err(|_| {
+            datafusion::error::DataFusionError::Execution("too many windows in one batch".into())
+        })?);
+    }
+    let values = windows(TimestampMillisecondArray::from(starts), size)?;
+    let field = Arc::new(Field::new_list_field(window_type(), true));
+    Ok(ListArray::try_new(
+        field,
+        datafusion::arrow::buffer::OffsetBuffer::new(offsets.into()),
+        Arc::new(values),
+        ts.nulls().cloned(),
+    )?)
+}
+
+/// The length of an interval argument in milliseconds.
+fn millis(arg: &ColumnarValue, name: &str) -> Result<i64> {
+    let ColumnarValue::Scalar(v) = arg else {
+        return exec_err!("{name}: the window size must be a constant");
+    };
+    let (months, days, nanos) = match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => {
+            let i = arrow_cast::parse::parse_interval_month_day_nano(s).map_err(|e| {
+                datafusion::error::DataFusionError::Execution(format!("{name}: {s:?}: {e}"))
+            })?;
+            (i.months, i.days, i.nanoseconds)
+        }
+        ScalarValue::IntervalMonthDayNano(Some(i)) => (i.months, i.days, i.nanoseconds),
+        ScalarValue::IntervalDayTime(Some(i)) => (0, i.days, i64::from(i.milliseconds) * 1_000_000),
+        other => {
+            return exec_err!("{name}: the window size must be an interval string, got {other}");
+        }
+    };
+    let ms = i64::from(days) * 86_400_000 + nanos / 1_000_000;
+    if months != 0 || ms <= 0 {
+        return exec_err!(
+            "{name}: a window size must be a positive fixed length (no months), got {v}"
+        );
+    }
+    Ok(ms)
+}
+
+/// Rewrites each aggregation that groups by a sliding window: its input
+/// gains a column of the row's windows, unnested (one row per window),
+/// and the aggregation groups by that column under the window call's
+/// name, so the rest of the plan reads it unchanged.
+pub fn expand_sliding(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up(|node| {
+        let LogicalPlan::Aggregate(agg) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(call) = agg.group_expr.iter().find_map(sliding) else {
+            return Ok(Transformed::no(node));
+        };
+        let input = agg.input.as_ref().clone();
+        let mut columns: Vec<Expr> = input
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect();
+        let expand = ScalarUDF::new_from_impl(Window::expanding()).call(call.args.clone());
+        columns.push(expand.alias(EXPANDED));
+        let expanded = LogicalPlanBuilder::from(input)
+            .project(columns)?
+            .unnest_column(EXPANDED)?
+            .build()?;
+        let target = Expr::ScalarFunction(call.clone());
+        let group: Vec<Expr> = agg
+            .group_expr
+            .iter()
+            .map(|e| {
+                if *e == target {
+                    datafusion::prelude::col(EXPANDED).alias(e.schema_name().to_string())
+                } else {
+                    e.clone()
+                }
+            })
+            .collect();
+        let rewritten = Aggregate::try_new(Arc::new(expanded), group, agg.aggr_expr.clone())?;
+        Ok(Transformed::yes(LogicalPlan::Aggregate(rewritten)))
+    })
+    .map(|t| t.data)
+}
+
+/// A `window`/`hop` call with a slide shorter than its size.
+fn sliding(e: &Expr) -> Option<ScalarFunction> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    if !matches!(f.func.name(), "window" | "hop") || f.args.len() != 3 {
+        return None;
+    }
+    let size = literal_millis(&f.args[1])?;
+    let slide = literal_millis(&f.args[2])?;
+    (slide < size).then(|| f.clone())
+}
+
+fn literal_millis(e: &Expr) -> Option<i64> {
+    let Expr::Literal(v, _) = e else { return None };
+    millis(&ColumnarValue::Scalar(v.clone()), "window").ok()
+}
+
+#[cfg(test)]
+#[path = "window_tests.rs"]
+mod tests;

@@ -1,0 +1,123 @@
+//! Windows through the planner: tumbling keys, sliding expansion, and the
+//! window key an aggregation evicts by.
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+
+use crate::{Aggregation, InputBatches, WindowEnd, run};
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]))
+}
+
+/// Rows at 0, 3, 6, ... seconds, keys alternating 0 and 1.
+fn input() -> InputBatches {
+    let ts: TimestampMillisecondArray = (0..10).map(|i| Some(i * 3000)).collect();
+    let k: Int64Array = (0..10).map(|i| i % 2).collect();
+    let b = RecordBatch::try_new(schema(), vec![Arc::new(k), Arc::new(ts)]).unwrap();
+    Box::pin(futures::stream::iter(vec![Ok(b)]))
+}
+
+async fn rows(sql: &str) -> Vec<String> {
+    let mut out = run(sql, schema(), input(), &[]).await.unwrap();
+    let options = FormatOptions::default();
+    let mut lines = Vec::new();
+    while let Some(b) = out.next().await {
+        let b = b.unwrap();
+        let f: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for r in 0..b.num_rows() {
+            lines.push(
+                f.iter()
+                    .map(|f| f.value(r).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        }
+    }
+    lines.sort();
+    lines
+}
+
+#[tokio::test]
+async fn a_tumbling_window_groups_rows_by_their_window() {
+    let got = rows(
+        "SELECT window.start AS s, window.end AS e, count(*) AS n FROM (SELECT window(ts, '10 seconds') AS window FROM input) GROUP BY window",
+    )
+    .await;
+    assert_eq!(
+        got,
+        [
+            "1970-01-01T00:00:00 1970-01-01T00:00:10 4",
+            "1970-01-01T00:00:10 1970-01-01T00:00:20 3",
+            "1970-01-01T00:00:20 1970-01-01T00:00:30 3",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_sliding_window_puts_a_row_in_each_window_that_holds_it() {
+    let got = rows(
+        "SELECT window(ts, '10 seconds', '5 seconds')['start'] AS s, count(*) AS n FROM input GROUP BY window(ts, '10 seconds', '5 seconds')",
+    )
+    .await;
+    // Rows at 0,3,...,27 s; windows [-5,5) [0,10) [5,15) ... [25,35).
+    assert_eq!(
+        got,
+        [
+            "1969-12-31T23:59:55 2",
+            "1970-01-01T00:00:00 4",
+            "1970-01-01T00:00:05 3",
+            "1970-01-01T00:00:10 3",
+            "1970-01-01T00:00:15 4",
+            "1970-01-01T00:00:20 3",
+            "1970-01-01T00:00:25 1",
+        ]
+    );
+    let refused = run(
+        "SELECT window(ts, '10 seconds', '5 seconds') AS w FROM input",
+        schema(),
+        input(),
+        &[],
+    )
+    .await;
+    let mut out = refused.unwrap();
+    let e = out.next().await.unwrap().unwrap_err().to_string();
+    assert!(e.contains("only in GROUP BY"), "{e}");
+}
+
+#[tokio::test]
+async fn an_aggregation_names_its_window_key() {
+    let plan = |sql: &'static str| async move {
+        Aggregation::plan(sql, schema(), input(), &[])
+            .await
+            .unwrap()
+            .unwrap()
+            .window()
+    };
+    assert_eq!(
+        plan("SELECT k, window(ts, '10 seconds') AS w, count(*) AS n FROM input GROUP BY k, window(ts, '10 seconds')").await,
+        Some((1, WindowEnd::Field))
+    );
+    assert_eq!(
+        plan("SELECT hop(ts, '10 seconds', '5 seconds') AS w, count(*) AS n FROM input GROUP BY hop(ts, '10 seconds', '5 seconds')").await,
+        Some((0, WindowEnd::Field))
+    );
+    assert_eq!(
+        plan("SELECT date_bin(INTERVAL '1 minute', ts) AS m, count(*) AS n FROM input GROUP BY date_bin(INTERVAL '1 minute', ts)").await,
+        Some((0, WindowEnd::Plus(60_000)))
+    );
+    assert_eq!(
+        plan("SELECT k, count(*) AS n FROM input GROUP BY k").await,
+        None
+    );
+}
