@@ -15,8 +15,8 @@ pub use files::{
     column_type, declared_schema,
 };
 pub use state::{
-    DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, MAX_STATE_PARTITIONS, OutputMode,
-    WatermarkSpec,
+    DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec, MAX_STATE_PARTITIONS,
+    OutputMode, WatermarkSpec,
 };
 pub use tables::{TableSpec, validate_table};
 
@@ -57,6 +57,9 @@ pub struct QuerySpec {
     /// Event time and how late a row may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkSpec>,
+    /// Drop duplicate output rows within a span of event time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<DedupSpec>,
 }
 
 /// The query of a spec without `sql`.
@@ -198,6 +201,15 @@ impl QuerySpec {
         state::validate(self.state_partitions, self.snapshot_interval)?;
         if let Some(w) = &self.watermark {
             w.validate()?;
+        }
+        if let Some(d) = &self.dedup {
+            d.validate()?;
+            if self.watermark.is_none() {
+                return Err(Error::invalid(
+                    "dedup",
+                    "needs a watermark (watermark: {column, delay_ms}), which bounds the keys it remembers",
+                ));
+            }
         }
         if self.max_rows_per_batch == Some(0) {
             return Err(Error::invalid("max_rows_per_batch", "must be at least 1"));
@@ -343,6 +355,10 @@ impl From<&QuerySpec> for pb::QuerySpec {
                 column: w.column.clone(),
                 delay_ms: w.delay_ms,
             }),
+            dedup: s.dedup.as_ref().map(|d| pb::Dedup {
+                columns: d.columns.clone(),
+                within_ms: d.within_ms,
+            }),
         }
     }
 }
@@ -440,6 +456,10 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             watermark: p.watermark.as_ref().map(|w| WatermarkSpec {
                 column: w.column.clone(),
                 delay_ms: w.delay_ms,
+            }),
+            dedup: p.dedup.as_ref().map(|d| DedupSpec {
+                columns: d.columns.clone(),
+                within_ms: d.within_ms,
             }),
         };
         spec.validate()?;

@@ -22,6 +22,7 @@ mod cache;
 pub mod config;
 pub mod connection;
 mod counter;
+mod dedup;
 pub mod error;
 mod input;
 mod late;
@@ -33,6 +34,7 @@ pub mod session;
 mod shuffle;
 mod sink;
 mod source;
+mod stage;
 mod state;
 pub mod task;
 

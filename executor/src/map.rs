@@ -41,6 +41,8 @@ pub struct TaskPlan {
     pub shuffle: Option<ShuffleWrite>,
     /// A query with a watermark: its event time and late rows.
     pub late: Option<LateFilter>,
+    /// A deduplicating query: its rows are shuffled by these columns.
+    pub dedup: Option<sluice_proto::Dedup>,
 }
 
 /// Validates a map task's assignment into a plan; anything missing is
@@ -98,6 +100,7 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
     };
     Ok(TaskPlan {
         late,
+        dedup: task.dedup.clone(),
         batch_id: task.batch_id,
         partition: task.partition,
         source,

@@ -19,22 +19,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use arrow_array::cast::AsArray;
-use arrow_array::types::TimestampMillisecondType;
-use arrow_schema::{DataType, TimeUnit};
 use arrow_select::concat::concat_batches;
-use sluice_common::spec::{DEFAULT_MAX_FILE_BYTES, OutputMode};
-use sluice_common::state::{StateFile, StateStore};
-use sluice_proto::{ReduceTask, TaskAssignment, TaskOutput, sink};
-use sluice_sql::{Aggregation, WindowEnd};
-use tracing::{debug, warn};
+use sluice_common::spec::OutputMode;
+use sluice_common::state::StateFile;
+use sluice_proto::{TaskAssignment, TaskOutput, sink};
+use sluice_sql::Aggregation;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
-use crate::output::{self, Emitter};
-use crate::sink::parts::Layout;
+use crate::stage;
+use crate::state::codec;
 use crate::state::table::{Change, StateTable};
-use crate::state::{self, codec};
 
 /// Runs a reduce task.
 pub async fn run(
@@ -63,24 +58,12 @@ pub async fn run(
     let agg = Aggregation::plan(&plan.sql, input_schema, empty, &tables)
         .await?
         .ok_or_else(|| malformed("a reduce task for a query without an aggregation"))?;
-    let store = open_store(&caches, &reduce.checkpoint).await?;
-    let partials = read_partials(&store, task.batch_id, reduce, &agg).await?;
-
-    let (query, p, version) = (&task.query_id, task.partition, reduce.read_version);
-    let held = caches.states.take(query, p, version);
-    let reloaded = held.is_none();
-    let mut table = match (held, version) {
-        (Some(t), _) => t,
-        (None, None) => state::empty(agg.partial_schema(), agg.key_columns())?,
-        (None, Some(v)) => {
-            let empty = state::empty(agg.partial_schema(), agg.key_columns())?;
-            state::load(&store, &reduce.operator, p, empty, v).await?
-        }
-    };
-    if reloaded && version.is_some() {
-        debug!(rows = table.len(), "state reloaded from storage");
-    }
-    let snapshot = snapshot(&store, reduce, p, due(reduce, &table));
+    let store = stage::open_store(&caches, &reduce.checkpoint).await?;
+    let schema = agg.partial_schema();
+    let partials = stage::read_partials(&store, task.batch_id, reduce, &schema).await?;
+    let (query, p) = (&task.query_id, task.partition);
+    let mut table = stage::state(&caches, &store, task, reduce, schema, agg.key_columns()).await?;
+    let snapshot = stage::snapshot(&store, reduce, p, stage::due(reduce, &table));
 
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let window = agg.window();
@@ -88,7 +71,7 @@ pub async fn run(
         let merged = merge(&agg, &table, partials).await?;
         let changed = match mode {
             OutputMode::Update if agg.has_aggregates() => merged.clone(),
-            OutputMode::Update => filter(&merged, &table.is_new(&merged)?)?,
+            OutputMode::Update => stage::filter(&merged, &table.is_new(&merged)?)?,
             OutputMode::Complete | OutputMode::Append => RecordBatch::new_empty(merged.schema()),
         };
         let none = RecordBatch::new_empty(merged.schema());
@@ -101,7 +84,7 @@ pub async fn run(
         // append mode emitted. Complete mode keeps every group.
         let closed = match (window, watermark, mode) {
             (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-                closed(table.rows(), w, wm)?
+                stage::closed(table.rows(), w, wm)?
             }
             _ => none.clone(),
         };
@@ -124,30 +107,14 @@ pub async fn run(
             OutputMode::Complete => table.rows().clone(),
             OutputMode::Append => change.deletes,
         };
-        let held = caches.states.bytes_besides(query, p) + table.bytes();
-        if held as u64 > caches.max_state_bytes() {
-            return Err(ExecutorError::StateTooLarge {
-                query: task.query_name.clone(),
-                bytes: held as u64,
-                limit: caches.max_state_bytes(),
-            });
-        }
+        stage::bound(&caches, task, &table)?;
         let output = if emitted.num_rows() == 0 {
             Vec::new()
         } else {
             agg.finish(vec![emitted]).await?
         };
-        let layout = Layout {
-            format: files.format.clone(),
-            partition_by: files.partition_by.clone(),
-            max_file_bytes: files
-                .max_file_bytes
-                .unwrap_or(DEFAULT_MAX_FILE_BYTES)
-                .max(1),
-            batch: task.batch_id,
-            partition: p,
-        };
-        write(&caches, &files.path, layout, agg.output_schema(), output).await
+        let layout = stage::layout(files, task);
+        stage::write(&caches, &files.path, layout, agg.output_schema(), output).await
     };
     let (written, ()) = tokio::join!(work, snapshot);
     let (rows, files) = written?;
@@ -161,37 +128,6 @@ pub async fn run(
     };
     caches.states.put(query, p, table);
     Ok(out)
-}
-
-pub(crate) async fn open_store(
-    caches: &Arc<Caches>,
-    location: &str,
-) -> Result<StateStore, ExecutorError> {
-    let (caches, location) = (caches.clone(), location.to_string());
-    tokio::task::spawn_blocking(move || caches.state_store(&location))
-        .await
-        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
-}
-
-/// The bucket's partial rows, read from each map task's shuffle file in
-/// map order.
-async fn read_partials(
-    store: &StateStore,
-    batch: u64,
-    reduce: &ReduceTask,
-    agg: &Aggregation,
-) -> Result<Vec<RecordBatch>, ExecutorError> {
-    let schema = agg.partial_schema();
-    let mut rows = Vec::new();
-    for r in reduce.inputs.iter().filter(|r| r.length > 0) {
-        let bytes = store.read_shuffle(batch, r.map, r.offset, r.length).await?;
-        let what = format!(
-            "shuffle/{batch}/{:05}.arrow bytes {}+{}",
-            r.map, r.offset, r.length
-        );
-        rows.extend(codec::decode(bytes, &schema, &what)?);
-    }
-    Ok(rows)
 }
 
 /// One state row per key of `partials`: the state's row merged with the
@@ -211,99 +147,6 @@ async fn merge(
     input.extend(partials);
     let merged = agg.merge(input).await?;
     concat_batches(&schema, &merged).map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
-}
-
-/// The state held, when its version is due a snapshot (every
-/// `snapshot_interval` batches): its version and rows.
-fn due(reduce: &ReduceTask, table: &StateTable) -> Option<(u64, RecordBatch)> {
-    let v = table.version?;
-    ((v + 1) % reduce.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
-}
-
-/// Writes a snapshot. The batch that made the state has committed, since a
-/// later batch is running; a failure costs a later reload more deltas,
-/// never a wrong answer.
-async fn snapshot(
-    store: &StateStore,
-    reduce: &ReduceTask,
-    p: u32,
-    due: Option<(u64, RecordBatch)>,
-) {
-    let Some((v, rows)) = due else { return };
-    let written = async {
-        let bytes = codec::encode(&rows.schema(), &[rows])?;
-        store
-            .write(&reduce.operator, p, StateFile::Snapshot(v), bytes)
-            .await?;
-        Ok::<_, ExecutorError>(())
-    };
-    if let Err(e) = written.await {
-        warn!(version = v, partition = p, error = %e, "state snapshot not written");
-    }
-}
-
-fn filter(
-    rows: &RecordBatch,
-    keep: &arrow_array::BooleanArray,
-) -> Result<RecordBatch, ExecutorError> {
-    arrow_select::filter::filter_record_batch(rows, keep)
-        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
-}
-
-/// The state rows whose window ends at or before the watermark: final.
-fn closed(
-    rows: &RecordBatch,
-    (column, end): (usize, WindowEnd),
-    watermark: i64,
-) -> Result<RecordBatch, ExecutorError> {
-    let fail =
-        |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("window end: {e}"));
-    let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
-    let key = rows.column(column);
-    let (ends, plus) = match end {
-        WindowEnd::Field => {
-            let s = key.as_struct_opt().ok_or_else(|| {
-                ExecutorError::TaskPanicked("a window key that is not a struct".into())
-            })?;
-            (arrow_cast::cast(s.column(1), &ms).map_err(fail)?, 0)
-        }
-        WindowEnd::Plus(d) => (arrow_cast::cast(key, &ms).map_err(fail)?, d),
-    };
-    let ends = ends.as_primitive::<TimestampMillisecondType>();
-    let keep: arrow_array::BooleanArray = ends
-        .iter()
-        .map(|e| Some(e.is_some_and(|e| e.saturating_add(plus) <= watermark)))
-        .collect();
-    filter(rows, &keep)
-}
-
-/// Writes the output rows as part files; returns the rows and files.
-async fn write(
-    caches: &Arc<Caches>,
-    path: &str,
-    layout: Layout,
-    schema: arrow_schema::SchemaRef,
-    output: Vec<RecordBatch>,
-) -> Result<(u64, Vec<sluice_proto::SinkFile>), ExecutorError> {
-    if output.iter().all(|b| b.num_rows() == 0) {
-        return Ok((0, Vec::new()));
-    }
-    let sink = output::open_sink(caches, path).await?;
-    let (tx, rx) = output::channel();
-    let emitter = tokio::task::spawn_blocking(move || {
-        let mut emitter = Emitter::new(layout, &schema, tx)?;
-        for b in &output {
-            if !emitter.write(b)? {
-                break;
-            }
-        }
-        emitter.finish()
-    });
-    let files = output::write_files(&sink, rx).await?;
-    let rows = emitter
-        .await
-        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
-    Ok((rows, files))
 }
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub async fn run(
             .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
     produced.check(planned)?;
     if !bytes.is_empty() {
-        let store = crate::reduce::open_store(&caches, &shuffle.checkpoint).await?;
+        let store = crate::stage::open_store(&caches, &shuffle.checkpoint).await?;
         store.write_shuffle(batch, map, bytes).await?;
     }
     Ok(TaskOutput {
@@ -78,17 +78,47 @@ fn partials(
     caches: &Caches,
 ) -> Result<(Produced, Bytes, Vec<ShuffleRange>), ExecutorError> {
     let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
-    let agg = runtime
-        .block_on(Aggregation::plan(
-            &plan.sql,
-            plan.input_schema.clone(),
-            Box::pin(input),
-            &opened.tables,
-        ))?
-        .ok_or_else(|| {
-            ExecutorError::MalformedTask("a shuffle for a query without an aggregation".into())
-        })?;
-    let mut output = agg.map()?;
+    let (schema, rows, keys) = match &plan.dedup {
+        None => {
+            let agg = runtime
+                .block_on(Aggregation::plan(
+                    &plan.sql,
+                    plan.input_schema.clone(),
+                    Box::pin(input),
+                    &opened.tables,
+                ))?
+                .ok_or_else(|| {
+                    ExecutorError::MalformedTask(
+                        "a shuffle for a query without an aggregation".into(),
+                    )
+                })?;
+            let rows = drain(agg.map()?, runtime, &opened)?;
+            (agg.partial_schema(), rows, (0..agg.key_columns()).collect())
+        }
+        Some(d) => {
+            let out = runtime.block_on(sluice_sql::run(
+                &plan.sql,
+                plan.input_schema.clone(),
+                Box::pin(input),
+                &opened.tables,
+            ))?;
+            let schema = out.schema();
+            let keys = crate::dedup::key_columns(&schema, &d.columns)?;
+            (schema, drain(out, runtime, &opened)?, keys)
+        }
+    };
+    let split = split(&rows, &schema, &keys, buckets)?;
+    let (bytes, ranges) = encode(&schema, split, plan.partition)?;
+    let produced = opened.produced(rows.iter().map(|b| b.num_rows() as u64).sum());
+    Ok((produced, bytes, ranges))
+}
+
+/// Every non-empty batch of `output`; a failure of the input is its own.
+fn drain(
+    mut output: sluice_sql::Output,
+    runtime: &tokio::runtime::Handle,
+    opened: &crate::map::Opened,
+) -> Result<Vec<RecordBatch>, ExecutorError> {
     let mut rows = Vec::new();
     while let Some(b) = runtime.block_on(output.next()) {
         match b {
@@ -97,11 +127,7 @@ fn partials(
             Err(e) => return Err(opened.failure.take().unwrap_or(e.into())),
         }
     }
-    let schema = agg.partial_schema();
-    let split = split(&rows, &schema, agg.key_columns(), buckets)?;
-    let (bytes, ranges) = encode(&schema, split, plan.partition)?;
-    let produced = opened.produced(rows.iter().map(|b| b.num_rows() as u64).sum());
-    Ok((produced, bytes, ranges))
+    Ok(rows)
 }
 
 fn fail(e: arrow_schema::ArrowError) -> ExecutorError {
@@ -113,29 +139,28 @@ pub fn bucket(key: &[u8], buckets: u32) -> u32 {
     (twox_hash::XxHash64::oneshot(0, key) % u64::from(buckets)) as u32
 }
 
-/// Partial rows split into `buckets` by the hash of their first `keys`
-/// columns, keeping their order within each bucket. Without a key (a
-/// global aggregate) every row goes to bucket 0.
+/// Rows split into `buckets` by the hash of their `keys` columns, keeping
+/// their order within each bucket. Without a key (a global aggregate)
+/// every row goes to bucket 0.
 pub fn split(
     rows: &[RecordBatch],
     schema: &SchemaRef,
-    keys: usize,
+    keys: &[usize],
     buckets: u32,
 ) -> Result<Vec<Vec<RecordBatch>>, ExecutorError> {
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); buckets as usize];
-    if keys == 0 {
+    if keys.is_empty() {
         out[0] = rows.to_vec();
         return Ok(out);
     }
-    let fields = schema.fields()[..keys]
+    let fields = keys
         .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
+        .map(|&i| SortField::new(schema.field(i).data_type().clone()))
         .collect();
     let converter = RowConverter::new(fields).map_err(fail)?;
     for b in rows {
-        let keyed = converter
-            .convert_columns(&b.columns()[..keys])
-            .map_err(fail)?;
+        let columns: Vec<_> = keys.iter().map(|&i| b.column(i).clone()).collect();
+        let keyed = converter.convert_columns(&columns).map_err(fail)?;
         let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets as usize];
         for (i, r) in keyed.iter().enumerate() {
             picks[bucket(r.as_ref(), buckets) as usize].push(i as u32);

@@ -5,7 +5,8 @@
 //!        │ execute, in a slot
 //!        ├─ map, stateless ──► crate::map      (source ─► SQL ─► part files)
 //!        ├─ map, stateful ───► crate::shuffle  (source ─► partial aggregates ─► shuffle file)
-//!        └─ reduce ──────────► crate::reduce   (shuffle + state ─► state version, part files)
+//!        ├─ reduce ──────────► crate::reduce   (shuffle + state ─► state version, part files)
+//!        └─ reduce, dedup ───► crate::dedup    (shuffle + seen keys ─► first rows, part files)
 //!                 │
 //!   TaskResult{ok: TaskOutput} | TaskResult{error: kind}
 //! ```
@@ -91,7 +92,9 @@ pub async fn execute(
     sinks: Arc<Caches>,
 ) -> TaskResult {
     let started = Instant::now();
-    let outcome = if task.stage == Stage::Reduce as i32 {
+    let outcome = if task.stage == Stage::Reduce as i32 && task.dedup.is_some() {
+        crate::dedup::run(&task, sinks, started).await
+    } else if task.stage == Stage::Reduce as i32 {
         crate::reduce::run(&task, sinks, started).await
     } else {
         match map::plan(&task) {

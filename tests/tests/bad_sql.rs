@@ -64,6 +64,38 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             &["watermark.column", "not a timestamp"][..],
         ),
         (
+            "SELECT value, timestamp_ms FROM input",
+            &["dedup: {columns: [value], within_ms: 1000}"][..],
+            &["dedup", "needs a watermark"][..],
+        ),
+        (
+            "SELECT value, timestamp_ms FROM input",
+            &[
+                "watermark: {column: timestamp_ms, delay_ms: 100}",
+                "dedup: {columns: [nope], within_ms: 1000}",
+            ][..],
+            &["dedup.columns[0]", "\"nope\" is not an output column"][..],
+        ),
+        (
+            "SELECT value FROM input",
+            &[
+                "watermark: {column: timestamp_ms, delay_ms: 100}",
+                "dedup: {columns: [value], within_ms: 1000}",
+            ][..],
+            &[
+                "dedup",
+                "watermark column \"timestamp_ms\" must be an output column",
+            ][..],
+        ),
+        (
+            "SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3",
+            &[
+                "watermark: {column: timestamp_ms, delay_ms: 100}",
+                "dedup: {columns: [k], within_ms: 1000}",
+            ][..],
+            &["dedup", "has an aggregation"][..],
+        ),
+        (
             "SELECT value FROM input",
             &["output_mode: complete"][..],
             &["output_mode", "complete needs an aggregation"][..],

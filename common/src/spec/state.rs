@@ -87,6 +87,46 @@ impl WatermarkSpec {
     }
 }
 
+/// Deduplication, after Spark's `dropDuplicatesWithinWatermark`: of the
+/// query's output rows with equal `columns`, the first is kept; a key is
+/// remembered until the watermark passes its first event time plus
+/// `within_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupSpec {
+    pub columns: Vec<String>,
+    pub within_ms: u64,
+}
+
+impl DedupSpec {
+    pub fn validate(&self) -> Result<()> {
+        if self.columns.is_empty() {
+            return Err(Error::invalid(
+                "dedup.columns",
+                "must name at least one output column",
+            ));
+        }
+        for (i, c) in self.columns.iter().enumerate() {
+            if c.trim().is_empty() || self.columns[..i].contains(c) {
+                return Err(Error::invalid(
+                    format!("dedup.columns[{i}]"),
+                    format!("{c:?} is empty or named twice"),
+                ));
+            }
+        }
+        if self.within_ms == 0 || self.within_ms > MAX_WATERMARK_DELAY_MS {
+            return Err(Error::invalid(
+                "dedup.within_ms",
+                format!(
+                    "must be in 1..={MAX_WATERMARK_DELAY_MS}, got {}",
+                    self.within_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Checks the state fields' ranges.
 pub fn validate(partitions: Option<u32>, snapshot_interval: Option<u64>) -> Result<()> {
     if let Some(p) = partitions

@@ -42,6 +42,10 @@ pub struct Stateful {
     pub partitions: u32,
     pub snapshot_interval: u64,
     pub mode: sluice_common::spec::OutputMode,
+    /// A deduplicating query's key columns and span.
+    pub dedup: Option<sluice_proto::Dedup>,
+    /// The state's directory under `state/`.
+    pub operator: &'static str,
 }
 
 impl Ctx {

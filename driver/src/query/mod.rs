@@ -155,6 +155,9 @@ fn check_event_time(
         }
     }
     let stateful = checked.keys.is_some();
+    if let Some(d) = &spec.dedup {
+        check_dedup(spec, d, checked)?;
+    }
     match spec.output_mode {
         Some(OutputMode::Complete) if !stateful => Err(DriverError::Invalid(
             "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT); this query keeps no state".into(),
@@ -176,6 +179,49 @@ fn check_event_time(
         }
         _ => Ok(()),
     }
+}
+
+/// A deduplicating query is stateless SQL whose output has the key
+/// columns and the watermark column; it emits each row once (append).
+fn check_dedup(
+    spec: &QuerySpec,
+    dedup: &sluice_common::spec::DedupSpec,
+    checked: &sluice_sql::Checked,
+) -> Result<(), DriverError> {
+    if checked.keys.is_some() {
+        return Err(DriverError::Invalid(
+            "dedup: the query has an aggregation; dedup removes duplicate rows of a query without one (use SELECT DISTINCT to deduplicate groups)".into(),
+        ));
+    }
+    let names: Vec<&str> = checked
+        .output
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    for (i, c) in dedup.columns.iter().enumerate() {
+        if !names.contains(&c.as_str()) {
+            return Err(DriverError::Invalid(format!(
+                "dedup.columns[{i}]: {c:?} is not an output column of the query; its columns are {}",
+                names.join(", ")
+            )));
+        }
+    }
+    if let Some(w) = &spec.watermark
+        && !names.contains(&w.column.as_str())
+    {
+        return Err(DriverError::Invalid(format!(
+            "dedup: the watermark column {:?} must be an output column of the query, which gives each key its event time; its columns are {}",
+            w.column,
+            names.join(", ")
+        )));
+    }
+    if matches!(spec.output_mode, Some(m) if m != OutputMode::Append) {
+        return Err(DriverError::Invalid(
+            "output_mode: dedup emits each row once, in append mode".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The sink's `partition_by` names output columns, and leaves at least

@@ -21,9 +21,6 @@ use super::ctx::{Ctx, Stateful};
 use crate::error::DriverError;
 use sluice_common::spec::OutputMode;
 
-/// The directory of a stateful query's state under `state/`.
-pub const OPERATOR: &str = "aggregate";
-
 /// How the query of `ctx` runs its batches: `None` when its SQL keeps no
 /// state. The SQL was checked at submit; a failure here is an internal
 /// error.
@@ -40,7 +37,11 @@ pub async fn plan(
     let checked = sluice_sql::check(ctx.spec.sql(), input, &tables)
         .await
         .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
-    if checked.keys.is_none() {
+    let dedup = ctx.spec.dedup.as_ref().map(|d| pb::Dedup {
+        columns: d.columns.clone(),
+        within_ms: d.within_ms,
+    });
+    if checked.keys.is_none() && dedup.is_none() {
         return Ok(None);
     }
     let root = ctx.driver.config.checkpoint_root.trim_end_matches('/');
@@ -48,7 +49,16 @@ pub async fn plan(
         checkpoint: format!("{root}/queries/{}", ctx.entry.name),
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
-        mode: OutputMode::effective(ctx.spec.output_mode, true),
+        mode: match dedup {
+            Some(_) => OutputMode::Append,
+            None => OutputMode::effective(ctx.spec.output_mode, true),
+        },
+        operator: if dedup.is_some() {
+            "dedup"
+        } else {
+            "aggregate"
+        },
+        dedup,
     }))
 }
 
@@ -93,6 +103,7 @@ pub async fn run(
         task.source = Some(input);
         task.plan = Some(plan.clone());
         task.shuffle = shuffle.clone();
+        task.dedup = ctx.stateful.as_ref().and_then(|s| s.dedup.clone());
         attempts::run(ctx, task)
     });
     let map = try_join_all(maps).await?;
@@ -119,11 +130,12 @@ pub async fn run(
     let reduces = (0..stateful.partitions).map(|b| {
         let mut task = attempts::task(ctx, offsets, pb::Stage::Reduce, b);
         task.event_time = event_time(ctx, offsets);
+        task.dedup = stateful.dedup.clone();
         task.plan = Some(plan.clone());
         task.reduce = Some(pb::ReduceTask {
             checkpoint: stateful.checkpoint.clone(),
             inputs: bucket(&map, b),
-            operator: OPERATOR.into(),
+            operator: stateful.operator.into(),
             read_version: offsets.batch_id.checked_sub(1),
             output_mode: stateful.mode.as_str().into(),
             snapshot_interval: stateful.snapshot_interval,

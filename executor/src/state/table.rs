@@ -133,6 +133,19 @@ impl StateTable {
         Ok(new.into_iter().collect())
     }
 
+    /// Whether each row of `batch` (state rows) has a key that neither the
+    /// state nor an earlier row of `batch` has: the first of its key.
+    pub fn first_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
+        let mut seen: std::collections::HashSet<Box<[u8]>> = Default::default();
+        let mut first = Vec::with_capacity(batch.num_rows());
+        self.each_key(batch, |_, key| {
+            first.push(Some(
+                !self.index.contains_key(key) && seen.insert(key.into()),
+            ));
+        })?;
+        Ok(first.into_iter().collect())
+    }
+
     /// Applies one batch's change, which makes this state version
     /// `version`: first its upserts (each replaces its key's row, or is
     /// appended), then its deletes. A replay applies the same change the

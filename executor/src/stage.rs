@@ -1,0 +1,202 @@
+//! What the reduce stage's operators share: the shuffle rows of a state
+//! partition, its state (held, or rebuilt from storage), snapshots, the
+//! rows the watermark has passed, and writing the output.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMillisecondType;
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use sluice_common::state::{StateFile, StateStore};
+use sluice_proto::{ReduceTask, TaskAssignment};
+use sluice_sql::WindowEnd;
+use tracing::{debug, warn};
+
+use crate::cache::Caches;
+use crate::error::ExecutorError;
+use crate::output::{self, Emitter};
+use crate::sink::parts::Layout;
+use crate::state::table::StateTable;
+use crate::state::{self, codec};
+
+/// The state of the task's partition at the version it reads: the one
+/// this executor holds (affinity), or one rebuilt from storage.
+pub async fn state(
+    caches: &Caches,
+    store: &StateStore,
+    task: &TaskAssignment,
+    reduce: &ReduceTask,
+    schema: SchemaRef,
+    keys: usize,
+) -> Result<StateTable, ExecutorError> {
+    let (query, p, version) = (&task.query_id, task.partition, reduce.read_version);
+    if let Some(held) = caches.states.take(query, p, version) {
+        return Ok(held);
+    }
+    let empty = state::empty(schema, keys)?;
+    let Some(v) = version else {
+        return Ok(empty);
+    };
+    let table = state::load(store, &reduce.operator, p, empty, v).await?;
+    debug!(
+        rows = table.len(),
+        version = v,
+        "state reloaded from storage"
+    );
+    Ok(table)
+}
+
+/// Fails the task when the states this executor holds, this one
+/// included, pass `--max-state-bytes`: a clear error naming the query,
+/// rather than an executor killed for memory.
+pub fn bound(
+    caches: &Caches,
+    task: &TaskAssignment,
+    table: &StateTable,
+) -> Result<(), ExecutorError> {
+    let held = caches.states.bytes_besides(&task.query_id, task.partition) + table.bytes();
+    if held as u64 > caches.max_state_bytes() {
+        return Err(ExecutorError::StateTooLarge {
+            query: task.query_name.clone(),
+            bytes: held as u64,
+            limit: caches.max_state_bytes(),
+        });
+    }
+    Ok(())
+}
+
+/// Where a reduce task's output goes: its state partition's part files.
+pub fn layout(files: &sluice_proto::FileSink, task: &TaskAssignment) -> Layout {
+    Layout {
+        format: files.format.clone(),
+        partition_by: files.partition_by.clone(),
+        max_file_bytes: files
+            .max_file_bytes
+            .unwrap_or(sluice_common::spec::DEFAULT_MAX_FILE_BYTES)
+            .max(1),
+        batch: task.batch_id,
+        partition: task.partition,
+    }
+}
+
+/// The state store at `location`, opened on first use.
+pub async fn open_store(caches: &Arc<Caches>, location: &str) -> Result<StateStore, ExecutorError> {
+    let (caches, location) = (caches.clone(), location.to_string());
+    tokio::task::spawn_blocking(move || caches.state_store(&location))
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
+}
+
+/// The bucket's partial rows, read from each map task's shuffle file in
+/// map order.
+pub async fn read_partials(
+    store: &StateStore,
+    batch: u64,
+    reduce: &ReduceTask,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>, ExecutorError> {
+    let mut rows = Vec::new();
+    for r in reduce.inputs.iter().filter(|r| r.length > 0) {
+        let bytes = store.read_shuffle(batch, r.map, r.offset, r.length).await?;
+        let what = format!(
+            "shuffle/{batch}/{:05}.arrow bytes {}+{}",
+            r.map, r.offset, r.length
+        );
+        rows.extend(codec::decode(bytes, schema, &what)?);
+    }
+    Ok(rows)
+}
+
+/// The state held, when its version is due a snapshot (every
+/// `snapshot_interval` batches): its version and rows.
+pub fn due(reduce: &ReduceTask, table: &StateTable) -> Option<(u64, RecordBatch)> {
+    let v = table.version?;
+    ((v + 1) % reduce.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
+}
+
+/// Writes a snapshot. The batch that made the state has committed, since a
+/// later batch is running; a failure costs a later reload more deltas,
+/// never a wrong answer.
+pub async fn snapshot(
+    store: &StateStore,
+    reduce: &ReduceTask,
+    p: u32,
+    due: Option<(u64, RecordBatch)>,
+) {
+    let Some((v, rows)) = due else { return };
+    let written = async {
+        let bytes = codec::encode(&rows.schema(), &[rows])?;
+        store
+            .write(&reduce.operator, p, StateFile::Snapshot(v), bytes)
+            .await?;
+        Ok::<_, ExecutorError>(())
+    };
+    if let Err(e) = written.await {
+        warn!(version = v, partition = p, error = %e, "state snapshot not written");
+    }
+}
+
+pub fn filter(
+    rows: &RecordBatch,
+    keep: &arrow_array::BooleanArray,
+) -> Result<RecordBatch, ExecutorError> {
+    arrow_select::filter::filter_record_batch(rows, keep)
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
+}
+
+/// The state rows whose window ends at or before the watermark: final.
+pub fn closed(
+    rows: &RecordBatch,
+    (column, end): (usize, WindowEnd),
+    watermark: i64,
+) -> Result<RecordBatch, ExecutorError> {
+    let fail =
+        |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("window end: {e}"));
+    let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
+    let key = rows.column(column);
+    let (ends, plus) = match end {
+        WindowEnd::Field => {
+            let s = key.as_struct_opt().ok_or_else(|| {
+                ExecutorError::TaskPanicked("a window key that is not a struct".into())
+            })?;
+            (arrow_cast::cast(s.column(1), &ms).map_err(fail)?, 0)
+        }
+        WindowEnd::Plus(d) => (arrow_cast::cast(key, &ms).map_err(fail)?, d),
+    };
+    let ends = ends.as_primitive::<TimestampMillisecondType>();
+    let keep: arrow_array::BooleanArray = ends
+        .iter()
+        .map(|e| Some(e.is_some_and(|e| e.saturating_add(plus) <= watermark)))
+        .collect();
+    filter(rows, &keep)
+}
+
+/// Writes the output rows as part files; returns the rows and files.
+pub async fn write(
+    caches: &Arc<Caches>,
+    path: &str,
+    layout: Layout,
+    schema: arrow_schema::SchemaRef,
+    output: Vec<RecordBatch>,
+) -> Result<(u64, Vec<sluice_proto::SinkFile>), ExecutorError> {
+    if output.iter().all(|b| b.num_rows() == 0) {
+        return Ok((0, Vec::new()));
+    }
+    let sink = output::open_sink(caches, path).await?;
+    let (tx, rx) = output::channel();
+    let emitter = tokio::task::spawn_blocking(move || {
+        let mut emitter = Emitter::new(layout, &schema, tx)?;
+        for b in &output {
+            if !emitter.write(b)? {
+                break;
+            }
+        }
+        emitter.finish()
+    });
+    let files = output::write_files(&sink, rx).await?;
+    let rows = emitter
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+    Ok((rows, files))
+}
