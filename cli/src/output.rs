@@ -24,7 +24,13 @@ pub fn progress_json(p: &BatchProgress) -> Value {
             "sink_commit": d.sink_commit,
             "commit": d.commit,
             "total": d.total,
+            "map": d.map,
+            "reduce": d.reduce,
         },
+        "state_rows_total": p.state_rows_total,
+        "state_bytes": p.state_bytes,
+        "watermark_ms": p.watermark_ms,
+        "rows_dropped_by_watermark": p.rows_dropped_by_watermark,
         "timestamp_ms": p.timestamp_ms,
         "epoch": p.epoch,
         "skipped_before": p.skipped_before,
@@ -35,11 +41,24 @@ pub fn progress_json(p: &BatchProgress) -> Value {
 /// One compact line per committed batch.
 pub fn progress_line(p: &BatchProgress) -> String {
     let d = p.duration_ms.unwrap_or_default();
-    let bad = if p.bad_records > 0 {
+    let mut bad = if p.bad_records > 0 {
         format!("  bad records {}", p.bad_records)
     } else {
         String::new()
     };
+    if p.state_bytes > 0 {
+        bad.push_str(&format!(
+            "  state {} rows {}",
+            p.state_rows_total,
+            human_bytes(p.state_bytes)
+        ));
+    }
+    if let Some(w) = p.watermark_ms {
+        bad.push_str(&format!("  watermark {w}"));
+    }
+    if p.rows_dropped_by_watermark > 0 {
+        bad.push_str(&format!("  late {}", p.rows_dropped_by_watermark));
+    }
     format!(
         "{} batch {:>6}  rows {:>9}  in {:>12.1} rows/s  processed {:>12.1} rows/s  \
          total {:>5} ms (offsets {}, wal {}, exec {}, sink {}, commit {})  epoch {}{bad}",
@@ -115,12 +134,39 @@ pub fn status_text(s: &QueryStatus) -> String {
         s.error,
     );
     if let Some(p) = &s.latest_progress {
+        if p.state_bytes > 0 {
+            out.push_str(&format!(
+                "state_size: {} rows, {} ({} bytes)\n",
+                p.state_rows_total,
+                human_bytes(p.state_bytes),
+                p.state_bytes
+            ));
+        }
+        if let Some(w) = p.watermark_ms {
+            out.push_str(&format!("watermark_ms: {w}\n"));
+        }
         out.push_str(&format!("latest_progress: {}\n", progress_line(p)));
     }
     if let Some(spec) = spec_json(s) {
         out.push_str(&format!("spec: {spec}\n"));
     }
     out
+}
+
+/// A byte count for people: `512 B`, `3.2 KiB`, `1.5 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }
 
 /// The `list` table: NAME ID STATE LAST_BATCH ERROR.
@@ -312,6 +358,30 @@ mod tests {
         assert_eq!(v["latest_progress"]["batch_id"], 7);
         assert_eq!(v["latest_progress"]["duration_ms"]["total"], 4);
         assert!(status_text(&s).contains("state: FAILED\n"));
+    }
+
+    #[test]
+    fn status_shows_the_state_size_and_watermark_of_a_stateful_query() {
+        let mut s = status();
+        let text = status_text(&s);
+        assert!(!text.contains("state_size:"), "{text}");
+        s.latest_progress = Some(BatchProgress {
+            state_rows_total: 1000,
+            state_bytes: 3 * 1024 * 1024 / 2,
+            watermark_ms: Some(1_700_000_000_000),
+            ..Default::default()
+        });
+        let text = status_text(&s);
+        assert!(
+            text.contains("state_size: 1000 rows, 1.5 MiB (1572864 bytes)"),
+            "{text}"
+        );
+        assert!(text.contains("watermark_ms: 1700000000000"), "{text}");
+        assert_eq!(
+            progress_json(s.latest_progress.as_ref().unwrap())["state_rows_total"],
+            1000
+        );
+        assert_eq!(human_bytes(512), "512 B");
     }
 
     #[test]

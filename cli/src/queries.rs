@@ -49,6 +49,17 @@ impl RateQuery {
         }
         spec.to_string()
     }
+
+    /// The spec text with `fields` (a JSON object) set at its top level:
+    /// a stateful query's `output_mode`, `watermark`, `state_partitions`.
+    pub fn spec_text_with(&self, fields: serde_json::Value) -> String {
+        let mut spec: serde_json::Value =
+            serde_json::from_str(&self.spec_text()).unwrap_or_default();
+        if let (Some(spec), serde_json::Value::Object(fields)) = (spec.as_object_mut(), fields) {
+            spec.extend(fields);
+        }
+        spec.to_string()
+    }
 }
 
 pub async fn submit(client: &mut Client, spec_text: &str) -> Result<SubmitResponse, CliError> {
@@ -149,5 +160,34 @@ mod tests {
         let spec = QuerySpec::parse(&q.spec_text()).unwrap();
         spec.validate().unwrap();
         assert_eq!(spec.rate().unwrap().total_rows, None);
+    }
+
+    #[test]
+    fn stateful_fields_are_set_at_the_top_level() {
+        let q = RateQuery {
+            name: "bench-windowed".into(),
+            partitions: 8,
+            rows_per_second: 1000,
+            total_rows: Some(30_000),
+            trigger_ms: 0,
+            max_rows_per_batch: None,
+            sink: "/tmp/out".into(),
+            sql: Some(
+                "SELECT value % 10 AS k, count(*) AS n FROM input GROUP BY value % 10".into(),
+            ),
+            format: "jsonl",
+        };
+        let text = q.spec_text_with(serde_json::json!({
+            "output_mode": "append",
+            "watermark": {"column": "timestamp_ms", "delay_ms": 500},
+        }));
+        let spec = QuerySpec::parse(&text).unwrap();
+        assert_eq!(
+            spec.output_mode,
+            Some(sluice_common::spec::OutputMode::Append)
+        );
+        assert_eq!(spec.watermark.as_ref().unwrap().delay_ms, 500);
+        assert_eq!(spec.rate().unwrap().rows_per_second, 1000);
+        assert_eq!(q.spec_text_with(serde_json::json!({})), q.spec_text());
     }
 }

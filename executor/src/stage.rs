@@ -11,7 +11,7 @@ use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use sluice_common::state::{StateFile, StateStore};
 use sluice_proto::{ReduceTask, TaskAssignment};
 use sluice_sql::WindowEnd;
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -39,9 +39,10 @@ pub async fn state(
         return Ok(empty);
     };
     let table = state::load(store, &reduce.operator, p, empty, v).await?;
-    debug!(
-        rows = table.len(),
+    info!(
+        partition = p,
         version = v,
+        rows = table.len(),
         "state reloaded from storage"
     );
     Ok(table)

@@ -85,3 +85,99 @@ pub fn assert_matches(
         "{name}: the sink differs from the oracle\n got {got:?}\nwant {want:?}"
     );
 }
+
+/// The end of a normalized row's window `w` (a `{start, end}` struct), in
+/// milliseconds since the epoch.
+pub fn window_end(row: &str) -> i64 {
+    let v: serde_json::Value = serde_json::from_str(row).expect("a JSON row");
+    let w: serde_json::Value =
+        serde_json::from_str(v["w"].as_str().expect("a window")).expect("a window object");
+    epoch_ms(w["end"].as_str().expect("a window end"))
+}
+
+/// Milliseconds since the epoch of a UTC timestamp as the jsonl sink
+/// writes it (`2023-11-14T22:13:20.5`).
+fn epoch_ms(s: &str) -> i64 {
+    let (date, time) = s.split_once('T').expect("a timestamp");
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().expect("a date"))
+        .collect();
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms.split(':').map(|x| x.parse().expect("a time")).collect();
+    let ms: i64 = format!("{frac:0<3}")[..3].parse().expect("milliseconds");
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    ((days * 24 + t[0]) * 60 + t[1]) * 60_000 + t[2] * 1000 + ms
+}
+
+/// An append-mode query over the rate source: each window (with `keys`)
+/// is emitted once, in a batch whose watermark had passed its end, and
+/// the windows the last watermark passed are the oracle's rows for them.
+/// `oracle_sql` computes the windows without Sluice's `window()`.
+pub async fn assert_append(
+    root: &Path,
+    name: &str,
+    sink: &Path,
+    oracle_sql: &str,
+    (rows_per_second, total): (u64, u64),
+    keys: &[&str],
+) {
+    let watermarks: BTreeMap<u64, Option<i64>> = crate::offset_records(root, name)
+        .iter()
+        .map(|o| (o.batch_id, o.watermark_ms))
+        .collect();
+    let last = watermarks
+        .values()
+        .last()
+        .copied()
+        .flatten()
+        .expect("a watermark");
+    let got = batches(sink).await;
+    let mut emitted = std::collections::BTreeSet::new();
+    for (batch, rows) in got.iter().filter(|(_, rows)| !rows.is_empty()) {
+        let wm = watermarks[batch].expect("append emits only behind a watermark");
+        for r in rows {
+            assert!(
+                window_end(r) <= wm,
+                "{name}: batch {batch} emits {r} before the watermark {wm} passes its end"
+            );
+            assert!(
+                emitted.insert(key_of(r, keys)),
+                "{name}: {r} is emitted twice"
+            );
+        }
+    }
+    let start = crate::oracle::rate_start_ms(root, name);
+    let input = crate::oracle::rate_input(start, rows_per_second, total);
+    let want: Vec<String> = oracle(oracle_sql, input, &[])
+        .await
+        .into_iter()
+        .filter(|r| window_end(r) <= last)
+        .collect();
+    assert_matches(name, "distinct", &got, keys, &want);
+}
+
+/// An update-mode query over the rate source: the latest row of each key
+/// is the oracle's row.
+pub async fn assert_update(
+    root: &Path,
+    name: &str,
+    sink: &Path,
+    sql: &str,
+    (rows_per_second, total): (u64, u64),
+    keys: &[&str],
+) {
+    let start = crate::oracle::rate_start_ms(root, name);
+    let input = crate::oracle::rate_input(start, rows_per_second, total);
+    let want = oracle(sql, input, &[]).await;
+    assert_matches(name, "update", &batches(sink).await, keys, &want);
+}

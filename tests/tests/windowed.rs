@@ -3,13 +3,12 @@
 //! watermark passes its end), update mode with state evicted behind the
 //! watermark, and late rows dropped and counted.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use sluice_tests::inputs::{self, rows};
 use sluice_tests::oracle::{rate_input, rate_start_ms};
-use sluice_tests::stateful::{assert_matches, batches, key_of, latest, oracle};
-use sluice_tests::{Cluster, QueryState, Spec, offset_records};
+use sluice_tests::stateful::{assert_append, assert_matches, batches, latest, oracle};
+use sluice_tests::{Cluster, QueryState, Spec};
 
 const RPS: u64 = 20_000;
 const TOTAL: u64 = 60_000;
@@ -22,34 +21,6 @@ const SLIDING: &str = "SELECT hop(timestamp_ms, '1 second', '500 milliseconds') 
 const SLIDING_ORACLE: &str = "SELECT named_struct('start', s, 'end', s + INTERVAL '1 second') AS w, count(*) AS n FROM (SELECT unnest(make_array(date_bin(INTERVAL '500 milliseconds', timestamp_ms) - INTERVAL '500 milliseconds', date_bin(INTERVAL '500 milliseconds', timestamp_ms))) AS s FROM input) GROUP BY s";
 
 const BOUNDED: &str = "SELECT window(timestamp_ms, '200 milliseconds') AS w, value % 10 AS k, count(*) AS n FROM input GROUP BY window(timestamp_ms, '200 milliseconds'), value % 10";
-
-/// The end of a normalized row's window, in milliseconds.
-fn window_end(row: &str) -> i64 {
-    let v: serde_json::Value = serde_json::from_str(row).unwrap();
-    let w: serde_json::Value = serde_json::from_str(v["w"].as_str().unwrap()).unwrap();
-    chrono_free_parse(w["end"].as_str().unwrap())
-}
-
-/// Milliseconds since the epoch of `2023-11-14T22:13:20.123` (UTC).
-fn chrono_free_parse(s: &str) -> i64 {
-    let (date, time) = s.split_once('T').unwrap();
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms.split(':').map(|x| x.parse().unwrap()).collect();
-    let ms: i64 = format!("{frac:0<3}")[..3].parse().unwrap();
-    // Days from civil (Howard Hinnant's algorithm).
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 24 + t[0]) * 60 + t[1]) * 60_000 + t[2] * 1000 + ms
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_are_emitted_once_final_and_state_stays_bounded() {
@@ -103,38 +74,16 @@ async fn windows_are_emitted_once_final_and_state_stays_bounded() {
     // Append: each window once, with its final value, in a batch whose
     // watermark has passed its end; every window the last watermark
     // passed is there.
-    let plans = offset_records(&root, "append");
-    let watermarks: BTreeMap<u64, Option<i64>> =
-        plans.iter().map(|o| (o.batch_id, o.watermark_ms)).collect();
-    let last = watermarks
-        .values()
-        .last()
-        .copied()
-        .flatten()
-        .expect("a watermark");
-    let got = batches(&cluster.sink_path("append")).await;
-    let mut emitted = BTreeSet::new();
-    for (batch, rows) in got.iter().filter(|(_, rows)| !rows.is_empty()) {
-        let wm = watermarks[batch].expect("append emits only behind a watermark");
-        for r in rows {
-            assert!(
-                window_end(r) <= wm,
-                "batch {batch} emits {r} before the watermark {wm} passes its end"
-            );
-            assert!(
-                emitted.insert(key_of(r, &["w", "k"])),
-                "{r} is emitted twice"
-            );
-        }
-    }
-    let input = rate_input(rate_start_ms(&root, "append"), RPS, TOTAL);
-    let want: Vec<String> = oracle(APPEND_ORACLE, input.clone(), &[])
-        .await
-        .into_iter()
-        .filter(|r| window_end(r) <= last)
-        .collect();
-    assert!(want.len() >= 40, "most windows close: {}", want.len());
-    assert_matches("append", "distinct", &got, &["w", "k"], &want);
+    let sink = cluster.sink_path("append");
+    assert_append(
+        &root,
+        "append",
+        &sink,
+        APPEND_ORACLE,
+        (RPS, TOTAL),
+        &["w", "k"],
+    )
+    .await;
 
     // Sliding, update mode: the latest row of each window is its final
     // value (no row is late, so eviction loses nothing).

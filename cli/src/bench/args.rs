@@ -18,6 +18,9 @@ pub enum Scenario {
     SqlStateless,
     Files,
     Partitions,
+    Stateful,
+    Windowed,
+    StateRecovery,
 }
 
 /// A file sink format a scenario writes.
@@ -45,10 +48,11 @@ pub struct BenchArgs {
     /// Print compact JSON on one line (the default is pretty-printed JSON).
     #[arg(long)]
     pub json: bool,
-    /// throughput, sql-stateless: total rows.
+    /// throughput, sql-stateless, stateful, windowed: total rows (windowed:
+    /// they span 30 s of event time).
     #[arg(long, default_value_t = 20_000_000)]
     pub rows: u64,
-    /// throughput, sql-stateless: the cap on rows per batch.
+    /// throughput, sql-stateless, stateful, windowed: the cap on rows per batch.
     #[arg(long, default_value_t = 4_000_000)]
     pub max_rows_per_batch: u64,
     /// overhead, partitions: the number of batches (default 200 overhead,
@@ -73,10 +77,22 @@ pub struct BenchArgs {
     /// failover: how many SIGTERM handovers.
     #[arg(long, default_value_t = 10)]
     pub handovers: u32,
-    /// Source partitions (default: 8 throughput and sql-stateless, 2
-    /// overhead, 1024 partitions, 4 recovery and failover).
+    /// Source partitions (default: 8 throughput, sql-stateless and the
+    /// stateful scenarios, 2 overhead, 1024 partitions, 4 recovery and
+    /// failover).
     #[arg(long)]
     pub partitions: Option<u32>,
+    /// windowed, state-recovery: distinct group keys (default: 100000
+    /// windowed, 1000000 state-recovery).
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// windowed: the tumbling window's size, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub window_ms: u64,
+    /// windowed: the watermark's delay behind the latest event time, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    pub watermark_ms: u64,
 }
 
 /// The number of cores the benchmark can use.

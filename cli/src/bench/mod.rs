@@ -9,8 +9,11 @@
 //! | `sql-stateless`, `files` | `sql.rs`: SQL over the rate and file sources |
 //! | `recovery` | `recovery.rs`: a driver child process killed and restarted |
 //! | `failover` | `failover.rs`: etcd and two drivers |
+//! | `stateful`, `windowed` | `stateful.rs`: GROUP BY over the rate source, in update and append mode |
+//! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
 //!
-//! The flags are in `args.rs`, the in-process cluster in `cluster.rs`.
+//! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
+//! stateful scenarios' sink checks in `state_check.rs`.
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +29,9 @@ mod failover;
 mod latency;
 mod recovery;
 mod sql;
+mod state_check;
+mod state_recovery;
+mod stateful;
 
 pub use args::{BenchArgs, Scenario};
 use args::{UNBOUNDED_RPS, cores, workdir};
@@ -41,6 +47,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Files => sql::files(&args, &shutdown).await,
         Scenario::Recovery => recovery::run(&args, &shutdown).await,
         Scenario::Failover => failover::run(&args, &shutdown).await,
+        Scenario::Stateful => stateful::stateful(&args, &shutdown).await,
+        Scenario::Windowed => stateful::windowed(&args, &shutdown).await,
+        Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

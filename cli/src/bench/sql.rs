@@ -130,7 +130,7 @@ pub async fn files(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Re
 /// A run's rates: input rows per second from submit to FINISHED, and the
 /// median of the batches' own processed rows per second (Spark's
 /// `processedRowsPerSecond`: a batch's input rows over its duration).
-fn rates(run: &Run, rows: u64) -> Value {
+pub fn rates(run: &Run, rows: u64) -> Value {
     let processed: Vec<f64> = run
         .batches
         .values()

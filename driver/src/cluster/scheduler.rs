@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::identity::{self, Admit};
-use super::placement::{Capacity, place};
+use super::placement::{Capacity, Want, place};
 use crate::leader::lease::LeaseClock;
 use crate::metrics::Metrics;
 
@@ -91,6 +91,17 @@ struct Executor {
     last_heartbeat: Instant,
 }
 
+/// A submitted attempt not yet dispatched.
+struct Pending {
+    task: pb::TaskAssignment,
+    reply: oneshot::Sender<TaskOutcome>,
+    since: Instant,
+}
+
+/// How long a task waits for the busy executor that holds its state
+/// before it goes elsewhere and reloads the state there.
+const LOCALITY_WAIT: Duration = Duration::from_millis(1000);
+
 struct Running {
     key: u64,
     reply: oneshot::Sender<TaskOutcome>,
@@ -104,7 +115,7 @@ struct Actor {
     timeout: Duration,
     metrics: Metrics,
     executors: HashMap<u64, Executor>,
-    pending: VecDeque<(pb::TaskAssignment, oneshot::Sender<TaskOutcome>)>,
+    pending: VecDeque<Pending>,
     running: HashMap<String, Running>,
     /// The last conflict over each executor id (see [`identity`]).
     conflicts: HashMap<String, String>,
@@ -227,7 +238,10 @@ impl Scheduler {
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Event>, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval((self.timeout / 4).max(Duration::from_millis(50)));
+        // Often enough that a task that waited for its state's executor
+        // is placed soon after its wait ends.
+        let tick_every = (self.timeout / 4).clamp(Duration::from_millis(50), LOCALITY_WAIT / 4);
+        let mut tick = tokio::time::interval(tick_every);
         loop {
             tokio::select! {
                 biased;
@@ -254,7 +268,11 @@ impl Actor {
             }
             Event::Result { key, result } => self.complete(key, result),
             Event::Detached { key, reason } => self.lose(key, &reason),
-            Event::Submit { task, reply } => self.pending.push_back((*task, reply)),
+            Event::Submit { task, reply } => self.pending.push_back(Pending {
+                task: *task,
+                reply,
+                since: Instant::now(),
+            }),
             Event::Cancel { task_id } => self.withdraw(&task_id),
             Event::Snapshot { reply } => {
                 let now = Instant::now();
@@ -379,7 +397,7 @@ impl Actor {
     }
 
     fn withdraw(&mut self, task_id: &str) {
-        self.pending.retain(|(t, _)| t.task_id != task_id);
+        self.pending.retain(|p| p.task.task_id != task_id);
         if let Some(run) = self.running.remove(task_id)
             && let Some(e) = self.executors.get_mut(&run.key)
         {
@@ -408,7 +426,7 @@ impl Actor {
     }
 
     fn dispatch(&mut self) {
-        self.pending.retain(|(_, reply)| !reply.is_closed());
+        self.pending.retain(|p| !p.reply.is_closed());
         if self.pending.is_empty() || self.lease.as_ref().is_some_and(|l| !l.fresh()) {
             return;
         }
@@ -421,24 +439,38 @@ impl Actor {
                 running: e.running.len() as u32,
             })
             .collect();
-        let prefer: Vec<Option<u64>> = self
+        let now = Instant::now();
+        let wants: Vec<Want> = self
             .pending
             .iter()
-            .map(|(t, _)| {
-                let holder = self.holders.get(&affinity(t)?)?;
-                self.executors
-                    .iter()
-                    .find(|(_, e)| &e.id == holder)
-                    .map(|(k, _)| *k)
+            .map(|p| {
+                let prefer = affinity(&p.task)
+                    .and_then(|a| self.holders.get(&a))
+                    .and_then(|holder| {
+                        self.executors
+                            .iter()
+                            .find(|(_, e)| &e.id == holder)
+                            .map(|(k, _)| *k)
+                    });
+                Want {
+                    prefer,
+                    wait: now.duration_since(p.since) < LOCALITY_WAIT,
+                }
             })
             .collect();
-        for key in place(&prefer, &caps) {
-            let Some((task, reply)) = self.pending.pop_front() else {
-                break;
+        let placed = place(&wants, &caps);
+        let mut waiting = VecDeque::with_capacity(self.pending.len());
+        let pending = std::mem::take(&mut self.pending);
+        for (p, key) in pending.into_iter().zip(placed) {
+            let Some(key) = key else {
+                waiting.push_back(p);
+                continue;
             };
             let Some(e) = self.executors.get_mut(&key) else {
-                break;
+                waiting.push_back(p);
+                continue;
             };
+            let Pending { task, reply, .. } = p;
             let task_id = task.task_id.clone();
             let affinity = affinity(&task);
             let msg = pb::DriverMessage {
@@ -447,7 +479,7 @@ impl Actor {
             if e.tx.try_send(Ok(msg)).is_err() {
                 let _ = reply.send(TaskOutcome::Lost(format!("executor {} unreachable", e.id)));
                 self.lose(key, "its stream is closed or full");
-                return;
+                continue;
             }
             debug!(task = %task_id, executor = %e.id, "task dispatched");
             e.running.push(task_id.clone());
@@ -460,5 +492,6 @@ impl Actor {
                 },
             );
         }
+        self.pending = waiting;
     }
 }

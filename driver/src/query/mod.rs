@@ -13,6 +13,7 @@ pub mod conflict;
 pub mod ctx;
 pub mod entry;
 pub mod registry;
+pub mod retention;
 pub mod retry;
 pub mod runner;
 pub mod stages;

@@ -153,7 +153,7 @@ async fn drive(
         next = offsets.batch_id + 1;
         committed = Some(offsets.source.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
-        purge_old(&ctx, offsets.batch_id);
+        super::retention::after_commit(&ctx, offsets.batch_id);
         cleaner.after_commit(&ctx, offsets.batch_id);
     }
 }
@@ -350,19 +350,4 @@ async fn plan_next(
         };
         return Ok(Some((stored, timings)));
     }
-}
-
-/// Deletes old log entries in the background, off the batch's critical path.
-fn purge_old(ctx: &Ctx, committed: u64) {
-    let retain = ctx.driver.config.retain_batches;
-    if !committed.is_multiple_of(10) || committed < retain {
-        return;
-    }
-    let qc = ctx.qc.clone();
-    let keep_from = committed + 1 - retain;
-    ctx.term.tasks.spawn(async move {
-        if let Err(e) = qc.purge_before(keep_from).await {
-            warn!(error = %e, keep_from, "purging old batches failed; will try again later");
-        }
-    });
 }

@@ -1,0 +1,46 @@
+//! Retention: what a query's checkpoint no longer needs, deleted in the
+//! background every ten batches, never on a batch's critical path.
+//!
+//! - `offsets/N` and `commits/N` older than the last `retain_batches`;
+//! - state files that no version from the oldest retained batch on needs
+//!   to be rebuilt (see `sluice_common::state::expired`);
+//! - shuffle files of committed batches that a crash left behind.
+
+use sluice_common::state::StateStore;
+use tracing::warn;
+
+use super::ctx::Ctx;
+
+/// After batch `committed` commits: starts the purge when it is due.
+pub fn after_commit(ctx: &Ctx, committed: u64) {
+    let retain = ctx.driver.config.retain_batches;
+    if !committed.is_multiple_of(10) {
+        return;
+    }
+    let qc = ctx.qc.clone();
+    let keep_from = (committed + 1).saturating_sub(retain);
+    let stateful = ctx.stateful.clone();
+    ctx.term.tasks.spawn(async move {
+        if keep_from > 0
+            && let Err(e) = qc.purge_before(keep_from).await
+        {
+            warn!(error = %e, keep_from, "purging old batches failed; will try again later");
+        }
+        let Some(stateful) = stateful else { return };
+        let purged = async {
+            let store = StateStore::open(&stateful.checkpoint)?;
+            for p in store.partitions(stateful.operator).await? {
+                store.retain(stateful.operator, p, keep_from).await?;
+            }
+            for b in store.shuffled_batches().await? {
+                if b <= committed {
+                    store.remove_shuffle(b).await?;
+                }
+            }
+            Ok::<_, sluice_common::Error>(())
+        };
+        if let Err(e) = purged.await {
+            warn!(error = %e, keep_from, "purging old state failed; will try again later");
+        }
+    });
+}

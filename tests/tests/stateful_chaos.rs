@@ -1,0 +1,160 @@
+//! The stateful oracle through chaos. Two stateful queries run over the
+//! rate source, a running aggregate in update mode and windows in append
+//! mode, while the driver is SIGKILLed mid-batch, an executor is SIGKILLed
+//! while a batch's reduce tasks run (the state it held is lost), and both
+//! are SIGKILLed at once; each is restarted in place. The seeded rng
+//! picks the order and the timing (replay with `SLUICE_TEST_SEED=N`).
+//!
+//! Afterwards, against DataFusion over all of the input in one piece:
+//! - update mode: the latest row of each group is the group's final
+//!   value, so no batch was counted twice or lost from the state;
+//! - append mode: each window was emitted exactly once, with its final
+//!   value, in a batch whose watermark had passed its end;
+//! - a state was rebuilt from storage (snapshot and deltas) after a kill;
+//! - commit epochs never decrease.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sluice_tests::ha::wait_batch_in_flight;
+use sluice_tests::stateful::{assert_append, assert_update};
+use sluice_tests::{
+    Cluster, DriverOpts, QueryState, READY_TIMEOUT, Spec, assert_epochs_non_decreasing,
+    latest_entry, query_dir, test_rng,
+};
+
+const RPS: u64 = 10_000;
+const TOTAL: u64 = 80_000;
+
+const COUNTS: &str = "SELECT value % 500 AS k, count(*) AS n, sum(value) AS s, max(value) AS hi FROM input GROUP BY value % 500";
+const WINDOWS: &str = "SELECT window(timestamp_ms, '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY window(timestamp_ms, '500 milliseconds'), value % 20";
+const WINDOWS_ORACLE: &str = "SELECT named_struct('start', date_bin(INTERVAL '500 milliseconds', timestamp_ms), 'end', date_bin(INTERVAL '500 milliseconds', timestamp_ms) + INTERVAL '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY 1, 2";
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kill {
+    Driver,
+    Executor,
+    Both,
+}
+
+/// Waits until the latest planned batch of `query` has begun its reduce
+/// stage: a state delta of it exists, and it has not committed.
+async fn wait_reduce_in_flight(root: &Path, query: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let state = query_dir(root, query).join("state/aggregate");
+    while Instant::now() < deadline {
+        let planned = latest_entry(root, query, "offsets").map(|e| e.0);
+        let committed = latest_entry(root, query, "commits").map(|e| e.0);
+        if let Some(n) = planned.filter(|&n| Some(n) != committed) {
+            let delta = format!("{}.delta", sluice_common::checkpoint::padded(n));
+            let started = sluice_tests::files_under(&state)
+                .iter()
+                .any(|f| f.ends_with(&delta));
+            if started {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateful_queries_are_exact_through_driver_and_executor_kills() {
+    let mut rng = test_rng();
+    let cluster = Cluster::new("stateful-chaos");
+    let driver = cluster.start_driver_with(DriverOpts {
+        extra_args: vec!["--max-rows-per-task".into(), "1000".into()],
+        ..DriverOpts::default()
+    });
+    driver.wait_ready(READY_TIMEOUT).await;
+    let drivers = driver.addr().to_string();
+    let victim = cluster.start_executor(&drivers);
+    let survivor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    let queries = [
+        ("counts", COUNTS, "output_mode: update"),
+        ("windows", WINDOWS, "output_mode: append"),
+    ];
+    for (name, sql, mode) in queries {
+        let spec = Spec::new(name, &cluster.sink_path(name))
+            .partitions(4)
+            .rows_per_second(RPS)
+            .total_rows(TOTAL)
+            .max_rows_per_batch(4000)
+            .interval_ms(0)
+            .sql(sql)
+            .with(mode)
+            .with("watermark: {column: timestamp_ms, delay_ms: 200}")
+            .with("state_partitions: 4")
+            .with("snapshot_interval: 3");
+        client.submit(&spec.to_yaml()).await.expect("submit");
+    }
+    let root = cluster.checkpoint_root();
+
+    let mut kills = [Kill::Driver, Kill::Executor, Kill::Both];
+    let i = rng.between(0, 2) as usize;
+    kills.swap(0, i);
+    for (k, kill) in kills.iter().enumerate() {
+        client
+            .wait_committed("counts", 3 * k as i64 + 2, Duration::from_secs(30))
+            .await;
+        let hit = match kill {
+            Kill::Executor => wait_reduce_in_flight(&root, "counts", Duration::from_secs(20)).await,
+            _ => wait_batch_in_flight(&root, "counts", Duration::from_secs(20)).await,
+        };
+        assert!(hit, "kill {k}: no batch in flight");
+        tokio::time::sleep(rng.millis(0, 20)).await;
+        if matches!(kill, Kill::Driver | Kill::Both) {
+            driver.kill();
+        }
+        if matches!(kill, Kill::Executor | Kill::Both) {
+            victim.kill();
+        }
+        let planned = latest_entry(&root, "counts", "offsets").map(|e| e.0);
+        eprintln!("kill {k}: {kill:?} with batch {planned:?} planned");
+        tokio::time::sleep(rng.millis(0, 300)).await;
+        if matches!(kill, Kill::Executor | Kill::Both) {
+            victim.restart();
+        }
+        if matches!(kill, Kill::Driver | Kill::Both) {
+            driver.restart_ready().await;
+        }
+    }
+    for (name, _, _) in queries {
+        let status = client
+            .wait_state(name, QueryState::Finished, Duration::from_secs(120))
+            .await;
+        assert!(status.error.is_empty(), "{name}: {status:#?}");
+        assert_epochs_non_decreasing(&root, name);
+    }
+    assert_eq!(driver.starts(), 3, "the driver ran three times");
+    assert!(survivor.is_running(), "the other executor stayed up");
+
+    // Update mode: the latest row of each group is its final value.
+    let rate = (RPS, TOTAL);
+    let sink = cluster.sink_path("counts");
+    assert_update(&root, "counts", &sink, COUNTS, rate, &["k"]).await;
+    // Append mode: each window once, final, behind the watermark.
+    let sink = cluster.sink_path("windows");
+    assert_append(&root, "windows", &sink, WINDOWS_ORACLE, rate, &["w", "k"]).await;
+
+    // A lost executor cost a reload from storage.
+    let reloads: usize = [victim.log_path(), survivor.log_path()]
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("state reloaded from storage"))
+                .count()
+        })
+        .sum();
+    eprintln!("state reloads: {reloads}");
+    assert!(reloads > 0, "a state was rebuilt from storage after a kill");
+    let snapshots = sluice_tests::files_under(&query_dir(&root, "counts").join("state"))
+        .iter()
+        .filter(|f| f.to_string_lossy().ends_with(".snapshot"))
+        .count();
+    assert!(snapshots > 0, "snapshots were written");
+}
