@@ -92,7 +92,10 @@ pub fn window_end(row: &str) -> i64 {
     let v: serde_json::Value = serde_json::from_str(row).expect("a JSON row");
     let w: serde_json::Value =
         serde_json::from_str(v["w"].as_str().expect("a window")).expect("a window object");
-    epoch_ms(w["end"].as_str().expect("a window end"))
+    match &w["end"] {
+        serde_json::Value::Number(n) => n.as_i64().expect("milliseconds"),
+        other => epoch_ms(other.as_str().expect("a window end")),
+    }
 }
 
 /// Milliseconds since the epoch of a UTC timestamp as the jsonl sink
