@@ -29,6 +29,8 @@ pub struct Caches {
     stores: Mutex<HashMap<String, StateStore>>,
     /// Stateful queries' partitions held in memory.
     pub states: States,
+    /// Work that outlives a task, off its path: state snapshots.
+    pub background: tokio_util::task::TaskTracker,
     /// The most state bytes held at once (`--max-state-bytes`); 0 is
     /// unbounded.
     max_state_bytes: u64,

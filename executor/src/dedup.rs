@@ -86,7 +86,13 @@ pub async fn run(
         keys.len(),
     )
     .await?;
-    let snapshot = stage::snapshot(&store, reduce, task.partition, stage::due(reduce, &table));
+    stage::snapshot(
+        &caches,
+        &store,
+        reduce,
+        task.partition,
+        stage::due(reduce, &table),
+    );
     let work = async {
         let within = i64::try_from(dedup.within_ms).unwrap_or(i64::MAX);
         let candidates = state_rows(&rows, &keys, time, within, &state_schema)?;
@@ -124,8 +130,7 @@ pub async fn run(
         let layout = stage::layout(files, task);
         stage::write(&caches, &files.path, layout, schema.clone(), vec![emitted]).await
     };
-    let (written, ()) = tokio::join!(work, snapshot);
-    let (rows, files) = written?;
+    let (rows, files) = work.await?;
     let out = TaskOutput {
         rows,
         files,

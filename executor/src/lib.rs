@@ -59,6 +59,9 @@ pub(crate) struct Shared {
 /// Runs one executor until `shutdown` is cancelled, then drains (up to
 /// [`session::DRAIN_TIMEOUT`]) and returns. A driver that is down or not the
 /// leader never makes this return; only an invalid `config` does.
+/// How long a shutdown waits for state snapshots being written.
+const SNAPSHOT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<(), ExecutorError> {
     let config = config.validated()?;
     tracing::info!(
@@ -78,6 +81,19 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         config,
     });
     let result = connection::serve(shared.clone(), shutdown).await;
+    // Snapshots being written get a moment to finish; one cut short is
+    // only a snapshot fewer (a later reload reads more deltas).
+    let background = &shared.sinks.background;
+    background.close();
+    if tokio::time::timeout(SNAPSHOT_GRACE, background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = background.len(),
+            "state snapshots abandoned at shutdown"
+        );
+    }
     tracing::info!(executor = %shared.config.id, "executor stopped");
     result
 }

@@ -63,7 +63,7 @@ pub async fn run(
     let partials = stage::read_partials(&store, task.batch_id, reduce, &schema).await?;
     let (query, p) = (&task.query_id, task.partition);
     let mut table = stage::state(&caches, &store, task, reduce, schema, agg.key_columns()).await?;
-    let snapshot = stage::snapshot(&store, reduce, p, stage::due(reduce, &table));
+    stage::snapshot(&caches, &store, reduce, p, stage::due(reduce, &table));
 
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let window = agg.window();
@@ -116,8 +116,7 @@ pub async fn run(
         let layout = stage::layout(files, task);
         stage::write(&caches, &files.path, layout, agg.output_schema(), output).await
     };
-    let (written, ()) = tokio::join!(work, snapshot);
-    let (rows, files) = written?;
+    let (rows, files) = work.await?;
     let out = TaskOutput {
         rows,
         files,

@@ -170,7 +170,10 @@ async fn update_mode_emits_the_changed_groups_with_their_running_values() {
         assert_eq!(state_rows, 10);
         assert!(outs.iter().all(|o| o.state_bytes > 0));
     }
-    // Version 1 was due a snapshot, written while batch 2 ran.
+    // Version 1 was due a snapshot, written in the background while
+    // batch 2 ran.
+    caches.background.close();
+    caches.background.wait().await;
     let snapshots = files(&ckpt.join("state"))
         .into_keys()
         .filter(|k| k.ends_with(".snapshot"))

@@ -116,26 +116,36 @@ pub fn due(reduce: &ReduceTask, table: &StateTable) -> Option<(u64, RecordBatch)
     ((v + 1) % reduce.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
 }
 
-/// Writes a snapshot. The batch that made the state has committed, since a
-/// later batch is running; a failure costs a later reload more deltas,
-/// never a wrong answer.
-pub async fn snapshot(
+/// Writes a snapshot in the background, off the batch's path: a task the
+/// executor owns (see [`Caches::background`]), which a shutdown waits for
+/// briefly. The batch that made the state has committed, since a later
+/// batch is running; a snapshot that is never written costs a later reload
+/// more deltas, never a wrong answer.
+pub fn snapshot(
+    caches: &Caches,
     store: &StateStore,
     reduce: &ReduceTask,
     p: u32,
     due: Option<(u64, RecordBatch)>,
 ) {
     let Some((v, rows)) = due else { return };
-    let written = async {
-        let bytes = codec::encode(&rows.schema(), &[rows])?;
-        store
-            .write(&reduce.operator, p, StateFile::Snapshot(v), bytes)
-            .await?;
-        Ok::<_, ExecutorError>(())
+    let (store, operator) = (store.clone(), reduce.operator.clone());
+    let span = tracing::info_span!("snapshot", partition = p, version = v);
+    let write = async move {
+        let written = async {
+            let bytes = codec::encode(&rows.schema(), &[rows])?;
+            store
+                .write(&operator, p, StateFile::Snapshot(v), bytes)
+                .await?;
+            Ok::<_, ExecutorError>(())
+        };
+        if let Err(e) = written.await {
+            warn!(error = %e, "state snapshot not written");
+        }
     };
-    if let Err(e) = written.await {
-        warn!(version = v, partition = p, error = %e, "state snapshot not written");
-    }
+    caches
+        .background
+        .spawn(tracing::Instrument::instrument(write, span));
 }
 
 pub fn filter(

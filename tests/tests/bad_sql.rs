@@ -215,3 +215,36 @@ async fn a_changed_grouping_key_or_state_partition_count_is_refused() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("state_partitions"), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_past_max_state_bytes_fails_the_query_naming_it_and_the_size() {
+    let cluster = Cluster::new("state-bound");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor_with(
+        &drivers,
+        sluice_tests::ExecutorOpts {
+            extra_args: vec!["--max-state-bytes".into(), "200000".into()],
+            ..Default::default()
+        },
+    );
+    // 20 000 keys hold far more than 200 kB of state.
+    let spec = Spec::new("wide", &cluster.sink_path("wide"))
+        .total_rows(40_000)
+        .rows_per_second(1_000_000)
+        .interval_ms(0)
+        .sql("SELECT value % 20000 AS k, count(*) AS n FROM input GROUP BY value % 20000")
+        .with("state_partitions: 1");
+    let mut client = cluster.client(&drivers);
+    client.submit(&spec.to_yaml()).await.expect("submit");
+    let status = client
+        .wait_state("wide", QueryState::Failed, Duration::from_secs(60))
+        .await;
+    for wanted in ["query wide", "bytes", "--max-state-bytes 200000"] {
+        assert!(status.error.contains(wanted), "{wanted}: {}", status.error);
+    }
+    assert_eq!(
+        status.last_committed_batch, -1,
+        "nothing past the bound committed"
+    );
+}
