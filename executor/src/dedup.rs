@@ -19,15 +19,12 @@ use std::time::Instant;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow_select::concat::concat_batches;
-use sluice_common::state::StateFile;
-use sluice_proto::{TaskAssignment, TaskOutput, sink};
+use sluice_proto::{TaskAssignment, TaskOutput};
 use sluice_sql::WindowEnd;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::stage;
-use crate::state::codec;
-use crate::state::table::Change;
 
 /// The column of a dedup state row that holds its expiry.
 const EXPIRES: &str = "__sluice_expires";
@@ -51,19 +48,16 @@ pub async fn run(
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
     let malformed = |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-    let (Some(reduce), Some(plan), Some(dedup), Some(event)) =
-        (&task.reduce, &task.plan, &task.dedup, &task.event_time)
-    else {
-        return Err(malformed(
-            "a dedup task needs reduce, plan, dedup and event_time",
-        ));
+    let (Some(dedup), Some(event)) = (&task.dedup, &task.event_time) else {
+        return Err(malformed("a dedup task needs dedup and event_time"));
     };
-    let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
-        return Err(malformed("missing sink"));
-    };
-    let input_schema =
-        sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
-    let tables = crate::cache::tables(&caches, &plan.tables).await?;
+    let stage::Assigned {
+        reduce,
+        plan,
+        files,
+        input_schema,
+        tables,
+    } = stage::assigned(task, &caches).await?;
     let empty = Box::pin(futures::stream::empty());
     // Planned, not run: the schema of the rows the map tasks shuffled.
     let schema = sluice_sql::run(&plan.sql, input_schema, empty, &tables)
@@ -98,34 +92,13 @@ pub async fn run(
         let candidates = state_rows(&rows, &keys, time, within, &state_schema)?;
         let first = table.first_new(&candidates)?;
         let emitted = stage::filter(&rows, &first)?;
-        let none = RecordBatch::new_empty(state_schema.clone());
-        let added = Change {
-            upserts: stage::filter(&candidates, &first)?,
-            deletes: none.clone(),
+        let added = stage::filter(&candidates, &first)?;
+        let expiry = (keys.len(), WindowEnd::Plus(0));
+        let evict = |rows: &RecordBatch| match event.watermark_ms {
+            Some(wm) => stage::closed(rows, expiry, wm).map(Some),
+            None => Ok(None),
         };
-        table.apply(&added, task.batch_id)?;
-        let expired = match event.watermark_ms {
-            Some(wm) => stage::closed(table.rows(), (keys.len(), WindowEnd::Plus(0)), wm)?,
-            None => none.clone(),
-        };
-        let evict = Change {
-            upserts: none,
-            deletes: expired,
-        };
-        table.apply(&evict, task.batch_id)?;
-        let change = Change {
-            upserts: added.upserts,
-            deletes: evict.deletes,
-        };
-        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
-        store
-            .write(
-                &reduce.operator,
-                task.partition,
-                StateFile::Delta(task.batch_id),
-                delta,
-            )
-            .await?;
+        stage::advance(&mut table, &store, task, reduce, added, evict).await?;
         stage::bound(&caches, task, &table)?;
         let layout = stage::layout(files, task);
         stage::write(&caches, &files.path, layout, schema.clone(), vec![emitted]).await

@@ -21,15 +21,13 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use arrow_select::concat::concat_batches;
 use sluice_common::spec::OutputMode;
-use sluice_common::state::StateFile;
-use sluice_proto::{TaskAssignment, TaskOutput, sink};
+use sluice_proto::{TaskAssignment, TaskOutput};
 use sluice_sql::Aggregation;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::stage;
-use crate::state::codec;
-use crate::state::table::{Change, StateTable};
+use crate::state::table::StateTable;
 
 /// Runs a reduce task.
 pub async fn run(
@@ -38,22 +36,15 @@ pub async fn run(
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
     let malformed = |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-    let reduce = task
-        .reduce
-        .as_ref()
-        .ok_or_else(|| malformed("missing reduce"))?;
-    let plan = task
-        .plan
-        .as_ref()
-        .ok_or_else(|| malformed("missing plan"))?;
+    let stage::Assigned {
+        reduce,
+        plan,
+        files,
+        input_schema,
+        tables,
+    } = stage::assigned(task, &caches).await?;
     let mode =
         OutputMode::parse(&reduce.output_mode).ok_or_else(|| malformed("unknown output mode"))?;
-    let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
-        return Err(malformed("missing sink"));
-    };
-    let input_schema =
-        sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
-    let tables = crate::cache::tables(&caches, &plan.tables).await?;
     let empty = Box::pin(futures::stream::empty());
     let agg = Aggregation::plan(&plan.sql, input_schema, empty, &tables)
         .await?
@@ -74,34 +65,15 @@ pub async fn run(
             OutputMode::Update => stage::filter(&merged, &table.is_new(&merged)?)?,
             OutputMode::Complete | OutputMode::Append => RecordBatch::new_empty(merged.schema()),
         };
-        let none = RecordBatch::new_empty(merged.schema());
-        let upserts = Change {
-            upserts: merged,
-            deletes: none.clone(),
-        };
-        table.apply(&upserts, task.batch_id)?;
         // Windows the watermark has passed are final: evicted, and in
         // append mode emitted. Complete mode keeps every group.
-        let closed = match (window, watermark, mode) {
+        let evict = |rows: &RecordBatch| match (window, watermark, mode) {
             (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-                stage::closed(table.rows(), w, wm)?
+                stage::closed(rows, w, wm).map(Some)
             }
-            _ => none.clone(),
+            _ => Ok(None),
         };
-        let evict = Change {
-            upserts: none,
-            deletes: closed,
-        };
-        table.apply(&evict, task.batch_id)?;
-        // The delta is both steps, applied in the same order on a reload.
-        let change = Change {
-            upserts: upserts.upserts,
-            deletes: evict.deletes,
-        };
-        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
-        store
-            .write(&reduce.operator, p, StateFile::Delta(task.batch_id), delta)
-            .await?;
+        let change = stage::advance(&mut table, &store, task, reduce, merged, evict).await?;
         let emitted = match mode {
             OutputMode::Update => changed,
             OutputMode::Complete => table.rows().clone(),

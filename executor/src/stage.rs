@@ -17,8 +17,49 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::output::{self, Emitter};
 use crate::sink::parts::Layout;
-use crate::state::table::StateTable;
+use crate::state::table::{Change, StateTable};
 use crate::state::{self, codec};
+
+/// A reduce task's assignment, validated: its reduce part, its query,
+/// its sink, and the query's input schema and static tables.
+pub struct Assigned<'a> {
+    pub reduce: &'a ReduceTask,
+    pub plan: &'a sluice_proto::TaskPlan,
+    pub files: &'a sluice_proto::FileSink,
+    pub input_schema: SchemaRef,
+    pub tables: Vec<sluice_sql::Table>,
+}
+
+/// Validates a reduce task; anything missing is fatal.
+pub async fn assigned<'a>(
+    task: &'a TaskAssignment,
+    caches: &Caches,
+) -> Result<Assigned<'a>, ExecutorError> {
+    let malformed = |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+    let reduce = task
+        .reduce
+        .as_ref()
+        .ok_or_else(|| malformed("missing reduce"))?;
+    let plan = task
+        .plan
+        .as_ref()
+        .ok_or_else(|| malformed("missing plan"))?;
+    let Some(sluice_proto::sink::Kind::Files(files)) =
+        task.sink.as_ref().and_then(|s| s.kind.as_ref())
+    else {
+        return Err(malformed("missing sink"));
+    };
+    let input_schema =
+        sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
+    let tables = crate::cache::tables(caches, &plan.tables).await?;
+    Ok(Assigned {
+        reduce,
+        plan,
+        files,
+        input_schema,
+        tables,
+    })
+}
 
 /// The state of the task's partition at the version it reads: the one
 /// this executor holds (affinity), or one rebuilt from storage.
@@ -46,6 +87,42 @@ pub async fn state(
         "state reloaded from storage"
     );
     Ok(table)
+}
+
+/// Moves a partition's state to the batch's version: first `upserts`,
+/// then the deletes that `evict` picks from the state that results (the
+/// rows the watermark has passed). The delta file records both, and a
+/// reload applies them in the same order. Returns the change.
+pub async fn advance(
+    table: &mut StateTable,
+    store: &StateStore,
+    task: &TaskAssignment,
+    reduce: &ReduceTask,
+    upserts: RecordBatch,
+    evict: impl FnOnce(&RecordBatch) -> Result<Option<RecordBatch>, ExecutorError>,
+) -> Result<Change, ExecutorError> {
+    let none = RecordBatch::new_empty(upserts.schema());
+    let added = Change {
+        upserts,
+        deletes: none.clone(),
+    };
+    table.apply(&added, task.batch_id)?;
+    let deletes = evict(table.rows())?.unwrap_or_else(|| none.clone());
+    let evicted = Change {
+        upserts: none,
+        deletes,
+    };
+    table.apply(&evicted, task.batch_id)?;
+    let change = Change {
+        upserts: added.upserts,
+        deletes: evicted.deletes,
+    };
+    let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
+    let file = StateFile::Delta(task.batch_id);
+    store
+        .write(&reduce.operator, task.partition, file, delta)
+        .await?;
+    Ok(change)
 }
 
 /// Fails the task when the states this executor holds, this one

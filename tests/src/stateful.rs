@@ -184,3 +184,82 @@ pub async fn assert_update(
     let want = oracle(sql, input, &[]).await;
     assert_matches(name, "update", &batches(sink).await, keys, &want);
 }
+
+/// A stateful query over the rate source with event time: 4 partitions,
+/// `(rows_per_second, total)` rows in batches of at most 4000 at trigger
+/// 0, a 200 ms watermark on `timestamp_ms`, 4 state partitions, and the
+/// top-level `extra` lines (`output_mode: append`, ...).
+pub fn rate_spec(name: &str, sink: &Path, rate: (u64, u64), sql: &str, extra: &[&str]) -> String {
+    let mut spec = crate::Spec::new(name, sink)
+        .partitions(4)
+        .rows_per_second(rate.0)
+        .total_rows(rate.1)
+        .max_rows_per_batch(4000)
+        .interval_ms(0)
+        .sql(sql)
+        .with("watermark: {column: timestamp_ms, delay_ms: 200}")
+        .with("state_partitions: 4");
+    for line in extra {
+        spec = spec.with(line);
+    }
+    spec.to_yaml()
+}
+
+/// The running aggregate of the chaos and failover tests (update mode).
+pub const COUNTS: &str = "SELECT value % 500 AS k, count(*) AS n, sum(value) AS s, max(value) AS hi FROM input GROUP BY value % 500";
+/// Their windows (append mode), and the same without `window()`.
+pub const WINDOWS: &str = "SELECT window(timestamp_ms, '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY window(timestamp_ms, '500 milliseconds'), value % 20";
+pub const WINDOWS_ORACLE: &str = "SELECT named_struct('start', date_bin(INTERVAL '500 milliseconds', timestamp_ms), 'end', date_bin(INTERVAL '500 milliseconds', timestamp_ms) + INTERVAL '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY 1, 2";
+
+/// Submits [`COUNTS`] as `counts` (update mode) and [`WINDOWS`] as
+/// `windows` (append mode), over `rate` with a snapshot every
+/// `snapshot_interval` batches.
+pub async fn submit_pair(
+    client: &mut crate::Client,
+    cluster: &crate::Cluster,
+    rate: (u64, u64),
+    snapshot_interval: u64,
+) {
+    let snapshots = format!("snapshot_interval: {snapshot_interval}");
+    for (name, sql, mode) in [
+        ("counts", COUNTS, "output_mode: update"),
+        ("windows", WINDOWS, "output_mode: append"),
+    ] {
+        let spec = rate_spec(
+            name,
+            &cluster.sink_path(name),
+            rate,
+            sql,
+            &[mode, &snapshots],
+        );
+        client.submit(&spec).await.expect("submit");
+    }
+}
+
+/// Both queries of [`submit_pair`] finished, with commit epochs that never
+/// decrease, and their sinks hold the oracle's result. Returns each
+/// query's commit epochs.
+pub async fn assert_pair(
+    client: &mut crate::Client,
+    cluster: &crate::Cluster,
+    rate: (u64, u64),
+) -> Vec<Vec<(u64, u64)>> {
+    let root = cluster.checkpoint_root();
+    let mut epochs = Vec::new();
+    for name in ["counts", "windows"] {
+        let status = client
+            .wait_state(
+                name,
+                crate::QueryState::Finished,
+                std::time::Duration::from_secs(120),
+            )
+            .await;
+        assert!(status.error.is_empty(), "{name}: {status:#?}");
+        epochs.push(crate::assert_epochs_non_decreasing(&root, name));
+    }
+    let sink = cluster.sink_path("counts");
+    assert_update(&root, "counts", &sink, COUNTS, rate, &["k"]).await;
+    let sink = cluster.sink_path("windows");
+    assert_append(&root, "windows", &sink, WINDOWS_ORACLE, rate, &["w", "k"]).await;
+    epochs
+}

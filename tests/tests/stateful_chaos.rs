@@ -17,18 +17,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice_tests::ha::wait_batch_in_flight;
-use sluice_tests::stateful::{assert_append, assert_update};
-use sluice_tests::{
-    Cluster, DriverOpts, QueryState, READY_TIMEOUT, Spec, assert_epochs_non_decreasing,
-    latest_entry, query_dir, test_rng,
-};
+use sluice_tests::stateful::{assert_pair, submit_pair};
+use sluice_tests::{Cluster, DriverOpts, READY_TIMEOUT, latest_entry, query_dir, test_rng};
 
 const RPS: u64 = 10_000;
 const TOTAL: u64 = 80_000;
-
-const COUNTS: &str = "SELECT value % 500 AS k, count(*) AS n, sum(value) AS s, max(value) AS hi FROM input GROUP BY value % 500";
-const WINDOWS: &str = "SELECT window(timestamp_ms, '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY window(timestamp_ms, '500 milliseconds'), value % 20";
-const WINDOWS_ORACLE: &str = "SELECT named_struct('start', date_bin(INTERVAL '500 milliseconds', timestamp_ms), 'end', date_bin(INTERVAL '500 milliseconds', timestamp_ms) + INTERVAL '500 milliseconds') AS w, value % 20 AS k, count(*) AS n FROM input GROUP BY 1, 2";
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kill {
@@ -72,24 +65,7 @@ async fn stateful_queries_are_exact_through_driver_and_executor_kills() {
     let victim = cluster.start_executor(&drivers);
     let survivor = cluster.start_executor(&drivers);
     let mut client = cluster.client(&drivers);
-    let queries = [
-        ("counts", COUNTS, "output_mode: update"),
-        ("windows", WINDOWS, "output_mode: append"),
-    ];
-    for (name, sql, mode) in queries {
-        let spec = Spec::new(name, &cluster.sink_path(name))
-            .partitions(4)
-            .rows_per_second(RPS)
-            .total_rows(TOTAL)
-            .max_rows_per_batch(4000)
-            .interval_ms(0)
-            .sql(sql)
-            .with(mode)
-            .with("watermark: {column: timestamp_ms, delay_ms: 200}")
-            .with("state_partitions: 4")
-            .with("snapshot_interval: 3");
-        client.submit(&spec.to_yaml()).await.expect("submit");
-    }
+    submit_pair(&mut client, &cluster, (RPS, TOTAL), 3).await;
     let root = cluster.checkpoint_root();
 
     let mut kills = [Kill::Driver, Kill::Executor, Kill::Both];
@@ -121,23 +97,9 @@ async fn stateful_queries_are_exact_through_driver_and_executor_kills() {
             driver.restart_ready().await;
         }
     }
-    for (name, _, _) in queries {
-        let status = client
-            .wait_state(name, QueryState::Finished, Duration::from_secs(120))
-            .await;
-        assert!(status.error.is_empty(), "{name}: {status:#?}");
-        assert_epochs_non_decreasing(&root, name);
-    }
+    assert_pair(&mut client, &cluster, (RPS, TOTAL)).await;
     assert_eq!(driver.starts(), 3, "the driver ran three times");
     assert!(survivor.is_running(), "the other executor stayed up");
-
-    // Update mode: the latest row of each group is its final value.
-    let rate = (RPS, TOTAL);
-    let sink = cluster.sink_path("counts");
-    assert_update(&root, "counts", &sink, COUNTS, rate, &["k"]).await;
-    // Append mode: each window once, final, behind the watermark.
-    let sink = cluster.sink_path("windows");
-    assert_append(&root, "windows", &sink, WINDOWS_ORACLE, rate, &["w", "k"]).await;
 
     // A lost executor cost a reload from storage.
     let reloads: usize = [victim.log_path(), survivor.log_path()]

@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use sluice_tests::inputs::{self, rows};
 use sluice_tests::oracle::{rate_input, rate_start_ms};
-use sluice_tests::stateful::{assert_append, assert_matches, batches, latest, oracle};
-use sluice_tests::{Cluster, QueryState, Spec};
+use sluice_tests::stateful::{assert_append, assert_matches, batches, latest, oracle, rate_spec};
+use sluice_tests::{Cluster, QueryState};
 
 const RPS: u64 = 20_000;
 const TOTAL: u64 = 60_000;
-const WATERMARK: &str = "watermark: {column: timestamp_ms, delay_ms: 200}";
 
 const APPEND: &str = "SELECT window(timestamp_ms, '500 milliseconds') AS w, value % 10 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY window(timestamp_ms, '500 milliseconds'), value % 10";
 const APPEND_ORACLE: &str = "SELECT named_struct('start', date_bin(INTERVAL '500 milliseconds', timestamp_ms), 'end', date_bin(INTERVAL '500 milliseconds', timestamp_ms) + INTERVAL '500 milliseconds') AS w, value % 10 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY 1, 2";
@@ -36,18 +35,10 @@ async fn windows_are_emitted_once_final_and_state_stays_bounded() {
         ("bounded", BOUNDED, "output_mode: update"),
     ];
     for (name, sql, mode) in queries {
-        let spec = Spec::new(name, &cluster.sink_path(name))
-            .partitions(2)
-            .rows_per_second(RPS)
-            .total_rows(TOTAL)
-            .max_rows_per_batch(4000)
-            .interval_ms(0)
-            .sql(sql)
-            .with(mode)
-            .with(WATERMARK)
-            .with("state_partitions: 3");
+        let sink = cluster.sink_path(name);
+        let spec = rate_spec(name, &sink, (RPS, TOTAL), sql, &[mode]);
         client
-            .submit(&spec.to_yaml())
+            .submit(&spec)
             .await
             .unwrap_or_else(|e| panic!("{name}: submit refused: {e}"));
     }
