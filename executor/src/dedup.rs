@@ -87,33 +87,21 @@ pub async fn run(
         task.partition,
         stage::due(reduce, &table),
     );
-    let work = async {
-        let within = i64::try_from(dedup.within_ms).unwrap_or(i64::MAX);
-        let candidates = state_rows(&rows, &keys, time, within, &state_schema)?;
-        let first = table.first_new(&candidates)?;
-        let emitted = stage::filter(&rows, &first)?;
-        let added = stage::filter(&candidates, &first)?;
-        let expiry = (keys.len(), WindowEnd::Plus(0));
-        let evict = |rows: &RecordBatch| match event.watermark_ms {
-            Some(wm) => stage::closed(rows, expiry, wm).map(Some),
-            None => Ok(None),
-        };
-        stage::advance(&mut table, &store, task, reduce, added, evict).await?;
-        stage::bound(&caches, task, &table)?;
-        let layout = stage::layout(files, task);
-        stage::write(&caches, &files.path, layout, schema.clone(), vec![emitted]).await
+    let within = i64::try_from(dedup.within_ms).unwrap_or(i64::MAX);
+    let candidates = state_rows(&rows, &keys, time, within, &state_schema)?;
+    let first = table.first_new(&candidates)?;
+    let emitted = stage::filter(&rows, &first)?;
+    let added = stage::filter(&candidates, &first)?;
+    let expiry = (keys.len(), WindowEnd::Plus(0));
+    let evict = |rows: &RecordBatch| match event.watermark_ms {
+        Some(wm) => stage::closed(rows, expiry, wm).map(Some),
+        None => Ok(None),
     };
-    let (rows, files) = work.await?;
-    let out = TaskOutput {
-        rows,
-        files,
-        duration_ms: started.elapsed().as_millis() as u64,
-        state_rows: table.len() as u64,
-        state_bytes: table.bytes() as u64,
-        ..Default::default()
-    };
-    caches.states.put(&task.query_id, task.partition, table);
-    Ok(out)
+    stage::advance(&mut table, &store, task, reduce, added, evict).await?;
+    stage::bound(&caches, task, &table)?;
+    let layout = stage::layout(files, task);
+    let written = stage::write(&caches, &files.path, layout, schema.clone(), vec![emitted]).await?;
+    Ok(stage::done(&caches, task, table, written, started))
 }
 
 fn fail(e: arrow_schema::ArrowError) -> ExecutorError {

@@ -52,53 +52,41 @@ pub async fn run(
     let store = stage::open_store(&caches, &reduce.checkpoint).await?;
     let schema = agg.partial_schema();
     let partials = stage::read_partials(&store, task.batch_id, reduce, &schema).await?;
-    let (query, p) = (&task.query_id, task.partition);
+    let p = task.partition;
     let mut table = stage::state(&caches, &store, task, reduce, schema, agg.key_columns()).await?;
     stage::snapshot(&caches, &store, reduce, p, stage::due(reduce, &table));
 
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let window = agg.window();
-    let work = async {
-        let merged = merge(&agg, &table, partials).await?;
-        let changed = match mode {
-            OutputMode::Update if agg.has_aggregates() => merged.clone(),
-            OutputMode::Update => stage::filter(&merged, &table.is_new(&merged)?)?,
-            OutputMode::Complete | OutputMode::Append => RecordBatch::new_empty(merged.schema()),
-        };
-        // Windows the watermark has passed are final: evicted, and in
-        // append mode emitted. Complete mode keeps every group.
-        let evict = |rows: &RecordBatch| match (window, watermark, mode) {
-            (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-                stage::closed(rows, w, wm).map(Some)
-            }
-            _ => Ok(None),
-        };
-        let change = stage::advance(&mut table, &store, task, reduce, merged, evict).await?;
-        let emitted = match mode {
-            OutputMode::Update => changed,
-            OutputMode::Complete => table.rows().clone(),
-            OutputMode::Append => change.deletes,
-        };
-        stage::bound(&caches, task, &table)?;
-        let output = if emitted.num_rows() == 0 {
-            Vec::new()
-        } else {
-            agg.finish(vec![emitted]).await?
-        };
-        let layout = stage::layout(files, task);
-        stage::write(&caches, &files.path, layout, agg.output_schema(), output).await
+    let merged = merge(&agg, &table, partials).await?;
+    let changed = match mode {
+        OutputMode::Update if agg.has_aggregates() => merged.clone(),
+        OutputMode::Update => stage::filter(&merged, &table.is_new(&merged)?)?,
+        OutputMode::Complete | OutputMode::Append => RecordBatch::new_empty(merged.schema()),
     };
-    let (rows, files) = work.await?;
-    let out = TaskOutput {
-        rows,
-        files,
-        duration_ms: started.elapsed().as_millis() as u64,
-        state_rows: table.len() as u64,
-        state_bytes: table.bytes() as u64,
-        ..Default::default()
+    // Windows the watermark has passed are final: evicted, and in
+    // append mode emitted. Complete mode keeps every group.
+    let evict = |rows: &RecordBatch| match (window, watermark, mode) {
+        (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
+            stage::closed(rows, w, wm).map(Some)
+        }
+        _ => Ok(None),
     };
-    caches.states.put(query, p, table);
-    Ok(out)
+    let change = stage::advance(&mut table, &store, task, reduce, merged, evict).await?;
+    let emitted = match mode {
+        OutputMode::Update => changed,
+        OutputMode::Complete => table.rows().clone(),
+        OutputMode::Append => change.deletes,
+    };
+    stage::bound(&caches, task, &table)?;
+    let output = if emitted.num_rows() == 0 {
+        Vec::new()
+    } else {
+        agg.finish(vec![emitted]).await?
+    };
+    let layout = stage::layout(files, task);
+    let written = stage::write(&caches, &files.path, layout, agg.output_schema(), output).await?;
+    Ok(stage::done(&caches, task, table, written, started))
 }
 
 /// One state row per key of `partials`: the state's row merged with the

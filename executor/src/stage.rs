@@ -125,6 +125,27 @@ pub async fn advance(
     Ok(change)
 }
 
+/// A reduce task's result, once its output is written: the partition's
+/// new state version is kept here for the next batch (affinity).
+pub fn done(
+    caches: &Caches,
+    task: &TaskAssignment,
+    table: StateTable,
+    (rows, files): (u64, Vec<sluice_proto::SinkFile>),
+    started: std::time::Instant,
+) -> sluice_proto::TaskOutput {
+    let out = sluice_proto::TaskOutput {
+        rows,
+        files,
+        duration_ms: started.elapsed().as_millis() as u64,
+        state_rows: table.len() as u64,
+        state_bytes: table.bytes() as u64,
+        ..Default::default()
+    };
+    caches.states.put(&task.query_id, task.partition, table);
+    out
+}
+
 /// Fails the task when the states this executor holds, this one
 /// included, pass `--max-state-bytes`: a clear error naming the query,
 /// rather than an executor killed for memory.

@@ -184,14 +184,9 @@ pub async fn execute(
 /// `commits/N` exists: nothing reads them any more. A failure leaves them
 /// for retention.
 fn remove_shuffle(ctx: &Ctx, stateful: &super::ctx::Stateful, batch: u64) {
-    let checkpoint = stateful.checkpoint.clone();
+    let store = stateful.store.clone();
     ctx.term.tasks.spawn(async move {
-        let removed = async {
-            sluice_common::state::StateStore::open(&checkpoint)?
-                .remove_shuffle(batch)
-                .await
-        };
-        if let Err(e) = removed.await {
+        if let Err(e) = store.remove_shuffle(batch).await {
             warn!(batch, error = %e, "removing shuffle files failed; retention will");
         }
     });

@@ -46,6 +46,8 @@ pub struct Stateful {
     pub dedup: Option<sluice_proto::Dedup>,
     /// The state's directory under `state/`.
     pub operator: &'static str,
+    /// The shuffle and state files under `checkpoint`.
+    pub store: sluice_common::state::StateStore,
 }
 
 impl Ctx {

@@ -6,7 +6,6 @@
 //!   to be rebuilt (see `sluice_common::state::expired`);
 //! - shuffle files of committed batches that a crash left behind.
 
-use sluice_common::state::StateStore;
 use tracing::warn;
 
 use super::ctx::Ctx;
@@ -28,7 +27,7 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
         }
         let Some(stateful) = stateful else { return };
         let purged = async {
-            let store = StateStore::open(&stateful.checkpoint)?;
+            let store = &stateful.store;
             for p in store.partitions(stateful.operator).await? {
                 store.retain(stateful.operator, p, keep_from).await?;
             }

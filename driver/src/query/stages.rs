@@ -45,8 +45,15 @@ pub async fn plan(
         return Ok(None);
     }
     let root = ctx.driver.config.checkpoint_root.trim_end_matches('/');
+    let checkpoint = format!("{root}/queries/{}", ctx.entry.name);
+    let store = ctx
+        .storage("open state store", || async {
+            sluice_common::state::StateStore::open(&checkpoint)
+        })
+        .await?;
     Ok(Some(Stateful {
-        checkpoint: format!("{root}/queries/{}", ctx.entry.name),
+        store,
+        checkpoint,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
         mode: match dedup {

@@ -37,6 +37,8 @@ pub struct StateTable {
     converter: RowConverter,
     rows: RecordBatch,
     index: HashMap<Box<[u8]>, u32>,
+    /// The index's memory, counted when it is built.
+    index_bytes: usize,
     /// The batch whose state this is; `None` before the first batch.
     pub version: Option<u64>,
 }
@@ -57,6 +59,7 @@ impl StateTable {
             converter: RowConverter::new(fields).map_err(fail)?,
             rows: RecordBatch::new_empty(schema.clone()),
             index: HashMap::new(),
+            index_bytes: 0,
             schema,
             keys,
             version: None,
@@ -78,8 +81,7 @@ impl StateTable {
 
     /// The memory the state holds: its rows and its index.
     pub fn bytes(&self) -> usize {
-        let index: usize = self.index.keys().map(|k| k.len() + 24).sum();
-        self.rows.get_array_memory_size() + index
+        self.rows.get_array_memory_size() + self.index_bytes
     }
 
     /// Calls `f` with the index and the key bytes of each row of `batch`
@@ -188,7 +190,7 @@ impl StateTable {
     }
 
     fn reindex(&mut self) -> Result<(), ExecutorError> {
-        let mut index = HashMap::with_capacity(self.rows.num_rows());
+        let mut index: HashMap<Box<[u8]>, u32> = HashMap::with_capacity(self.rows.num_rows());
         let mut twice = false;
         self.each_key(&self.rows, |i, key| {
             twice |= index.insert(Box::from(key), i as u32).is_some();
@@ -199,6 +201,7 @@ impl StateTable {
                 "state holds two rows for one key".into(),
             ));
         }
+        self.index_bytes = index.keys().map(|k| k.len() + 24).sum();
         self.index = index;
         Ok(())
     }
