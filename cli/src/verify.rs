@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use serde_json::Value;
+use sluice_common::storage::{StoreOptions, Stores};
 use sluice_common::verify::{Report, verify_sink};
 
 /// 0 when every expected row is in the sink exactly once, else 1.
@@ -44,6 +45,12 @@ pub fn sink_location(path: &str) -> anyhow::Result<String> {
     Ok(abs.to_string_lossy().into_owned())
 }
 
+/// Opens sinks with the object store settings of this process's
+/// environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+pub fn stores() -> Stores {
+    Stores::new(StoreOptions::from_env())
+}
+
 /// Checks a sink; returns the report. A local sink must exist: opening
 /// storage would otherwise create it, and an empty sink looks exact.
 pub async fn check(path: &str, total_rows: Option<u64>) -> anyhow::Result<Report> {
@@ -54,7 +61,11 @@ pub async fn check(path: &str, total_rows: Option<u64>) -> anyhow::Result<Report
         remote || std::path::Path::new(local).is_dir(),
         "no sink at {location}: the directory does not exist"
     );
-    verify_sink(&location, total_rows)
+    let stores = stores();
+    if remote {
+        stores.open(&location)?.probe().await?;
+    }
+    verify_sink(&stores, &location, total_rows)
         .await
         .with_context(|| format!("cannot verify the sink at {location}"))
 }
@@ -95,7 +106,7 @@ mod tests {
         let path = dir.path().join("out");
         std::fs::create_dir_all(&path).unwrap();
         let path = path.to_str().unwrap().to_string();
-        let sink = FileSink::open(&path).unwrap();
+        let sink = FileSink::open(&stores(), &path).unwrap();
         for (b, ranges) in batches.iter().enumerate() {
             write_batch(&sink, b as u64, ranges).await;
         }

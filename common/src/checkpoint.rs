@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
-use crate::storage::{Created, Storage};
+use crate::storage::{Created, Storage, Stores};
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -218,9 +218,14 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn open(location: &str) -> Result<Self> {
+    /// Checks that the root can be used (see [`Storage::probe`]).
+    pub async fn probe(&self) -> Result<()> {
+        self.storage.probe().await
+    }
+
+    pub fn open(stores: &Stores, location: &str) -> Result<Self> {
         Ok(Checkpoint {
-            storage: Storage::open(location)?,
+            storage: stores.open(location)?,
         })
     }
 
@@ -374,7 +379,7 @@ mod tests {
     #[tokio::test]
     async fn logs_list_in_numeric_order_and_name_damage() {
         let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
+        let cp = Checkpoint::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
         let q = cp.query("q");
         for n in [10u64, 2, 1] {
             let rec = CommitRecord {

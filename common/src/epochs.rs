@@ -88,7 +88,11 @@ mod tests {
     #[tokio::test]
     async fn epochs_only_grow_and_name_their_claimant() {
         let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::open(dir.path().to_str().unwrap()).unwrap();
+        let cp = Checkpoint::open(
+            &crate::storage::Stores::default(),
+            dir.path().to_str().unwrap(),
+        )
+        .unwrap();
         assert_eq!(cp.claim_epoch("a", "h:1").await.unwrap(), 1);
         assert_eq!(cp.claim_epoch("b", "h:2").await.unwrap(), 2);
         assert_eq!(cp.highest_epoch().await.unwrap(), 2);

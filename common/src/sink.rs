@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{RECORD_VERSION, encode, padded};
 use crate::error::{Error, Result};
-use crate::storage::{Created, Storage, Visible, VisibleWriter};
+use crate::storage::{Created, Storage, Stores, Visible, VisibleWriter};
 
 pub const MANIFEST_DIR: &str = "_sluice";
 
@@ -197,9 +197,9 @@ pub struct FileSink {
 }
 
 impl FileSink {
-    pub fn open(location: &str) -> Result<Self> {
+    pub fn open(stores: &Stores, location: &str) -> Result<Self> {
         Ok(FileSink {
-            storage: Storage::open(location)?,
+            storage: stores.open(location)?,
         })
     }
 
@@ -329,7 +329,7 @@ mod tests {
     #[tokio::test]
     async fn part_files_are_create_only_and_deterministic() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = FileSink::open(dir.path().to_str().unwrap()).unwrap();
+        let sink = FileSink::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
         let rows = crate::rate::generate(0, 2, 10, 0, 0, 10).unwrap();
         let data = encode_jsonl(&rows).unwrap();
         let text = String::from_utf8(data.clone()).unwrap();
@@ -387,7 +387,7 @@ mod tests {
     #[tokio::test]
     async fn temporary_files_of_finished_batches_are_purged() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = FileSink::open(dir.path().to_str().unwrap()).unwrap();
+        let sink = FileSink::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
         let names = [
             ".part-00000000000000000003-00001.jsonl.0a1b.tmp",
             ".part-00000000000000000004-00000.jsonl.0a1c.tmp#1",
@@ -413,7 +413,7 @@ mod tests {
     #[tokio::test]
     async fn reported_files_are_checked_against_the_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let sink = FileSink::open(dir.path().to_str().unwrap()).unwrap();
+        let sink = FileSink::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
         let f = sink.write_part(1, 0, 1, b"{}\n".to_vec()).await.unwrap();
         sink.check_files(std::slice::from_ref(&f)).await.unwrap();
         let wrong = SinkFile {

@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::checkpoint::padded;
 use crate::error::{Error, Result};
-use crate::storage::{Created, Path, Storage};
+use crate::storage::{Created, Path, Storage, Stores};
 
 /// One file of a partition's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -101,9 +101,9 @@ pub struct StateStore {
 
 impl StateStore {
     /// The store of the query whose checkpoint directory is `location`.
-    pub fn open(location: &str) -> Result<Self> {
+    pub fn open(stores: &Stores, location: &str) -> Result<Self> {
         Ok(StateStore {
-            storage: Storage::open(location)?,
+            storage: stores.open(location)?,
         })
     }
 

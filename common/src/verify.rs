@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::storage::Path;
+use crate::storage::{Path, Stores};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -41,8 +41,12 @@ impl Report {
 
 /// Checks the sink at `location`. With `total_rows`, the expected values are
 /// `0..total_rows`; without, `0..=max seen`.
-pub async fn verify_sink(location: &str, total_rows: Option<u64>) -> Result<Report> {
-    let sink = FileSink::open(location)?;
+pub async fn verify_sink(
+    stores: &Stores,
+    location: &str,
+    total_rows: Option<u64>,
+) -> Result<Report> {
+    let sink = FileSink::open(stores, location)?;
     let storage = sink.storage().clone();
     let manifests = sink.manifests().await?;
     let mut report = Report {

@@ -1,6 +1,7 @@
 //! Command-line flags (each also `SLUICE_<FLAG>` in the environment) and the
 //! validated runtime configuration they turn into.
 
+use sluice_common::storage::{StoreOptions, Stores};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -70,6 +71,8 @@ pub struct DriverConfig {
     pub max_rows_per_task: u64,
     pub max_bytes_per_task: u64,
     pub retain_batches: u64,
+    /// Opens the checkpoint root, sources, tables and sinks.
+    pub stores: Stores,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
 }
@@ -174,6 +177,7 @@ impl TryFrom<Cli> for DriverConfig {
             max_rows_per_task: cli.max_rows_per_task,
             max_bytes_per_task: cli.max_bytes_per_task,
             retain_batches: cli.retain_batches,
+            stores: Stores::new(StoreOptions::from_env()),
         })
     }
 }

@@ -46,7 +46,8 @@ const MAX_REQUEST_BYTES: usize = 64 << 20;
 
 /// Runs a driver until `shutdown` is cancelled or a component fails.
 pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<(), DriverError> {
-    let checkpoint = Checkpoint::open(&config.checkpoint_root)?;
+    let checkpoint = Checkpoint::open(&config.stores, &config.checkpoint_root)?;
+    checkpoint.probe().await?;
     let driver = Arc::new(Driver::new(config, checkpoint, metrics::Metrics::new()?));
     let cancel = shutdown.child_token();
     let mut components: JoinSet<(&'static str, Result<(), DriverError>)> = JoinSet::new();

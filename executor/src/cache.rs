@@ -4,6 +4,7 @@
 //! files with their sizes and modification times), so a table is read
 //! again only when a batch names other files.
 
+use sluice_common::storage::Stores;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -34,6 +35,8 @@ pub struct Caches {
     /// The most state bytes held at once (`--max-state-bytes`); 0 is
     /// unbounded.
     max_state_bytes: u64,
+    /// Opens sources, tables, sinks and state.
+    pub storage: Stores,
 }
 
 /// A poisoned lock is a bug: panic.
@@ -43,9 +46,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Caches {
     /// Caches whose states may hold up to `max_state_bytes`.
-    pub fn new(max_state_bytes: u64) -> Self {
+    pub fn new(max_state_bytes: u64, stores: Stores) -> Self {
         Caches {
             max_state_bytes,
+            storage: stores,
             ..Default::default()
         }
     }
@@ -65,7 +69,7 @@ impl Caches {
         if let Some(s) = lock(&self.sinks).get(path) {
             return Ok(s.clone());
         }
-        let sink = FileSink::open(path)?;
+        let sink = FileSink::open(&self.storage, path)?;
         lock(&self.sinks).insert(path.to_string(), sink.clone());
         Ok(sink)
     }
@@ -77,7 +81,7 @@ impl Caches {
         if let Some(s) = lock(&self.stores).get(location) {
             return Ok(s.clone());
         }
-        let store = StateStore::open(location)?;
+        let store = StateStore::open(&self.storage, location)?;
         lock(&self.stores).insert(location.to_string(), store.clone());
         Ok(store)
     }
@@ -117,8 +121,11 @@ pub async fn tables(caches: &Caches, plans: &[TablePlan]) -> Result<Vec<Table>, 
                     .files
                     .clone()
                     .ok_or_else(|| malformed("no files".into()))?;
-                let reader: Box<dyn SourceReader> =
-                    Box::new(FilesReader::new(files, schema.clone())?);
+                let reader: Box<dyn SourceReader> = Box::new(FilesReader::new(
+                    files,
+                    schema.clone(),
+                    caches.storage.clone(),
+                )?);
                 let rows: Vec<RecordBatch> = reader.read(Counter::default()).try_collect().await?;
                 let rows = Arc::new(rows);
                 caches.keep_table(key, rows.clone());

@@ -8,6 +8,7 @@
 //! Driver addresses are normalised to `http://host:port`, so the connection
 //! layer never has to guess a scheme.
 
+use sluice_common::storage::{StoreOptions, Stores};
 use std::time::Duration;
 
 use clap::Parser;
@@ -53,6 +54,8 @@ pub struct ExecutorConfig {
     pub id: String,
     /// The most bytes of state held in memory; at least 1.
     pub max_state_bytes: u64,
+    /// Opens sources, tables, sinks and state.
+    pub stores: Stores,
 }
 
 impl TryFrom<Cli> for ExecutorConfig {
@@ -68,6 +71,7 @@ impl TryFrom<Cli> for ExecutorConfig {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(default_id),
             max_state_bytes: cli.max_state_bytes,
+            stores: Stores::new(StoreOptions::from_env()),
         };
         config.validated()
     }

@@ -9,6 +9,7 @@
 //!
 //! A stateful query's map task goes on in [`crate::shuffle`] instead.
 
+use sluice_common::storage::Stores;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,7 +48,7 @@ pub struct TaskPlan {
 
 /// Validates a map task's assignment into a plan; anything missing is
 /// fatal.
-pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
+pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, ExecutorError> {
     let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
     if task.stage != Stage::Map as i32 {
         return Err(malformed(format!(
@@ -68,7 +69,7 @@ pub fn plan(task: &TaskAssignment) -> Result<TaskPlan, ExecutorError> {
         .source
         .as_ref()
         .ok_or_else(|| malformed("missing source".into()))?;
-    let source = source::open(source, task.partition, input_schema.clone())
+    let source = source::open(source, task.partition, input_schema.clone(), stores)
         .map_err(|e| malformed(e.to_string()))?;
     if input_schema != source.schema() {
         return Err(malformed(

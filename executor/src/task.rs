@@ -97,7 +97,7 @@ pub async fn execute(
     } else if task.stage == Stage::Reduce as i32 {
         crate::reduce::run(&task, sinks, started).await
     } else {
-        match map::plan(&task) {
+        match map::plan(&task, &sinks.storage) {
             Ok(p) if p.shuffle.is_some() => crate::shuffle::run(p, sinks, started).await,
             Ok(p) => map::run(p, sinks, started).await,
             Err(e) => Err(e),

@@ -195,7 +195,7 @@ async fn a_sink_under_a_file_is_a_fatal_error_naming_the_path() {
 #[test]
 fn plans_reject_malformed_assignments() {
     let good = assignment("/tmp/out", 1, 0, 10);
-    let p = plan(&good).unwrap();
+    let p = plan(&good, &Default::default()).unwrap();
     assert_eq!(
         (p.batch_id, p.partition, p.sink_path.as_str()),
         (7, 1, "/tmp/out")
@@ -223,7 +223,7 @@ fn plans_reject_malformed_assignments() {
         (no_plan, "missing plan"),
         (other_schema, "input schema"),
     ] {
-        let Err(e) = plan(&t) else {
+        let Err(e) = plan(&t, &Default::default()) else {
             panic!("{want}: the plan was accepted");
         };
         assert!(matches!(e, ExecutorError::MalformedTask(_)));

@@ -40,6 +40,7 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
         heartbeat: Duration::from_millis(20),
         id: "exec-test".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+        stores: Default::default(),
     };
     let executor = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
 
@@ -135,6 +136,7 @@ async fn run_returns_promptly_when_no_driver_is_up() {
         heartbeat: Duration::from_millis(100),
         id: "lonely".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+        stores: Default::default(),
     };
     let run = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -155,6 +157,7 @@ async fn an_invalid_config_is_refused() {
         heartbeat: Duration::from_millis(100),
         id: "x".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+        stores: Default::default(),
     };
     let err = sluice_executor::run(config, CancellationToken::new())
         .await

@@ -4,13 +4,27 @@
 use std::path::{Path, PathBuf};
 
 use sluice_common::checkpoint::{FileLogEntry, OffsetRecord};
+use sluice_common::storage::Stores;
 use sluice_common::verify::{Report, verify_sink};
 
 /// Runs the exactly-once checker on `sink` for the values `0..total`.
 /// Panics with the whole report unless it is exact.
 pub async fn assert_exactly_once(sink: &Path, total: u64) -> Report {
     let location = sink.to_str().expect("utf-8 sink path");
-    let report = verify_sink(location, Some(total))
+    let report = verify_sink(&Stores::default(), location, Some(total))
+        .await
+        .unwrap_or_else(|e| panic!("checker could not read sink {location}: {e}"));
+    assert!(
+        report.is_exact() && report.rows == total,
+        "sink {location} is not exactly-once for 0..{total}: {report:#?}"
+    );
+    report
+}
+
+/// [`assert_exactly_once`] for a sink at any location (`s3://...`),
+/// read through `stores`.
+pub async fn assert_exactly_once_at(stores: &Stores, location: &str, total: u64) -> Report {
+    let report = verify_sink(stores, location, Some(total))
         .await
         .unwrap_or_else(|e| panic!("checker could not read sink {location}: {e}"));
     assert!(

@@ -35,6 +35,9 @@ pub struct DriverOpts {
     pub lease_ttl_ms: Option<u64>,
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// `--checkpoint-root`, when not the cluster's own directory (an
+    /// `s3://` root).
+    pub checkpoint_root: Option<String>,
 }
 
 impl Default for DriverOpts {
@@ -47,6 +50,7 @@ impl Default for DriverOpts {
             lease_ttl_ms: None,
             extra_args: Vec::new(),
             env: Vec::new(),
+            checkpoint_root: None,
         }
     }
 }
@@ -174,7 +178,9 @@ impl Cluster {
             "--advertise".into(),
             addr.clone(),
             "--checkpoint-root".into(),
-            self.checkpoint_root().display().to_string(),
+            opts.checkpoint_root
+                .clone()
+                .unwrap_or_else(|| self.checkpoint_root().display().to_string()),
             "--http".into(),
             http.clone(),
             "--executor-timeout-ms".into(),

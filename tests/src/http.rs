@@ -34,9 +34,22 @@ pub fn body(response: &[u8]) -> &[u8] {
 
 /// `GET path` on `addr`: the status and the whole response.
 pub async fn get(addr: &str, path: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+    request(addr, "GET", path, timeout).await
+}
+
+/// `method path` with no body; the status code and the whole response.
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
     let fut = async {
         let mut stream = TcpStream::connect(addr).await?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut buf = Vec::new();
         stream.read_to_end(&mut buf).await?;

@@ -20,13 +20,15 @@ pub mod node;
 pub mod oracle;
 pub mod ports;
 pub mod process;
+pub mod s3;
 pub mod seed;
 pub mod spec;
 pub mod stateful;
 
 pub use check::{
-    assert_epochs_non_decreasing, assert_exactly_once, commit_epochs, file_log, files_under,
-    json_has_query, latest_entry, log_entries, log_records, offset_records, query_dir,
+    assert_epochs_non_decreasing, assert_exactly_once, assert_exactly_once_at, commit_epochs,
+    file_log, files_under, json_has_query, latest_entry, log_entries, log_records, offset_records,
+    query_dir,
 };
 pub use cli::CliOutput;
 pub use client::{Client, state_name};
@@ -37,6 +39,7 @@ pub use node::READY_TIMEOUT;
 pub use node::{Driver, Executor};
 pub use ports::{free_addr, free_port};
 pub use process::{Process, ProcessSpec};
+pub use s3::S3;
 pub use seed::{Rng, test_rng};
 pub use sluice_proto::QueryState;
 pub use spec::Spec;

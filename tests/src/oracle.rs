@@ -12,6 +12,7 @@ use arrow_array::RecordBatch;
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use sluice_common::sink::{FileSink, encode_jsonl};
+use sluice_common::storage::Stores;
 
 /// Every row of a bounded rate source: `total` rows at `rows_per_second`
 /// from `start_ms`, as partition 0 of 1 (the same rows in another order).
@@ -48,7 +49,7 @@ pub async fn expected_with(
 /// lines. A file listed twice, or missing, fails the test.
 pub async fn committed(sink: &Path) -> Vec<String> {
     let location = sink.to_str().expect("utf-8 sink path");
-    let files = FileSink::open(location).expect("sink opens");
+    let files = FileSink::open(&Stores::default(), location).expect("sink opens");
     let mut seen = std::collections::BTreeSet::new();
     let mut all = Vec::new();
     for m in files.manifests().await.expect("manifests read") {
@@ -143,7 +144,7 @@ pub async fn committed_batches(
     schema: &arrow_schema::SchemaRef,
 ) -> std::collections::BTreeMap<u64, Vec<String>> {
     let location = sink.to_str().expect("utf-8 sink path");
-    let files = FileSink::open(location).expect("sink opens");
+    let files = FileSink::open(&Stores::default(), location).expect("sink opens");
     let mut seen = std::collections::BTreeSet::new();
     let mut out = std::collections::BTreeMap::new();
     for m in files.manifests().await.expect("manifests read") {

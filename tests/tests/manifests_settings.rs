@@ -196,8 +196,8 @@ fn a_flag_or_root_the_driver_does_not_accept_stops_it() {
     let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();
     assert!(log.contains("unexpected argument '--lease-ttl'"), "{log}");
 
-    // An object-store checkpoint root (the prod overlay's S3 note) is
-    // refused at startup today; deploy/k8s/overlays/prod/README.md says so.
+    // An object-store checkpoint root without the object store settings
+    // (the S3 overlay adds them) stops the driver at startup, naming them.
     let mut env = cmd.env.clone();
     for (k, v) in env.iter_mut() {
         if k == "SLUICE_CHECKPOINT_ROOT" {
@@ -208,7 +208,7 @@ fn a_flag_or_root_the_driver_does_not_accept_stops_it() {
     let status = tokio_block(p.wait_exit(Duration::from_secs(10))).expect("exits");
     assert!(!status.success());
     let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();
-    assert!(log.contains("unsupported location"), "{log}");
+    assert!(log.contains("no region: set AWS_REGION"), "{log}");
 }
 
 fn tokio_block<F: std::future::Future>(f: F) -> F::Output {

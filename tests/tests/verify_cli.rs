@@ -13,7 +13,7 @@ use sluice_tests::{CliOutput, Cluster};
 /// the value ranges of its part files.
 async fn write_sink(path: &Path, batches: &[&[(u64, u64)]]) {
     std::fs::create_dir_all(path).unwrap();
-    let sink = FileSink::open(path.to_str().unwrap()).unwrap();
+    let sink = FileSink::open(&Default::default(), path.to_str().unwrap()).unwrap();
     for (batch, ranges) in batches.iter().enumerate() {
         let mut files = Vec::new();
         for (p, &(start, end)) in ranges.iter().enumerate() {

@@ -32,7 +32,7 @@ struct Scan {
 /// Reads every row a jsonl sink committed, in batch order, the files as
 /// its manifests list them, and hands each row to `visit` with its batch.
 async fn scan_sink(out: &str, mut visit: impl FnMut(u64, &Value)) -> anyhow::Result<Scan> {
-    let sink = FileSink::open(&verify::sink_location(out)?)?;
+    let sink = FileSink::open(&verify::stores(), &verify::sink_location(out)?)?;
     let mut manifests = sink.manifests().await?;
     manifests.sort_by_key(|m| m.batch_id);
     let mut scan = Scan {

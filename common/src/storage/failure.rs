@@ -13,6 +13,9 @@ pub type BackendError = object_store::Error;
 /// error anywhere in the source chain decides.
 pub fn is_permanent(e: &BackendError) -> bool {
     use object_store::Error as O;
+    if refusal(e).is_some() {
+        return true;
+    }
     if matches!(
         e,
         O::PermissionDenied { .. }
@@ -34,6 +37,42 @@ pub fn is_permanent(e: &BackendError) -> bool {
         next = err.source();
     }
     false
+}
+
+/// Why an object store refused a request for good, from the error code in
+/// its reply (`<Code>NoSuchBucket</Code>`): object_store reports some
+/// replies (a LIST's) only as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The bucket does not exist or its name is invalid.
+    NoBucket,
+    /// The credentials are unknown, wrong or not allowed.
+    Denied,
+}
+
+const REFUSALS: [(&str, Refusal); 7] = [
+    ("NoSuchBucket", Refusal::NoBucket),
+    ("InvalidBucketName", Refusal::NoBucket),
+    ("AccessDenied", Refusal::Denied),
+    ("InvalidAccessKeyId", Refusal::Denied),
+    ("SignatureDoesNotMatch", Refusal::Denied),
+    ("AuthorizationHeaderMalformed", Refusal::Denied),
+    ("ExpiredToken", Refusal::Denied),
+];
+
+/// The refusal in `e`, if the store's reply names one.
+pub fn refusal(e: &BackendError) -> Option<Refusal> {
+    use object_store::Error as O;
+    match e {
+        O::PermissionDenied { .. } | O::Unauthenticated { .. } => return Some(Refusal::Denied),
+        O::Generic { .. } => {}
+        _ => return None,
+    }
+    let text = e.to_string();
+    REFUSALS
+        .iter()
+        .find(|(code, _)| text.contains(&format!("<Code>{code}</Code>")))
+        .map(|(_, r)| *r)
 }
 
 /// A backend error caused by an I/O error of `kind`, as the local
@@ -68,5 +107,14 @@ mod tests {
             source: "no".into(),
         };
         assert!(is_permanent(&denied));
+        let reply = |code: &str| object_store::Error::Generic {
+            store: "S3",
+            source: format!("list: 404: <Error><Code>{code}</Code></Error>").into(),
+        };
+        assert_eq!(refusal(&reply("NoSuchBucket")), Some(Refusal::NoBucket));
+        assert_eq!(refusal(&reply("InvalidAccessKeyId")), Some(Refusal::Denied));
+        assert!(is_permanent(&reply("AccessDenied")));
+        assert_eq!(refusal(&reply("SlowDown")), None);
+        assert!(!is_permanent(&reply("SlowDown")), "503 SlowDown is retried");
     }
 }

@@ -1,28 +1,36 @@
 //! Storage for checkpoints and sinks, through `object_store`.
 //!
-//! A location is an absolute path or a `file://` URL: a local or shared
-//! filesystem (NFS, a ReadWriteMany volume). Writes are durable before they
-//! return (`LocalFileSystem::with_fsync(true)` syncs the file and its
-//! directory).
+//! A location is an absolute path or a `file://` URL (a local or shared
+//! filesystem: NFS, a ReadWriteMany volume), or an object store prefix
+//! (`s3://bucket/prefix`, `gs://`, `az://`); see [`Location`] and
+//! [`Stores`]. Writes are durable before they return: on a filesystem
+//! `LocalFileSystem::with_fsync(true)` syncs the file and its directory; an
+//! object store acknowledges a put once it is durable.
 //!
 //! Invariant (DESIGN.md, 3): every file is written atomically and
 //! create-only. [`Storage::create`] never replaces a file; when the name is
 //! taken it returns the existing bytes so that the caller can adopt them.
+//! On an object store it is a conditional put (`If-None-Match: *`), which
+//! the store refuses with 412 when the key exists; nothing is renamed.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::local::LocalFileSystem;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::error::{Error, Result};
+use failure::{Refusal, refusal};
 
 pub(crate) mod failure;
+mod location;
 mod read;
+mod stores;
 mod visible;
+pub use location::{Location, check_sink_location, locations_overlap, validate_location};
 pub use object_store::path::Path;
-pub use read::{FileMeta, check_input_dir, locate_input};
+pub use read::FileMeta;
+pub use stores::{StoreOptions, Stores};
 pub use visible::{Visible, VisibleWriter};
 
 /// The outcome of a create-only write.
@@ -34,114 +42,60 @@ pub enum Created {
     Existing(Bytes),
 }
 
-/// A storage root with create-only, durable writes.
+/// A storage root with create-only, durable writes. Opened by
+/// [`Stores::open`].
 #[derive(Clone, Debug)]
 pub struct Storage {
     store: Arc<dyn ObjectStore>,
     display: String,
-    /// The root directory on the local (or shared) filesystem.
-    root: std::path::PathBuf,
+    kind: Kind,
 }
 
-/// Checks that `location` is an absolute path or a `file://` URL.
-pub fn validate_location(location: &str) -> std::result::Result<(), String> {
-    local_path(location).map(|_| ())
-}
-
-/// Whether two locations overlap: one is the other or lies inside it.
-/// `.` and `..` are resolved lexically first (symbolic links are not
-/// followed). A location that is not a local path overlaps nothing.
-pub fn locations_overlap(a: &str, b: &str) -> bool {
-    match (local_path(a), local_path(b)) {
-        (Ok(a), Ok(b)) => {
-            let (a, b) = (normalize(&a), normalize(&b));
-            a.starts_with(&b) || b.starts_with(&a)
-        }
-        _ => false,
-    }
-}
-
-/// Filesystems no sink may write to.
-const VIRTUAL_ROOTS: [&str; 3] = ["/proc", "/sys", "/dev"];
-
-/// What can be known before any write that a sink at `location` can never
-/// work: it lies on a virtual filesystem, or it (or a directory above it)
-/// exists and is not a directory. Reads metadata only.
-pub fn check_sink_location(location: &str) -> std::result::Result<(), String> {
-    let path = normalize(&local_path(location)?);
-    if let Some(root) = VIRTUAL_ROOTS.iter().find(|r| path.starts_with(r)) {
-        return Err(format!(
-            "{} is under {root}, a virtual filesystem",
-            path.display()
-        ));
-    }
-    let mut at = Some(path.as_path());
-    while let Some(p) = at {
-        if let Ok(meta) = std::fs::metadata(p) {
-            if !meta.is_dir() {
-                return Err(format!("{} exists and is not a directory", p.display()));
-            }
-            return Ok(());
-        }
-        at = p.parent();
-    }
-    Ok(())
-}
-
-/// `path` with `.` dropped and each `..` taking away the component before it.
-fn normalize(path: &std::path::Path) -> std::path::PathBuf {
-    use std::path::Component;
-    let mut out = std::path::PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-fn local_path(location: &str) -> std::result::Result<std::path::PathBuf, String> {
-    let path = match location.strip_prefix("file://") {
-        Some(rest) => rest,
-        None if location.contains("://") => {
-            return Err(format!(
-                "unsupported location {location:?}: use an absolute path or a file:// URL"
-            ));
-        }
-        None => location,
-    };
-    let p = std::path::PathBuf::from(path);
-    if !p.is_absolute() {
-        return Err(format!("{location:?} is not an absolute path"));
-    }
-    Ok(p)
+/// What is behind a root.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// A directory on the local (or shared) filesystem.
+    Local { root: std::path::PathBuf },
+    /// A prefix in an object store bucket: puts are atomic, create-only
+    /// puts are conditional (`If-None-Match: *`), and nothing is renamed.
+    Object,
 }
 
 impl Storage {
-    /// Opens (and creates when missing) the root at `location`.
-    pub fn open(location: &str) -> Result<Self> {
-        let dir = local_path(location).map_err(Error::Config)?;
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            Error::storage(
-                dir.display(),
-                object_store::Error::Generic {
-                    store: "LocalFileSystem",
-                    source: Box::new(e),
-                },
-            )
-        })?;
-        let fs = LocalFileSystem::new_with_prefix(&dir)
-            .map_err(|e| Error::storage(dir.display(), e))?
-            .with_fsync(true);
-        Ok(Storage {
-            store: Arc::new(fs),
-            display: dir.display().to_string(),
-            root: dir.clone(),
-        })
+    /// True for an object store root.
+    pub fn is_object_store(&self) -> bool {
+        matches!(self.kind, Kind::Object)
+    }
+
+    /// Checks that the root can be used at all, so that a mistake fails at
+    /// start: for an object store, one LIST under the root. A missing
+    /// bucket or credentials the store refuses are configuration errors
+    /// that name the location; a store that does not answer is a
+    /// retryable storage error.
+    pub async fn probe(&self) -> Result<()> {
+        if !self.is_object_store() {
+            return Ok(());
+        }
+        let e = match self.store.list_with_delimiter(None).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let refused = match &e {
+            object_store::Error::NotFound { .. } => Some(Refusal::NoBucket),
+            e => refusal(e),
+        };
+        match refused {
+            Some(Refusal::NoBucket) => Err(Error::Config(format!(
+                "{}: the bucket does not exist ({e})",
+                self.display
+            ))),
+            Some(Refusal::Denied) => Err(Error::Config(format!(
+                "{}: access denied; check the credentials (AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY, or the service account's role): {e}",
+                self.display
+            ))),
+            None => Err(Error::storage(&self.display, e)),
+        }
     }
 
     /// A human-readable name for `path` under this root, for errors.
@@ -172,7 +126,12 @@ impl Storage {
         &self,
         remove: impl Fn(&str) -> bool + Send + 'static,
     ) -> Result<usize> {
-        let root = self.root.clone();
+        // Nothing hidden is ever written to an object store: puts are
+        // atomic, and an unfinished multipart upload is no object.
+        let Kind::Local { root } = &self.kind else {
+            return Ok(0);
+        };
+        let root = root.clone();
         let describe = self.display.clone();
         let fail = move |e: std::io::Error| {
             Error::storage(
@@ -310,7 +269,9 @@ mod tests {
     #[tokio::test]
     async fn writing_under_a_file_is_a_permanent_error_naming_the_path() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let s = Stores::default()
+            .open(dir.path().to_str().unwrap())
+            .unwrap();
         std::fs::write(dir.path().join("blocker"), "a file").unwrap();
         let err = s
             .create(&Path::from("blocker/x"), Bytes::from("one"))
@@ -320,43 +281,12 @@ mod tests {
         assert!(err.to_string().contains("blocker"), "{err}");
     }
 
-    #[test]
-    fn sinks_that_can_never_work_are_known_before_writing() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("file");
-        std::fs::write(&file, "x").unwrap();
-        let at = |p: &std::path::Path| check_sink_location(p.to_str().unwrap());
-        assert!(at(&file).unwrap_err().contains("not a directory"));
-        assert!(at(&file.join("below")).unwrap_err().contains("file"));
-        assert!(at(&dir.path().join("new/deeper")).is_ok());
-        assert!(at(dir.path()).is_ok());
-        let proc = check_sink_location("/proc/self/out").unwrap_err();
-        assert!(proc.contains("/proc"), "{proc}");
-        assert!(
-            check_sink_location("/x/../sys/y")
-                .unwrap_err()
-                .contains("/sys")
-        );
-    }
-
-    #[test]
-    fn overlap_is_by_whole_components_after_normalizing() {
-        assert!(locations_overlap("/data/out", "/data/out"));
-        assert!(locations_overlap("/data/out/", "file:///data/out"));
-        assert!(locations_overlap("/data/out/a", "/data/out"));
-        assert!(locations_overlap("/data", "/data/out/a"));
-        assert!(locations_overlap("/data/x/../out/./a", "/data/out"));
-        assert!(locations_overlap("/data/out/../../data/out", "/data/out/b"));
-        assert!(!locations_overlap("/data/out", "/data/out-2"));
-        assert!(!locations_overlap("/data/out/../out-2", "/data/out"));
-        assert!(!locations_overlap("/a", "/b"));
-        assert!(!locations_overlap("s3://bucket/x", "s3://bucket/x"));
-    }
-
     #[tokio::test]
     async fn create_is_create_only_and_adopts() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let s = Stores::default()
+            .open(dir.path().to_str().unwrap())
+            .unwrap();
         let p = Path::from("a/b/x");
         assert_eq!(
             s.create(&p, Bytes::from("one")).await.unwrap(),
@@ -366,13 +296,5 @@ mod tests {
             s.create(&p, Bytes::from("two")).await.unwrap(),
             Created::Existing(Bytes::from("one"))
         );
-    }
-
-    #[test]
-    fn locations_must_be_absolute() {
-        assert!(validate_location("/a/b").is_ok());
-        assert!(validate_location("file:///a/b").is_ok());
-        assert!(validate_location("a/b").is_err());
-        assert!(validate_location("s3://bucket/x").is_err());
     }
 }

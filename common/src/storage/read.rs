@@ -7,7 +7,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::{Path, Storage};
+use super::{Location, Path, Storage};
 use crate::error::{Error, Result};
 
 /// A file under a storage root, as a listing or a `head` saw it.
@@ -81,37 +81,72 @@ impl Storage {
     }
 }
 
-/// Checks that `location` is an existing directory: a source that names
-/// no directory is a mistake, not an empty stream.
-pub fn check_input_dir(location: &str) -> std::result::Result<(), String> {
-    let path = super::local_path(location)?;
-    match std::fs::metadata(&path) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("{} is not a directory", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("{} does not exist", path.display()))
+impl super::Stores {
+    /// Checks that the input directory `location` can be read. A local
+    /// directory must exist: a source that names none is a mistake, not an
+    /// empty stream. An object store prefix needs no object under it (a
+    /// prefix with no files is an empty directory), only a bucket that can
+    /// be listed.
+    pub async fn check_input_dir(&self, location: &str) -> std::result::Result<(), String> {
+        match Location::parse(location)? {
+            Location::Local(path) => match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => Ok(()),
+                Ok(_) => Err(format!("{} is not a directory", path.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    Err(format!("{} does not exist", path.display()))
+                }
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            },
+            Location::Object { .. } => {
+                let storage = self.open(location).map_err(|e| e.to_string())?;
+                storage.probe().await.map_err(|e| e.to_string())
+            }
         }
-        Err(e) => Err(format!("{}: {e}", path.display())),
     }
-}
 
-/// Where the files of an input that is one file or a directory are: the
-/// directory, and the file's name when it is one file.
-pub fn locate_input(location: &str) -> std::result::Result<(String, Option<String>), String> {
-    let path = super::local_path(location)?;
-    match std::fs::metadata(&path) {
-        Ok(m) if m.is_dir() => Ok((path.display().to_string(), None)),
-        Ok(_) => {
-            let dir = path.parent().ok_or("a file at the filesystem root")?;
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .ok_or_else(|| format!("{} has no UTF-8 file name", path.display()))?;
-            Ok((dir.display().to_string(), Some(name.to_string())))
+    /// Where the files of an input that is one file or a directory are: the
+    /// directory, and the file's name when it is one file. On an object
+    /// store, a key that exists is a file, and anything else a prefix.
+    pub async fn locate_input(
+        &self,
+        location: &str,
+    ) -> std::result::Result<(String, Option<String>), String> {
+        match Location::parse(location)? {
+            Location::Local(path) => match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => Ok((path.display().to_string(), None)),
+                Ok(_) => {
+                    let dir = path.parent().ok_or("a file at the filesystem root")?;
+                    let name = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .ok_or_else(|| format!("{} has no UTF-8 file name", path.display()))?;
+                    Ok((dir.display().to_string(), Some(name.to_string())))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    Err(format!("{} does not exist", path.display()))
+                }
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            },
+            Location::Object { ref prefix, .. } => {
+                let location = location.trim_end_matches('/');
+                if let Some((dir, name)) = location.rsplit_once('/')
+                    && !prefix.is_empty()
+                {
+                    let parent = self.open(dir).map_err(|e| e.to_string())?;
+                    parent.probe().await.map_err(|e| e.to_string())?;
+                    if parent
+                        .head(name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .is_some()
+                    {
+                        return Ok((dir.to_string(), Some(name.to_string())));
+                    }
+                }
+                let storage = self.open(location).map_err(|e| e.to_string())?;
+                storage.probe().await.map_err(|e| e.to_string())?;
+                Ok((location.to_string(), None))
+            }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("{} does not exist", path.display()))
-        }
-        Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }

@@ -1,5 +1,7 @@
 //! Writing a file that arrives in chunks, create-only, visible only when
-//! complete, in bounded memory:
+//! complete, in bounded memory.
+//!
+//! On a filesystem:
 //!
 //! ```text
 //!  write(chunk) ──► multipart upload of .<name>.<uuid>.tmp   (staging file)
@@ -8,10 +10,27 @@
 //!                      there (size, then a streamed digest of each), then remove it
 //! ```
 //!
-//! Memory holds the chunk being written and the upload's buffer, never the
-//! whole file. A writer dropped before `finish` (a failed or cancelled
-//! task) leaves nothing: object_store removes an unfinished upload's
-//! staging file when the upload is dropped.
+//! On an object store, where nothing is renamed:
+//!
+//! ```text
+//!  write(chunk) ──► buffer up to one part (5 MiB)
+//!                   └─ more? multipart upload of <name> itself
+//!  finish() ──────► one part or less: one conditional put (If-None-Match: *)
+//!                      412? compare the bytes with the object there
+//!                   more: HEAD <name>; taken? abort and compare digests,
+//!                         else complete the upload (visible only now)
+//! ```
+//!
+//! A multipart upload's completion is not conditional in `object_store`, so
+//! two attempts of one task racing to finish the same large part file can
+//! both complete; their bytes are the same (tasks are deterministic, which
+//! the small-file path and every retry check), so the object is too.
+//!
+//! Memory holds the chunk being written and one part, never the whole
+//! file. A writer dropped before `finish` (a failed or cancelled task)
+//! leaves nothing visible: object_store removes an unfinished upload's
+//! staging file when the upload is dropped; an object store keeps the
+//! unfinished upload's parts until a lifecycle rule aborts them.
 
 use std::hash::{DefaultHasher, Hasher};
 
@@ -20,11 +39,11 @@ use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, WriteMultipart};
 
-use super::Storage;
+use super::{Created, Kind, Storage};
 use crate::error::{Error, Result};
 
-/// The size of one multipart part.
-const PART_BYTES: usize = 4 << 20;
+/// The size of one multipart part: S3's smallest (but for the last).
+const PART_BYTES: usize = 5 << 20;
 /// Parts in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
@@ -43,27 +62,48 @@ pub enum Visible {
 pub struct VisibleWriter {
     storage: Storage,
     path: Path,
-    tmp: Path,
-    upload: WriteMultipart,
     bytes: u64,
+    /// Every byte written, for comparing with a file already there.
+    digest: DefaultHasher,
+    sink: Sink,
+}
+
+enum Sink {
+    /// A filesystem: a multipart upload of a staging file, renamed at the end.
+    Staged { tmp: Path, upload: WriteMultipart },
+    /// An object store, up to one part: held in memory.
+    Buffered(Vec<Bytes>),
+    /// An object store, more than one part: uploading to the name itself.
+    Uploading(WriteMultipart),
 }
 
 impl Storage {
     /// Starts writing `path` in chunks (see [`VisibleWriter`]).
     pub async fn begin_visible(&self, path: &Path) -> Result<VisibleWriter> {
-        let tmp = temp_sibling(path);
-        let upload = self
-            .store
-            .put_multipart(&tmp)
-            .await
-            .map_err(|e| Error::storage(self.describe(&tmp), e))?;
+        let sink = match self.kind {
+            Kind::Local { .. } => {
+                let tmp = temp_sibling(path);
+                let upload = self.multipart(&tmp).await?;
+                Sink::Staged { tmp, upload }
+            }
+            Kind::Object => Sink::Buffered(Vec::new()),
+        };
         Ok(VisibleWriter {
             storage: self.clone(),
             path: path.clone(),
-            tmp,
-            upload: WriteMultipart::new_with_chunk_size(upload, PART_BYTES),
             bytes: 0,
+            digest: DefaultHasher::new(),
+            sink,
         })
+    }
+
+    async fn multipart(&self, path: &Path) -> Result<WriteMultipart> {
+        let upload = self
+            .store
+            .put_multipart(path)
+            .await
+            .map_err(|e| Error::storage(self.describe(path), e))?;
+        Ok(WriteMultipart::new_with_chunk_size(upload, PART_BYTES))
     }
 }
 
@@ -80,51 +120,111 @@ fn temp_sibling(path: &Path) -> Path {
 impl VisibleWriter {
     /// Appends a chunk; waits while too many parts are in flight.
     pub async fn write(&mut self, chunk: Bytes) -> Result<()> {
-        self.upload
+        self.digest.write(&chunk);
+        self.bytes += chunk.len() as u64;
+        let upload = match &mut self.sink {
+            Sink::Staged { upload, .. } | Sink::Uploading(upload) => upload,
+            Sink::Buffered(held) => {
+                held.push(chunk);
+                if self.bytes < PART_BYTES as u64 {
+                    return Ok(());
+                }
+                let held = std::mem::take(held);
+                let mut upload = self.storage.multipart(&self.path).await?;
+                for c in held {
+                    upload.put(c);
+                }
+                self.sink = Sink::Uploading(upload);
+                return Ok(());
+            }
+        };
+        let describe = || self.storage.describe(&self.path);
+        upload
             .wait_for_capacity(PARTS_IN_FLIGHT)
             .await
-            .map_err(|e| Error::storage(self.storage.describe(&self.tmp), e))?;
-        self.bytes += chunk.len() as u64;
-        self.upload.put(chunk);
+            .map_err(|e| Error::storage(describe(), e))?;
+        upload.put(chunk);
         Ok(())
     }
 
-    /// Completes the upload and makes the file visible under its name, or
-    /// compares it with the file already there.
+    /// Makes the file visible under its name, or compares it with the file
+    /// already there.
     pub async fn finish(self) -> Result<Visible> {
         let VisibleWriter {
             storage,
             path,
-            tmp,
-            upload,
             bytes,
+            digest,
+            sink,
         } = self;
-        upload
-            .finish()
-            .await
-            .map_err(|e| Error::storage(storage.describe(&tmp), e))?;
-        let renamed = storage.store.rename_if_not_exists(&tmp, &path).await;
-        let outcome = match renamed {
-            Ok(()) => return Ok(Visible::New { bytes }),
-            // Taken (a retried attempt): the same bytes? Only this rare path
-            // reads anything back.
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let ours = storage.digest(&tmp).await;
-                let theirs = storage.digest(&path).await;
-                match (ours, theirs) {
-                    (Ok(ours), Ok(theirs)) if ours == theirs => Ok(Visible::Identical { bytes }),
-                    (Ok(_), Ok(_)) => Ok(Visible::Different),
-                    (Err(e), _) | (_, Err(e)) => Err(e),
+        let ours = (digest.finish(), bytes);
+        match sink {
+            Sink::Staged { tmp, upload } => storage.finish_staged(&path, tmp, upload, ours).await,
+            Sink::Buffered(held) => {
+                let all: Vec<u8> = held.iter().flat_map(|c| c.iter().copied()).collect();
+                match storage.create(&path, Bytes::from(all)).await? {
+                    Created::New => Ok(Visible::New { bytes }),
+                    Created::Existing(theirs) => Ok(same(ours, digest_of(&theirs), bytes)),
                 }
             }
-            Err(e) => Err(Error::storage(storage.describe(&path), e)),
-        };
-        let _ = storage.store.delete(&tmp).await;
-        outcome
+            Sink::Uploading(upload) => {
+                let describe = || storage.describe(&path);
+                if storage.size(&path).await?.is_some() {
+                    let _ = upload.abort().await;
+                    return Ok(same(ours, storage.digest(&path).await?, bytes));
+                }
+                upload
+                    .finish()
+                    .await
+                    .map_err(|e| Error::storage(describe(), e))?;
+                Ok(Visible::New { bytes })
+            }
+        }
     }
 }
 
+fn same(ours: (u64, u64), theirs: (u64, u64), bytes: u64) -> Visible {
+    if ours == theirs {
+        Visible::Identical { bytes }
+    } else {
+        Visible::Different
+    }
+}
+
+fn digest_of(bytes: &[u8]) -> (u64, u64) {
+    let mut d = DefaultHasher::new();
+    d.write(bytes);
+    (d.finish(), bytes.len() as u64)
+}
+
 impl Storage {
+    /// Completes a filesystem upload and renames it into place, or compares
+    /// it with the file already there.
+    async fn finish_staged(
+        &self,
+        path: &Path,
+        tmp: Path,
+        upload: WriteMultipart,
+        ours: (u64, u64),
+    ) -> Result<Visible> {
+        upload
+            .finish()
+            .await
+            .map_err(|e| Error::storage(self.describe(&tmp), e))?;
+        let outcome = match self.store.rename_if_not_exists(&tmp, path).await {
+            Ok(()) => return Ok(Visible::New { bytes: ours.1 }),
+            // Taken (a retried attempt): the same bytes? Only this rare path
+            // reads anything back.
+            Err(object_store::Error::AlreadyExists { .. }) => self
+                .digest(path)
+                .await
+                .map(|theirs| same(ours, theirs, ours.1)),
+            Err(e) => Err(Error::storage(self.describe(path), e)),
+        };
+        let _ = self.store.delete(&tmp).await;
+        outcome
+    }
+
     /// The digest and size of a file, read as a stream.
     async fn digest(&self, path: &Path) -> Result<(u64, u64)> {
         let fail = |e| Error::storage(self.describe(path), e);
@@ -163,7 +263,9 @@ mod tests {
     #[tokio::test]
     async fn chunks_become_one_file_create_only() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let s = crate::storage::Stores::default()
+            .open(dir.path().to_str().unwrap())
+            .unwrap();
         let p = Path::from("part-1");
         assert_eq!(
             write(&s, &p, &["ab", "cd"]).await,
@@ -184,7 +286,9 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_writer_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let s = Storage::open(dir.path().to_str().unwrap()).unwrap();
+        let s = crate::storage::Stores::default()
+            .open(dir.path().to_str().unwrap())
+            .unwrap();
         let mut w = s.begin_visible(&Path::from("part-2")).await.unwrap();
         w.write(Bytes::from(vec![7u8; 6 << 20])).await.unwrap();
         drop(w);

@@ -3,6 +3,7 @@
 //! (FAILED_PRECONDITION, naming each field that differs and, for a
 //! stateful query, a grouping key that changed).
 
+use sluice_common::storage::Stores;
 use std::sync::Arc;
 
 use sluice_common::spec::QuerySpec;
@@ -12,7 +13,12 @@ use crate::lifecycle::QueryState;
 
 /// The error of submitting `new` where `old` exists (or a checkpoint whose
 /// spec cannot be read, when `old` is `None`).
-pub async fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryState) -> DriverError {
+pub async fn conflict(
+    stores: &Stores,
+    new: &QuerySpec,
+    old: Option<&QuerySpec>,
+    state: QueryState,
+) -> DriverError {
     let name = &new.name;
     match old {
         Some(old) if old == new => DriverError::AlreadyExists(format!(
@@ -22,7 +28,10 @@ pub async fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryStat
         Some(old) => {
             let mut what = old.diff(new);
             if old.sql() != new.sql()
-                && let (Some(a), Some(b)) = (grouping_key(old).await, grouping_key(new).await)
+                && let (Some(a), Some(b)) = (
+                    grouping_key(stores, old).await,
+                    grouping_key(stores, new).await,
+                )
                 && a != b
             {
                 what.push(format!(
@@ -44,9 +53,11 @@ pub async fn conflict(new: &QuerySpec, old: Option<&QuerySpec>, state: QueryStat
 
 /// The grouping key of a stateful query's aggregation; `None` when it
 /// keeps no state or its schema cannot be resolved now.
-async fn grouping_key(spec: &QuerySpec) -> Option<Vec<String>> {
-    let input = crate::source::resolve_schema(&spec.source).await.ok()?;
-    let tables = crate::source::tables::resolve(spec).await.ok()?;
+async fn grouping_key(stores: &Stores, spec: &QuerySpec) -> Option<Vec<String>> {
+    let input = crate::source::resolve_schema(stores, &spec.source)
+        .await
+        .ok()?;
+    let tables = crate::source::tables::resolve(stores, spec).await.ok()?;
     let tables: Vec<_> = tables
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))

@@ -27,7 +27,7 @@ use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
 use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
-use sluice_common::storage::{check_sink_location, locations_overlap};
+use sluice_common::storage::{Stores, check_sink_location, locations_overlap};
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
 
@@ -259,10 +259,12 @@ pub async fn submit(
     term: &Arc<Term>,
     spec: QuerySpec,
 ) -> Result<Arc<QueryEntry>, DriverError> {
+    let stores = &driver.config.stores;
     let _guard = term.queries.submit_lock.lock().await;
     term.fence()?;
     if let Some(existing) = term.queries.get(&spec.name) {
-        return Err(conflict::conflict(&spec, existing.spec.as_ref(), existing.state()).await);
+        let old = existing.spec.as_ref();
+        return Err(conflict::conflict(stores, &spec, old, existing.state()).await);
     }
     let others: Vec<(String, String)> = term
         .queries
@@ -271,21 +273,22 @@ pub async fn submit(
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
         .collect();
     check_sink(&spec, &others, &driver.config.checkpoint_root)?;
-    let input = crate::source::resolve_schema(&spec.source).await?;
-    let tables = crate::source::tables::resolve(&spec).await?;
+    probe_sink(stores, spec.sink_path()).await?;
+    let input = crate::source::resolve_schema(stores, &spec.source).await?;
+    let tables = crate::source::tables::resolve(stores, &spec).await?;
     check_sql(&spec, input.clone(), &tables).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
         if old != spec || qc.metadata().await?.is_some() {
-            return Err(conflict::conflict(&spec, Some(&old), QueryState::Running).await);
+            return Err(conflict::conflict(stores, &spec, Some(&old), QueryState::Running).await);
         }
     }
     crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
     if stored != spec {
-        return Err(conflict::conflict(&spec, Some(&stored), QueryState::Running).await);
+        return Err(conflict::conflict(stores, &spec, Some(&stored), QueryState::Running).await);
     }
     let meta = QueryMetadata {
         version: RECORD_VERSION,
@@ -337,6 +340,21 @@ fn check_sink(
         )));
     }
     Ok(())
+}
+
+/// Refuses a sink in an object store bucket that is missing or refuses
+/// the credentials; a store that does not answer is a retryable error.
+async fn probe_sink(stores: &Stores, sink: &str) -> Result<(), DriverError> {
+    let invalid = |e: sluice_common::Error| match e {
+        sluice_common::Error::Config(r) => DriverError::Invalid(format!("sink.files.path: {r}")),
+        e => DriverError::Common(e),
+    };
+    stores
+        .open(sink)
+        .map_err(invalid)?
+        .probe()
+        .await
+        .map_err(invalid)
 }
 
 /// Stops a query: writes the `stopped` marker, then cancels its runner.

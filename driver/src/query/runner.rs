@@ -44,6 +44,7 @@ pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let stop = entry.stop.clone();
     let sink_path = entry.spec.as_ref().map(|s| s.sink_path().to_string());
+    let stores = driver.config.stores.clone();
     let result = tokio::select! {
         biased;
         _ = stop.cancelled() => Err(DriverError::Cancelled),
@@ -51,7 +52,7 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     };
     let ended = matches!(result, Ok(())) || entry.state() == QueryState::Stopped;
     if let Some(path) = sink_path.filter(|_| ended)
-        && let Ok(sink) = FileSink::open(&path)
+        && let Ok(sink) = FileSink::open(&stores, &path)
     {
         // Nothing of this query runs any more: no temporary file is in use.
         cleanup::purge(sink, None).await;
@@ -101,8 +102,10 @@ async fn drive(
     ctx.stateful = super::stages::plan(&ctx, source.schema()).await?;
     let path = ctx.spec.sink_path().to_string();
     ctx.sink = Some(
-        ctx.storage("open sink", || async { FileSink::open(&path) })
-            .await?,
+        ctx.storage("open sink", || async {
+            FileSink::open(&ctx.driver.config.stores, &path)
+        })
+        .await?,
     );
 
     let (mut next, mut committed, mut rerun) = recover(&ctx, source).await?;

@@ -48,7 +48,7 @@ pub async fn plan(
     let checkpoint = format!("{root}/queries/{}", ctx.entry.name);
     let store = ctx
         .storage("open state store", || async {
-            sluice_common::state::StateStore::open(&checkpoint)
+            sluice_common::state::StateStore::open(&ctx.driver.config.stores, &checkpoint)
         })
         .await?;
     Ok(Some(Stateful {

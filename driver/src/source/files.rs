@@ -54,7 +54,7 @@ impl FilesPlanner {
     ) -> Result<Self, DriverError> {
         let dir = ctx
             .storage("open source directory", || async {
-                Storage::open(&spec.path)
+                ctx.driver.config.stores.open(&spec.path)
             })
             .await?;
         let mut taken = HashSet::new();

@@ -18,6 +18,7 @@ mod rate;
 mod split;
 pub mod tables;
 
+use sluice_common::storage::Stores;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,13 +97,13 @@ pub trait SourcePlanner: Send + Sync {
 /// The schema of the `input` table of a new query with source `spec`:
 /// fixed, declared, or inferred from the files present now. Errors name
 /// the spec field.
-pub async fn resolve_schema(spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
+pub async fn resolve_schema(stores: &Stores, spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
     match spec {
         SourceSpec::Rate(_) => Ok(sluice_common::rate::schema()),
         SourceSpec::Files(f) => {
             let invalid = |r: String| DriverError::Invalid(format!("source.files.path: {r}"));
-            sluice_common::storage::check_input_dir(&f.path).map_err(invalid)?;
-            let dir = sluice_common::storage::Storage::open(&f.path)?;
+            stores.check_input_dir(&f.path).await.map_err(invalid)?;
+            let dir = stores.open(&f.path)?;
             let files = dir.list_inputs().await?;
             let input = infer::Input {
                 field: "source.files".into(),

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use sluice_common::checkpoint::{RECORD_VERSION, TableFile, TableSchema, TablesRecord};
 use sluice_common::spec::{QuerySpec, TableSpec};
-use sluice_common::storage::{FileMeta, Storage, locate_input};
+use sluice_common::storage::{FileMeta, Storage, Stores};
 use sluice_proto as pb;
 
 use super::infer;
@@ -35,13 +35,18 @@ async fn list(dir: &Storage, file: Option<&str>) -> Result<Vec<FileMeta>, sluice
 
 /// Where each table of `spec` is and its schema, checked; errors name the
 /// field (`tables.cities.path`).
-pub async fn resolve(spec: &QuerySpec) -> Result<BTreeMap<String, TableSchema>, DriverError> {
+pub async fn resolve(
+    stores: &Stores,
+    spec: &QuerySpec,
+) -> Result<BTreeMap<String, TableSchema>, DriverError> {
     let mut out = BTreeMap::new();
     for (name, t) in &spec.tables {
         let field = format!("tables.{name}");
-        let (dir, file) = locate_input(&t.path)
+        let (dir, file) = stores
+            .locate_input(&t.path)
+            .await
             .map_err(|r| DriverError::Invalid(format!("{field}.path: {r}")))?;
-        let storage = Storage::open(&dir)?;
+        let storage = stores.open(&dir)?;
         let files = list(&storage, file.as_deref()).await?;
         let input = infer::Input {
             field,
@@ -104,7 +109,9 @@ pub async fn files(
     let mut out = BTreeMap::new();
     for (name, t) in &record.tables {
         let dir = ctx
-            .storage("open a static table", || async { Storage::open(&t.dir) })
+            .storage("open a static table", || async {
+                ctx.driver.config.stores.open(&t.dir)
+            })
             .await?;
         let listed = ctx
             .storage("list a static table", || list(&dir, t.file.as_deref()))

@@ -10,6 +10,7 @@ mod rate;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::stream::BoxStream;
+use sluice_common::storage::Stores;
 use sluice_proto::{TaskSource, task_source};
 
 use crate::counter::Counter;
@@ -38,12 +39,15 @@ pub fn open(
     source: &TaskSource,
     partition: u32,
     schema: SchemaRef,
+    stores: &Stores,
 ) -> Result<Box<dyn SourceReader>, ExecutorError> {
     match source.kind.as_ref() {
         Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r, partition)?)),
-        Some(task_source::Kind::Files(f)) => {
-            Ok(Box::new(files::FilesReader::new(f.clone(), schema)?))
-        }
+        Some(task_source::Kind::Files(f)) => Ok(Box::new(files::FilesReader::new(
+            f.clone(),
+            schema,
+            stores.clone(),
+        )?)),
         None => Err(ExecutorError::MalformedTask("missing source".into())),
     }
 }

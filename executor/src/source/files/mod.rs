@@ -23,7 +23,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::StreamExt;
 use sluice_common::spec::{CsvOptions, Format};
-use sluice_common::storage::Storage;
+use sluice_common::storage::{Storage, Stores};
 use sluice_proto::{FileRange, FilesTask};
 
 use super::{Batches, SourceReader};
@@ -37,12 +37,13 @@ const TAIL_STEP: u64 = 64 << 10;
 
 pub struct FilesReader {
     task: FilesTask,
+    stores: Stores,
     format: Format,
     schema: SchemaRef,
 }
 
 impl FilesReader {
-    pub fn new(task: FilesTask, schema: SchemaRef) -> Result<Self, ExecutorError> {
+    pub fn new(task: FilesTask, schema: SchemaRef, stores: Stores) -> Result<Self, ExecutorError> {
         let bad = |m: String| Err(ExecutorError::MalformedTask(format!("file source: {m}")));
         let Some(format) = Format::parse(&task.format) else {
             return bad(format!("unknown format {:?}", task.format));
@@ -62,6 +63,7 @@ impl FilesReader {
         }
         Ok(FilesReader {
             task,
+            stores,
             format,
             schema,
         })
@@ -92,6 +94,7 @@ impl SourceReader for FilesReader {
                 skip_bad: self.task.skip_bad_records,
             },
             root: self.task.root.clone(),
+            stores: self.stores,
             label: if self.task.label.is_empty() {
                 "source file".into()
             } else {
@@ -118,6 +121,7 @@ struct Ctx {
     format: Format,
     lines: LineFormat,
     root: String,
+    stores: Stores,
     /// What the files are, in errors ("source file").
     label: String,
     bad_records: Counter,
@@ -125,7 +129,7 @@ struct Ctx {
 
 impl Ctx {
     fn storage(&self) -> Result<Storage, ExecutorError> {
-        Ok(Storage::open(&self.root)?)
+        Ok(self.stores.open(&self.root)?)
     }
 
     /// Checks that the file is as planned, then reads the range.

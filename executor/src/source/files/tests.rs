@@ -121,7 +121,8 @@ async fn read_error_as(
         csv: None,
         label: label.into(),
     };
-    let reader = super::FilesReader::new(task, fmt(Format::Jsonl, true).schema).unwrap();
+    let reader =
+        super::FilesReader::new(task, fmt(Format::Jsonl, true).schema, Default::default()).unwrap();
     let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
     let mut batches = reader.read(crate::counter::Counter::default());
     while let Some(b) = batches.next().await {

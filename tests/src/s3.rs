@@ -1,0 +1,147 @@
+//! A real S3-compatible server for the object store tests: moto's
+//! standalone server (`moto_server`, from the pinned venv `target/s3/venv`
+//! that `scripts/deps.sh test` installs) on 127.0.0.1 and a free port.
+//!
+//! It is started through [`Cluster::spawn_with_env`], so it is SIGKILLed
+//! and reaped with the cluster, even on panic. moto keeps objects in
+//! memory: a restarted server is empty.
+//!
+//! Every process that talks to it gets [`S3::env`], the AWS conventions
+//! (`AWS_ENDPOINT_URL`, `AWS_REGION`, keys, `AWS_ALLOW_HTTP`); code in the
+//! test process opens storage with [`S3::stores`].
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sluice_common::storage::{StoreOptions, Stores};
+
+use crate::cluster::Cluster;
+use crate::http;
+use crate::ports::free_port;
+use crate::process::Process;
+
+/// How long moto may take to answer after it starts.
+pub const S3_READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The region every test client signs for.
+pub const REGION: &str = "us-east-1";
+
+/// `moto_server` in the pinned venv. Panics with the fix when missing.
+pub fn moto_bin() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let bin = dir.join("../target/s3/venv/bin/moto_server");
+    if !bin.is_file() {
+        panic!(
+            "{} not found: run scripts/deps.sh test (it installs tests/requirements-s3.txt)",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// One moto server.
+#[derive(Debug)]
+pub struct S3 {
+    process: Process,
+    port: u16,
+}
+
+impl S3 {
+    /// Starts moto in `cluster` and waits until it answers. With `auth`,
+    /// moto checks credentials on every request: none exist, so each
+    /// request is refused (403), as a store refuses unknown keys.
+    pub async fn start(cluster: &Cluster, name: &str, auth: bool) -> S3 {
+        let port = free_port();
+        let mut env = vec![("MOTO_PORT".to_string(), port.to_string())];
+        if auth {
+            env.push(("INITIAL_NO_AUTH_ACTION_COUNT".into(), "0".into()));
+        }
+        let args = vec![
+            "-H".to_string(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+        ];
+        let process = cluster.spawn_with_env(name, &moto_bin(), args, env);
+        let s3 = S3 { process, port };
+        s3.wait_ready().await;
+        s3
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + S3_READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.process.exit_status() {
+                panic!(
+                    "moto exited ({status}) before it answered; log tail:\n{}",
+                    self.process.log_tail(40)
+                );
+            }
+            let path = "/moto-api/data.json";
+            if let Ok((200, _)) = http::get(&self.addr(), path, Duration::from_secs(2)).await {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "moto did not answer in {S3_READY_TIMEOUT:?}; log tail:\n{}",
+                    self.process.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILLs moto and starts it again on the same port, empty.
+    pub async fn restart(&self) {
+        self.process.restart();
+        self.wait_ready().await;
+    }
+
+    pub fn process(&self) -> &Process {
+        &self.process
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// Creates `bucket` (at least 3 characters). Panics on failure.
+    pub async fn create_bucket(&self, bucket: &str) {
+        let (code, resp) = http::request(
+            &self.addr(),
+            "PUT",
+            &format!("/{bucket}"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create bucket {bucket}: {e}"));
+        assert_eq!(
+            code,
+            200,
+            "create bucket {bucket}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+
+    /// The environment of a process that uses this server.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_REGION", REGION.to_string()),
+            ("AWS_ACCESS_KEY_ID", "sluice-test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "sluice-test-secret".to_string()),
+            ("AWS_ALLOW_HTTP", "true".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Opens storage in the test process as the processes do.
+    pub fn stores(&self) -> Stores {
+        Stores::new(StoreOptions::from_pairs(self.env()))
+    }
+}
