@@ -49,14 +49,25 @@ pub async fn expected_with(
 /// lines. A file listed twice, or missing, fails the test.
 pub async fn committed(sink: &Path) -> Vec<String> {
     let location = sink.to_str().expect("utf-8 sink path");
-    let files = FileSink::open(&Stores::default(), location).expect("sink opens");
+    committed_at(&Stores::default(), location).await
+}
+
+/// [`committed`] for a sink at any location (`s3://...`), read through
+/// `stores`.
+pub async fn committed_at(stores: &Stores, location: &str) -> Vec<String> {
+    let files = FileSink::open(stores, location).expect("sink opens");
     let mut seen = std::collections::BTreeSet::new();
     let mut all = Vec::new();
     for m in files.manifests().await.expect("manifests read") {
         for f in m.files {
             assert!(seen.insert(f.path.clone()), "{} is listed twice", f.path);
-            let bytes = std::fs::read(sink.join(&f.path))
-                .unwrap_or_else(|e| panic!("{} is listed but cannot be read: {e}", f.path));
+            let key = sluice_common::storage::Path::from(f.path.as_str());
+            let bytes = files
+                .storage()
+                .get(&key)
+                .await
+                .unwrap_or_else(|e| panic!("{} is listed but cannot be read: {e}", f.path))
+                .unwrap_or_else(|| panic!("{} is listed but missing", f.path));
             let rows = lines(&bytes);
             assert_eq!(rows.len() as u64, f.rows, "{} has {} rows", f.path, f.rows);
             all.extend(rows);
