@@ -1,6 +1,7 @@
 //! The exactly-once checker. It reads a file sink the way a user would:
-//! every manifest under `_sluice/`, then every part file a manifest lists,
-//! and counts each `value`. A sink is exact when every expected value is
+//! every batch's manifest under `_sluice/` (the latest compacted manifest
+//! and the deltas after it, see [`FileSink::manifests`]), then every part
+//! file a manifest lists, and counts each `value`. A sink is exact when every expected value is
 //! there exactly once and nothing else is.
 
 use std::collections::{BTreeSet, HashSet};

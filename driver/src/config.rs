@@ -71,6 +71,9 @@ pub struct DriverConfig {
     pub max_rows_per_task: u64,
     pub max_bytes_per_task: u64,
     pub retain_batches: u64,
+    /// Batches between two compacted sink manifests (see
+    /// `sluice_common::sink::manifest`); 0 turns compaction off.
+    pub compact_interval: u64,
     /// Opens the checkpoint root, sources, tables and sinks.
     pub stores: Stores,
     /// `None`: standalone.
@@ -177,6 +180,7 @@ impl TryFrom<Cli> for DriverConfig {
             max_rows_per_task: cli.max_rows_per_task,
             max_bytes_per_task: cli.max_bytes_per_task,
             retain_batches: cli.retain_batches,
+            compact_interval: sluice_common::sink::COMPACT_INTERVAL,
             stores: Stores::new(StoreOptions::from_env()),
         })
     }

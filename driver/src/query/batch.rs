@@ -1,10 +1,12 @@
 //! Running one planned batch: its tasks (see [`super::stages`]), then the
-//! sink manifest, then `commits/N`.
+//! sink manifest (and, every `compact_interval` batches, the compacted sink
+//! manifest), then `commits/N`.
 //!
 //! Invariant (DESIGN.md, 2): `commits/N` is created only after every task
-//! of batch N succeeded: the sink manifest listing their files is durable,
-//! and so is every state version N (a reduce task reports success only
-//! once its delta is written). Batch N's shuffle files are removed only
+//! of batch N succeeded: the sink manifest listing their files is durable
+//! (and so is the compacted manifest of a batch that compacts), and so is
+//! every state version N (a reduce task reports success only once its
+//! delta is written). Batch N's shuffle files are removed only
 //! after `commits/N`.
 
 use std::time::{Duration, Instant};
@@ -105,8 +107,16 @@ pub async fn execute(
     ctx.storage("check sink files", || sink.check_files(&files))
         .await?;
     let manifest = FileSink::manifest(batch, epoch, files);
-    ctx.storage("write sink manifest", || sink.write_manifest(&manifest))
+    let stored = ctx
+        .storage("write sink manifest", || sink.write_manifest(&manifest))
         .await?;
+    // Before `commits/N` too: a replay of N rebuilds the same compacted
+    // manifest from the same files and adopts it.
+    let interval = ctx.driver.config.compact_interval;
+    ctx.storage("compact sink manifests", || {
+        sink.write_compact(&stored, interval)
+    })
+    .await?;
     let sink_commit = t.elapsed();
 
     let t = Instant::now();

@@ -1,18 +1,33 @@
-//! Retention: what a query's checkpoint no longer needs, deleted in the
-//! background every ten batches, never on a batch's critical path.
+//! Retention: what a query's checkpoint and sink no longer need, deleted in
+//! the background every ten batches, never on a batch's critical path.
 //!
 //! - `offsets/N` and `commits/N` older than the last `retain_batches`;
 //! - state files that no version from the oldest retained batch on needs
 //!   to be rebuilt (see `sluice_common::state::expired`);
-//! - shuffle files of committed batches that a crash left behind.
+//! - shuffle files of committed batches that a crash left behind;
+//! - after each batch that writes a compacted sink manifest: the older
+//!   compacted manifests, and the per-batch sink manifests it lists that
+//!   are older than the last `retain_batches` (see
+//!   `sluice_common::sink::manifest::purge_plan`). Readers read the latest
+//!   compacted manifest and the deltas after it, and list again when a file
+//!   they listed is gone.
 
-use tracing::warn;
+use sluice_common::sink::FileSink;
+use sluice_common::sink::manifest::compacts_at;
+use tracing::{debug, warn};
 
 use super::ctx::Ctx;
 
-/// After batch `committed` commits: starts the purge when it is due.
+/// After batch `committed` commits: starts the purges that are due.
 pub fn after_commit(ctx: &Ctx, committed: u64) {
     let retain = ctx.driver.config.retain_batches;
+    if compacts_at(committed, ctx.driver.config.compact_interval)
+        && let Ok(sink) = ctx.sink()
+    {
+        ctx.term
+            .tasks
+            .spawn(purge_sink(sink.clone(), committed, retain));
+    }
     if !committed.is_multiple_of(10) {
         return;
     }
@@ -42,4 +57,18 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
             warn!(error = %e, keep_from, "purging old state failed; will try again later");
         }
     });
+}
+
+/// Deletes the sink manifests readers no longer need after `committed`; a
+/// failure is logged and left for the next batch that compacts.
+async fn purge_sink(sink: FileSink, committed: u64, retain: u64) {
+    match sink.purge_manifests(committed, retain).await {
+        Ok(0) => {}
+        Ok(removed) => debug!(removed, committed, "old sink manifests removed"),
+        Err(e) => warn!(
+            error = %e,
+            committed,
+            "purging old sink manifests failed; will try again later"
+        ),
+    }
 }

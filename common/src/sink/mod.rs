@@ -1,9 +1,11 @@
-//! The file sink.
+//! The file sink: its part files, and its manifests (see [`manifest`] for
+//! their format and compaction, [`log`] for how they are stored).
 //!
 //! ```text
 //! <path>/[<col>=<value>/...]part-<batch:020>-<partition:05>[-<seq:04>].<ext>
 //!                                                one file of a task's rows
 //! <path>/_sluice/<batch:020>                     the batch's manifest
+//! <path>/_sluice/<batch:020>.compact             the manifests of batches 0..=batch
 //! <path>/.../.<name>.<uuid>.tmp                  in-flight writes (skipped by readers)
 //! ```
 //!
@@ -17,15 +19,20 @@
 //! [`Error::Conflict`] and is never overwritten.
 
 use crate::storage::Path;
-use arrow_array::RecordBatch;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{RECORD_VERSION, encode, padded};
+use crate::checkpoint::padded;
 use crate::error::{Error, Result};
-use crate::storage::{Created, Storage, Stores, Visible, VisibleWriter};
+use crate::storage::{Storage, Stores, Visible, VisibleWriter};
 
-pub const MANIFEST_DIR: &str = "_sluice";
+mod jsonl;
+mod log;
+pub mod manifest;
+
+pub use jsonl::encode_jsonl;
+pub use manifest::{
+    COMPACT_INTERVAL, CompactManifest, MANIFEST_DIR, ManifestName, SinkFile, SinkManifest,
+};
 
 /// The path of a part file in format `ext`, relative to the sink root:
 /// under `dir` (a Hive-style partition directory, or empty), file `seq`
@@ -53,141 +60,6 @@ pub fn temp_batch(name: &str) -> Option<u64> {
         return None;
     }
     rest.get(..20)?.parse().ok()
-}
-
-/// One file of a batch, as listed in the manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SinkFile {
-    pub path: String,
-    pub rows: u64,
-    pub bytes: u64,
-}
-
-/// The list of files that batch N made visible.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SinkManifest {
-    pub version: u32,
-    pub batch_id: u64,
-    pub epoch: u64,
-    pub files: Vec<SinkFile>,
-}
-
-/// Encodes rows as JSON lines. Timestamps are written as integers, in
-/// milliseconds since the Unix epoch (the rate source's `timestamp_ms` is
-/// `{"timestamp_ms":1700000000000}`, a window is
-/// `{"w":{"start":1700000000000,"end":1700000010000}}`); the file source
-/// reads both that and RFC 3339 text.
-pub fn encode_jsonl(batches: &[RecordBatch]) -> Result<Vec<u8>> {
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut buf = Vec::with_capacity(rows * 48);
-    {
-        let mut w = arrow_json::LineDelimitedWriter::new(&mut buf);
-        for b in batches {
-            let b = timestamps_as_millis(b)?;
-            w.write(&b).map_err(|e| Error::Encoding(e.to_string()))?;
-        }
-        w.finish().map_err(|e| Error::Encoding(e.to_string()))?;
-    }
-    Ok(buf)
-}
-
-/// `batch` with every timestamp turned into Int64 milliseconds since the
-/// epoch (sub-millisecond digits are dropped), in columns and inside
-/// structs and lists (a window's `{start, end}`) alike.
-fn timestamps_as_millis(batch: &RecordBatch) -> Result<RecordBatch> {
-    use arrow_schema::Schema;
-    use std::sync::Arc;
-
-    let schema = batch.schema();
-    if !schema.fields().iter().any(|f| has_timestamp(f.data_type())) {
-        return Ok(batch.clone());
-    }
-    let mut fields = Vec::with_capacity(schema.fields().len());
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for (f, c) in schema.fields().iter().zip(batch.columns()) {
-        let (f, c) = as_millis(f, c)?;
-        fields.push(f);
-        columns.push(c);
-    }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map_err(|e| Error::Encoding(e.to_string()))
-}
-
-fn has_timestamp(t: &arrow_schema::DataType) -> bool {
-    use arrow_schema::DataType;
-    match t {
-        DataType::Timestamp(..) => true,
-        DataType::Struct(fields) => fields.iter().any(|f| has_timestamp(f.data_type())),
-        DataType::List(f) | DataType::LargeList(f) => has_timestamp(f.data_type()),
-        _ => false,
-    }
-}
-
-/// One column with its timestamps as milliseconds.
-fn as_millis(
-    field: &arrow_schema::FieldRef,
-    column: &arrow_array::ArrayRef,
-) -> Result<(arrow_schema::FieldRef, arrow_array::ArrayRef)> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{
-        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-        TimestampSecondType,
-    };
-    use arrow_array::{Array, ArrayRef, Int64Array, ListArray, StructArray};
-    use arrow_schema::{DataType, Field, Fields, TimeUnit};
-    use std::sync::Arc;
-
-    let fail = |e: arrow_schema::ArrowError| Error::Encoding(e.to_string());
-    if !has_timestamp(field.data_type()) {
-        return Ok((field.clone(), column.clone()));
-    }
-    let renamed = |t: DataType| Arc::new(Field::new(field.name(), t, field.is_nullable()));
-    match field.data_type() {
-        DataType::Timestamp(unit, _) => {
-            let c = column;
-            let millis: Int64Array = match unit {
-                TimeUnit::Second => c
-                    .as_primitive::<TimestampSecondType>()
-                    .unary(|v| v.saturating_mul(1000)),
-                TimeUnit::Millisecond => c.as_primitive::<TimestampMillisecondType>().unary(|v| v),
-                TimeUnit::Microsecond => c
-                    .as_primitive::<TimestampMicrosecondType>()
-                    .unary(|v| v.div_euclid(1000)),
-                TimeUnit::Nanosecond => c
-                    .as_primitive::<TimestampNanosecondType>()
-                    .unary(|v| v.div_euclid(1_000_000)),
-            };
-            Ok((renamed(DataType::Int64), Arc::new(millis) as ArrayRef))
-        }
-        DataType::Struct(children) => {
-            let s = column.as_struct();
-            let mut fields = Vec::with_capacity(children.len());
-            let mut columns = Vec::with_capacity(children.len());
-            for (f, c) in children.iter().zip(s.columns()) {
-                let (f, c) = as_millis(f, c)?;
-                fields.push(f);
-                columns.push(c);
-            }
-            let fields = Fields::from(fields);
-            let out =
-                StructArray::try_new(fields.clone(), columns, s.nulls().cloned()).map_err(fail)?;
-            Ok((renamed(DataType::Struct(fields)), Arc::new(out) as ArrayRef))
-        }
-        DataType::List(item) => {
-            let l = column.as_list::<i32>();
-            let (item, values) = as_millis(item, l.values())?;
-            let out = ListArray::try_new(
-                item.clone(),
-                l.offsets().clone(),
-                values,
-                l.nulls().cloned(),
-            )
-            .map_err(fail)?;
-            Ok((renamed(DataType::List(item)), Arc::new(out) as ArrayRef))
-        }
-        // A large list of timestamps is written as arrow-json writes it.
-        _ => Ok((field.clone(), column.clone())),
-    }
 }
 
 /// A file sink rooted at one directory.
@@ -287,38 +159,36 @@ impl FileSink {
 
     /// Writes the manifest of a batch, or adopts the one already there.
     pub async fn write_manifest(&self, manifest: &SinkManifest) -> Result<SinkManifest> {
-        let path = Path::from_iter([MANIFEST_DIR, &padded(manifest.batch_id)]);
-        match self.storage.create(&path, encode(manifest)?).await? {
-            Created::New => Ok(manifest.clone()),
-            Created::Existing(b) => serde_json::from_slice(&b).map_err(|e| Error::Corrupt {
-                path: self.storage.describe(&path),
-                reason: e.to_string(),
-            }),
-        }
+        log::write_delta(&self.storage, manifest).await
     }
 
-    /// Every manifest in batch order.
+    /// After `last`, the stored manifest of its batch: writes the batch's
+    /// compacted manifest when it is one that compacts every `interval`
+    /// batches (create-only, adopted when a replay finds it written).
+    /// Lists nothing: it reads the previous compacted manifest and the
+    /// deltas after it by name. Returns whether the batch compacts.
+    pub async fn write_compact(&self, last: &SinkManifest, interval: u64) -> Result<bool> {
+        log::write_compact(&self.storage, last, interval).await
+    }
+
+    /// Every committed batch's manifest, in batch order: the latest
+    /// compacted manifest's entries, then the deltas after it (every delta
+    /// of a sink without one). Lists `_sluice/` once, and again if a purge
+    /// deleted a file it listed.
     pub async fn manifests(&self) -> Result<Vec<SinkManifest>> {
-        let mut out = Vec::new();
-        for meta in self.storage.list_files(&Path::from(MANIFEST_DIR)).await? {
-            let b = self.storage.get(&meta.location).await?.unwrap_or_default();
-            out.push(serde_json::from_slice(&b).map_err(|e| Error::Corrupt {
-                path: self.storage.describe(&meta.location),
-                reason: e.to_string(),
-            })?);
-        }
-        Ok(out)
+        log::read(&self.storage, None).await
+    }
+
+    /// After batch `committed`: deletes the manifests readers no longer
+    /// need, older compacted manifests and the deltas the latest one lists,
+    /// except those of the last `retain` batches. Returns how many.
+    pub async fn purge_manifests(&self, committed: u64, retain: u64) -> Result<usize> {
+        log::purge(&self.storage, committed, retain).await
     }
 
     /// A sink manifest for `batch` listing `files`, with `version` set.
-    pub fn manifest(batch: u64, epoch: u64, mut files: Vec<SinkFile>) -> SinkManifest {
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        SinkManifest {
-            version: RECORD_VERSION,
-            batch_id: batch,
-            epoch,
-            files,
-        }
+    pub fn manifest(batch: u64, epoch: u64, files: Vec<SinkFile>) -> SinkManifest {
+        SinkManifest::new(batch, epoch, files)
     }
 }
 
@@ -346,42 +216,6 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Conflict { .. }));
-    }
-
-    #[test]
-    fn timestamps_inside_structs_and_lists_are_milliseconds_too() {
-        use arrow_array::types::TimestampSecondType;
-        use arrow_array::{Array, ArrayRef, ListArray, StructArray, TimestampSecondArray};
-        use arrow_schema::{DataType, Field, Fields, Schema, TimeUnit};
-        use std::sync::Arc;
-        let ts = DataType::Timestamp(TimeUnit::Second, None);
-        let fields = Fields::from(vec![
-            Field::new("start", ts.clone(), true),
-            Field::new("end", ts.clone(), true),
-        ]);
-        let w = StructArray::try_new(
-            fields.clone(),
-            vec![
-                Arc::new(TimestampSecondArray::from(vec![10])) as ArrayRef,
-                Arc::new(TimestampSecondArray::from(vec![20])),
-            ],
-            None,
-        )
-        .unwrap();
-        let l = ListArray::from_iter_primitive::<TimestampSecondType, _, _>(vec![Some(vec![
-            Some(1),
-            Some(2),
-        ])]);
-        let schema = Schema::new(vec![
-            Field::new("w", DataType::Struct(fields), true),
-            Field::new("l", l.data_type().clone(), true),
-        ]);
-        let b = RecordBatch::try_new(Arc::new(schema), vec![Arc::new(w), Arc::new(l)]).unwrap();
-        let text = String::from_utf8(encode_jsonl(&[b]).unwrap()).unwrap();
-        assert_eq!(
-            text.trim(),
-            r#"{"w":{"start":10000,"end":20000},"l":[1000,2000]}"#
-        );
     }
 
     #[tokio::test]
