@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use sluice_common::storage::Stores;
 use sluice_executor::ExecutorConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -67,13 +68,22 @@ pub const GRACE: Duration = Duration::from_secs(10);
 pub struct InProcess {
     shutdown: CancellationToken,
     tasks: Vec<Task>,
+    /// How every driver and executor here opens storage.
+    stores: Stores,
 }
 
 impl InProcess {
+    /// A cluster whose nodes open storage with this process's environment.
     pub fn new(shutdown: CancellationToken) -> Self {
+        Self::with_stores(shutdown, crate::verify::stores())
+    }
+
+    /// A cluster whose nodes share `stores` (and its request counts).
+    pub fn with_stores(shutdown: CancellationToken, stores: Stores) -> Self {
         InProcess {
             shutdown,
             tasks: Vec::new(),
+            stores,
         }
     }
 
@@ -81,8 +91,9 @@ impl InProcess {
     pub fn spawn_driver(&mut self, args: &[String]) -> anyhow::Result<()> {
         let argv = std::iter::once("sluice-driver".to_string()).chain(args.iter().cloned());
         let cli = sluice_driver::Cli::try_parse_from(argv).context("driver flags")?;
-        let config = sluice_driver::DriverConfig::try_from(cli)
+        let mut config = sluice_driver::DriverConfig::try_from(cli)
             .map_err(|e| anyhow::anyhow!("driver configuration: {e}"))?;
+        config.stores = self.stores.clone();
         let name = format!("driver {}", config.id);
         let token = self.shutdown.clone();
         self.spawn(name, async move { sluice_driver::run(config, token).await });
@@ -103,7 +114,7 @@ impl InProcess {
             heartbeat,
             id: id.to_string(),
             max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
-            stores: crate::verify::stores(),
+            stores: self.stores.clone(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

@@ -54,6 +54,15 @@ pub fn stores() -> Stores {
 /// Checks a sink; returns the report. A local sink must exist: opening
 /// storage would otherwise create it, and an empty sink looks exact.
 pub async fn check(path: &str, total_rows: Option<u64>) -> anyhow::Result<Report> {
+    check_with(&stores(), path, total_rows).await
+}
+
+/// [`check`], opening the sink through `stores`.
+pub async fn check_with(
+    stores: &Stores,
+    path: &str,
+    total_rows: Option<u64>,
+) -> anyhow::Result<Report> {
     let location = sink_location(path)?;
     let remote = location.contains("://") && !location.starts_with("file://");
     let local = location.strip_prefix("file://").unwrap_or(&location);
@@ -61,11 +70,10 @@ pub async fn check(path: &str, total_rows: Option<u64>) -> anyhow::Result<Report
         remote || std::path::Path::new(local).is_dir(),
         "no sink at {location}: the directory does not exist"
     );
-    let stores = stores();
     if remote {
         stores.open(&location)?.probe().await?;
     }
-    verify_sink(&stores, &location, total_rows)
+    verify_sink(stores, &location, total_rows)
         .await
         .with_context(|| format!("cannot verify the sink at {location}"))
 }

@@ -1,11 +1,11 @@
 //! Command-line flags (each also `SLUICE_<FLAG>` in the environment) and the
 //! validated runtime configuration they turn into.
 
-use sluice_common::storage::{StoreOptions, Stores};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use sluice_common::storage::{StoreOptions, Stores};
 
 use crate::error::DriverError;
 

@@ -4,7 +4,6 @@
 //! files with their sizes and modification times), so a table is read
 //! again only when a batch names other files.
 
-use sluice_common::storage::Stores;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -12,6 +11,7 @@ use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use sluice_common::sink::FileSink;
 use sluice_common::state::StateStore;
+use sluice_common::storage::Stores;
 use sluice_proto::TablePlan;
 use sluice_sql::Table;
 

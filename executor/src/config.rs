@@ -8,10 +8,10 @@
 //! Driver addresses are normalised to `http://host:port`, so the connection
 //! layer never has to guess a scheme.
 
-use sluice_common::storage::{StoreOptions, Stores};
 use std::time::Duration;
 
 use clap::Parser;
+use sluice_common::storage::{StoreOptions, Stores};
 
 use crate::error::ExecutorError;
 

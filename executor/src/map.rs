@@ -9,12 +9,12 @@
 //!
 //! A stateful query's map task goes on in [`crate::shuffle`] instead.
 
-use sluice_common::storage::Stores;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_schema::SchemaRef;
 use sluice_common::spec::DEFAULT_MAX_FILE_BYTES;
+use sluice_common::storage::Stores;
 use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput, sink};
 
 use crate::cache::Caches;

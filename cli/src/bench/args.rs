@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use super::storage::StorageKind;
+
 /// "Unbounded": the largest rate a spec accepts, so every row is available at once.
 pub const UNBOUNDED_RPS: u64 = 1_000_000_000_000;
 /// The longest any one scenario may run.
@@ -93,6 +95,18 @@ pub struct BenchArgs {
     /// milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub watermark_ms: u64,
+    /// throughput, overhead, recovery: where the checkpoint root and the
+    /// sink are: a temp dir, or a bucket on moto's S3 server (started and
+    /// stopped by the benchmark).
+    #[arg(long, value_enum, default_value_t = StorageKind::Local)]
+    pub storage: StorageKind,
+    /// `--storage s3`: moto's server (`scripts/deps.sh test` installs it).
+    #[arg(
+        long,
+        env = "SLUICE_MOTO_BIN",
+        default_value = "target/s3/venv/bin/moto_server"
+    )]
+    pub moto_bin: String,
 }
 
 /// The number of cores the benchmark can use.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use sluice_common::storage::{Path as StoragePath, Storage};
 
 pub const POLL: Duration = Duration::from_millis(5);
 const COMMIT_LIMIT: Duration = Duration::from_secs(60);
@@ -19,6 +20,7 @@ pub struct ChildProcess {
     bin: PathBuf,
     args: Vec<String>,
     log: PathBuf,
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -28,8 +30,15 @@ impl ChildProcess {
             bin,
             args,
             log,
+            env: Vec::new(),
             child: None,
         }
+    }
+
+    /// The child with these environment variables too.
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
     }
 
     /// The binary `name` next to the current executable.
@@ -57,6 +66,7 @@ impl ChildProcess {
             .with_context(|| format!("cannot open {}", self.log.display()))?;
         let child = Command::new(&self.bin)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -156,6 +166,34 @@ pub async fn commit_above(dir: &Path, above: Option<u64>) -> anyhow::Result<u64>
             Instant::now() < deadline,
             "no commit above {above:?} in {} within {COMMIT_LIMIT:?}",
             dir.display()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`highest_commit`] of a commit log opened through storage (any
+/// backend; one LIST).
+pub async fn highest_commit_at(log: &Storage) -> anyhow::Result<Option<u64>> {
+    let files = log.list_files(&StoragePath::from("")).await?;
+    Ok(highest_batch(
+        files.iter().filter_map(|m| m.location.filename()),
+    ))
+}
+
+/// [`commit_above`] of a commit log opened through storage.
+pub async fn commit_above_at(log: &Storage, above: Option<u64>) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + COMMIT_LIMIT;
+    loop {
+        if let Some(b) = highest_commit_at(log)
+            .await?
+            .filter(|&b| above.is_none_or(|a| b > a))
+        {
+            return Ok(b);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no commit above {above:?} in {} within {COMMIT_LIMIT:?}",
+            log.describe(&StoragePath::from(""))
         );
         tokio::time::sleep(POLL).await;
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sluice_common::storage::Stores;
 use sluice_proto::{BatchProgress, QueryState, QueryStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -24,9 +25,18 @@ pub async fn start(
     root: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
+    start_on(root, &crate::verify::stores(), shutdown).await
+}
+
+/// [`start`], with every node opening storage through `stores`.
+pub async fn start_on(
+    root: &str,
+    stores: &Stores,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(InProcess, Client)> {
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
-    let mut cluster = InProcess::new(shutdown.child_token());
+    let mut cluster = InProcess::with_stores(shutdown.child_token(), stores.clone());
     cluster.spawn_driver(&inproc::driver_args(listen, None, root, "bench-driver"))?;
     cluster.spawn_executor(
         vec![addr.clone()],

@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use sluice_proto::{BatchProgress, Durations};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{BenchArgs, UNBOUNDED_RPS, cores, workdir};
+use super::args::{BenchArgs, UNBOUNDED_RPS, cores};
 use super::cluster;
+use super::storage::BenchStorage;
 use crate::stats::{Summary, round3};
 use crate::verify;
 
@@ -38,7 +39,7 @@ pub async fn overhead(
         rows_per_batch: ROWS,
         batches: args.batches.unwrap_or(200),
     };
-    run(shape, shutdown).await
+    run(shape, args, shutdown).await
 }
 
 pub async fn partitions(
@@ -52,22 +53,30 @@ pub async fn partitions(
         rows_per_batch: ROWS * u64::from(partitions),
         batches: args.batches.unwrap_or(100),
     };
-    run(shape, shutdown).await
+    run(shape, args, shutdown).await
 }
 
-async fn run(shape: Shape, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
-    let (_dir, root, out) = workdir()?;
+async fn run(
+    shape: Shape,
+    args: &BenchArgs,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(Value, u8)> {
+    let storage = BenchStorage::prepare(args.storage, &args.moto_bin).await?;
+    let (root, out) = (&storage.root, &storage.out);
     let total = shape.batches * shape.rows_per_batch;
     let q = cluster::unbounded_rate(
         format!("bench-{}", shape.scenario),
         shape.partitions,
         total,
         shape.rows_per_batch,
-        &out,
+        out,
     );
-    let (cluster, client) = cluster::start(&root, shutdown).await?;
+    let (cluster, client) = cluster::start_on(root, &storage.stores, shutdown).await?;
+    let before = storage.stores.requests();
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
-    let report = verify::check(&out, Some(total)).await?;
+    let committed = run.status.last_committed_batch + 1;
+    let requests = super::requests_json(&storage.stores.requests().since(&before), committed);
+    let report = verify::check_with(&storage.stores, out, Some(total)).await?;
     let batches: Vec<&BatchProgress> = run.batches.values().collect();
     let part = |f: fn(&Durations) -> u64| -> Value {
         let v: Vec<f64> = batches
@@ -79,6 +88,7 @@ async fn run(shape: Shape, shutdown: &CancellationToken) -> anyhow::Result<(Valu
     let total_ms = part(|d| d.total);
     let figures = json!({
         "scenario": shape.scenario,
+        "storage": storage.kind.as_str(),
         "cores": cores(),
         "batches": shape.batches,
         "rows_per_batch": shape.rows_per_batch,
@@ -88,7 +98,7 @@ async fn run(shape: Shape, shutdown: &CancellationToken) -> anyhow::Result<(Valu
         "trigger_ms": 0,
         "executors": 1,
         "slots": cluster::SLOTS,
-        "batches_committed": run.status.last_committed_batch + 1,
+        "batches_committed": committed,
         "batches_sampled": batches.len(),
         "median_ms": total_ms["median"],
         "p99_ms": total_ms["p99"],
@@ -104,6 +114,7 @@ async fn run(shape: Shape, shutdown: &CancellationToken) -> anyhow::Result<(Valu
         },
         "wall_seconds": round3(run.seconds),
         "wall_ms_per_batch": round3(run.seconds * 1000.0 / shape.batches.max(1) as f64),
+        "requests": requests,
         "verify": verify::report_json(&report),
     });
     Ok((figures, verify::exit_code(&report)))

@@ -32,11 +32,35 @@ mod sql;
 mod state_check;
 mod state_recovery;
 mod stateful;
+mod storage;
 
 pub use args::{BenchArgs, Scenario};
-use args::{UNBOUNDED_RPS, cores, workdir};
+use args::{UNBOUNDED_RPS, cores};
+use storage::BenchStorage;
+
+/// The storage requests of a run, by kind: in all and per committed batch.
+fn requests_json(n: &sluice_common::storage::RequestCounts, batches: i64) -> Value {
+    let per = |v: u64| round3(v as f64 / batches.max(1) as f64);
+    json!({
+        "total": n,
+        "per_batch": {
+            "put": per(n.put),
+            "get": per(n.get),
+            "head": per(n.head),
+            "list": per(n.list),
+            "delete": per(n.delete),
+            "multipart": per(n.multipart),
+            "copy": per(n.copy),
+        },
+    })
+}
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
+    let on_s3 = [Scenario::Throughput, Scenario::Overhead, Scenario::Recovery];
+    anyhow::ensure!(
+        args.storage == storage::StorageKind::Local || on_s3.contains(&args.scenario),
+        "--storage s3 applies to throughput, overhead and recovery"
+    );
     let shutdown = CancellationToken::new();
     let signals = inproc::spawn_signal_handler(shutdown.clone());
     let result = match args.scenario {
@@ -63,20 +87,25 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
 }
 
 async fn throughput(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
-    let (_dir, root, out) = workdir()?;
+    let storage = BenchStorage::prepare(args.storage, &args.moto_bin).await?;
+    let (root, out) = (&storage.root, &storage.out);
     let partitions = args.partitions.unwrap_or(8);
     let q = cluster::unbounded_rate(
         "bench-throughput".into(),
         partitions,
         args.rows,
         args.max_rows_per_batch,
-        &out,
+        out,
     );
-    let (cluster, client) = cluster::start(&root, shutdown).await?;
+    let (cluster, client) = cluster::start_on(root, &storage.stores, shutdown).await?;
+    let before = storage.stores.requests();
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
-    let report = verify::check(&out, Some(args.rows)).await?;
+    let batches = run.status.last_committed_batch + 1;
+    let requests = requests_json(&storage.stores.requests().since(&before), batches);
+    let report = verify::check_with(&storage.stores, out, Some(args.rows)).await?;
     let figures = json!({
         "scenario": "throughput",
+        "storage": storage.kind.as_str(),
         "cores": cores(),
         "rows": args.rows,
         "partitions": partitions,
@@ -85,9 +114,10 @@ async fn throughput(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::R
         "trigger_ms": 0,
         "executors": 1,
         "slots": cluster::SLOTS,
-        "batches": run.status.last_committed_batch + 1,
+        "batches": batches,
         "seconds": round3(run.seconds),
         "rows_per_second": (args.rows as f64 / run.seconds).round(),
+        "requests": requests,
         "verify": verify::report_json(&report),
     });
     Ok((figures, verify::exit_code(&report)))

@@ -4,14 +4,14 @@
 //! at once with the same flags, and times the kill → first new commit, by
 //! polling the query's `commits/` directory every 5 ms.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{BenchArgs, cores, workdir};
-use super::child::{ChildProcess, POLL, commit_above, highest_commit};
+use super::args::{BenchArgs, cores};
+use super::child::{ChildProcess, POLL, commit_above_at, highest_commit_at};
+use super::storage::BenchStorage;
 use crate::client::Client;
 use crate::inproc::{self, InProcess};
 use crate::queries::{self, RateQuery};
@@ -24,13 +24,15 @@ const QUERY: &str = "bench-recovery";
 
 pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
     let bin = ChildProcess::locate("sluice-driver")?;
-    let (dir, root, out) = workdir()?;
+    let storage = BenchStorage::prepare(args.storage, &args.moto_bin).await?;
+    let (dir, root, out) = (&storage.dir, &storage.root, &storage.out);
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
-    let driver_args = inproc::driver_args(listen, None, &root, "bench-recovery-driver");
-    let mut driver = ChildProcess::new(bin, driver_args, dir.path().join("driver.log"));
+    let driver_args = inproc::driver_args(listen, None, root, "bench-recovery-driver");
+    let mut driver = ChildProcess::new(bin, driver_args, dir.path().join("driver.log"))
+        .with_env(storage.env.clone());
     driver.start()?;
-    let mut cluster = InProcess::new(shutdown.child_token());
+    let mut cluster = InProcess::with_stores(shutdown.child_token(), storage.stores.clone());
     cluster.spawn_executor(
         vec![addr.clone()],
         "bench-executor",
@@ -49,25 +51,25 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         sql: None,
         format: "jsonl",
     };
-    let commits = Path::new(&root).join("queries").join(QUERY).join("commits");
+    let commits = storage.stores.open(&storage.commits(QUERY))?;
     let rounds = cluster
         .supervise(async {
             let mut client = Client::new(vec![addr.clone()])?;
             queries::submit(&mut client, &q.spec_text()).await?;
-            commit_above(&commits, Some(1)).await?;
+            commit_above_at(&commits, Some(1)).await?;
             let mut rounds = Vec::new();
             for i in 0..args.iterations {
                 let t0 = Instant::now();
                 driver.kill()?;
                 // Read after the kill: nothing the old driver did can count.
-                let before = highest_commit(&commits)?;
+                let before = highest_commit_at(&commits).await?;
                 driver.start()?;
-                let after = commit_above(&commits, before).await?;
+                let after = commit_above_at(&commits, before).await?;
                 let ms = t0.elapsed().as_secs_f64() * 1000.0;
                 tracing::info!(round = i, ms, ?before, after, "recovered");
                 rounds.push(json!({ "ms": round3(ms), "before": before, "after": after }));
                 // Let the restarted driver settle before the next kill.
-                commit_above(&commits, Some(after)).await?;
+                commit_above_at(&commits, Some(after)).await?;
             }
             client
                 .call(|mut rpc| async move {
@@ -86,7 +88,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         Ok(r) => r,
         Err(e) if shutdown.is_cancelled() => return Err(e),
         Err(e) => {
-            let log = dir.keep().join("driver.log");
+            let log = storage.dir.keep().join("driver.log");
             return Err(e.context(format!(
                 "recovery failed (driver log kept: {})",
                 log.display()
@@ -94,11 +96,12 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         }
     };
     stopped?;
-    let report = verify::check(&out, None).await?;
+    let report = verify::check_with(&storage.stores, out, None).await?;
     let ms: Vec<f64> = rounds.iter().filter_map(|r| r["ms"].as_f64()).collect();
     let summary = Summary::of(&ms).map_or(Value::Null, |s| s.to_json());
     let figures = json!({
         "scenario": "recovery",
+        "storage": storage.kind.as_str(),
         "cores": cores(),
         "iterations": args.iterations,
         "partitions": partitions,

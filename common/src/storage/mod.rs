@@ -22,11 +22,13 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use crate::error::{Error, Result};
 use failure::{Refusal, refusal};
 
+mod counted;
 pub(crate) mod failure;
 mod location;
 mod read;
 mod stores;
 mod visible;
+pub use counted::RequestCounts;
 pub use location::{Location, check_sink_location, locations_overlap, validate_location};
 pub use object_store::path::Path;
 pub use read::FileMeta;

@@ -29,6 +29,7 @@ use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
+use super::counted::{Counted, Counters, RequestCounts};
 use super::location::Location;
 use super::{Kind, Storage};
 use crate::error::{Error, Result};
@@ -92,6 +93,8 @@ pub struct Stores {
     options: Arc<StoreOptions>,
     /// One client per `scheme://bucket`.
     clients: Arc<Mutex<HashMap<String, Arc<dyn ObjectStore>>>>,
+    /// The requests every root opened here has made.
+    counters: Arc<Counters>,
 }
 
 /// Equal when configured alike; the clients are a cache.
@@ -108,7 +111,13 @@ impl Stores {
         Stores {
             options: Arc::new(options),
             clients: Arc::default(),
+            counters: Arc::default(),
         }
+    }
+
+    /// The requests made so far through every root opened here.
+    pub fn requests(&self) -> RequestCounts {
+        self.counters.snapshot()
     }
 
     /// Opens the root at `location`. A local root is created when missing;
@@ -116,7 +125,7 @@ impl Stores {
     /// Blocking for a local root (it may create directories).
     pub fn open(&self, location: &str) -> Result<Storage> {
         match Location::parse(location).map_err(Error::Config)? {
-            Location::Local(dir) => open_local(dir),
+            Location::Local(dir) => open_local(dir, &self.counters),
             loc @ Location::Object { .. } => {
                 let bucket_url = loc.bucket_url().expect("an object location");
                 let Location::Object { prefix, .. } = &loc else {
@@ -143,12 +152,13 @@ impl Stores {
             return Ok(c.clone());
         }
         let client = build(loc, bucket_url, &self.options)?;
+        let client: Arc<dyn ObjectStore> = Arc::new(Counted::new(client, self.counters.clone()));
         clients.insert(bucket_url.to_string(), client.clone());
         Ok(client)
     }
 }
 
-fn open_local(dir: std::path::PathBuf) -> Result<Storage> {
+fn open_local(dir: std::path::PathBuf, counters: &Arc<Counters>) -> Result<Storage> {
     std::fs::create_dir_all(&dir).map_err(|e| {
         Error::storage(
             dir.display(),
@@ -162,7 +172,7 @@ fn open_local(dir: std::path::PathBuf) -> Result<Storage> {
         .map_err(|e| Error::storage(dir.display(), e))?
         .with_fsync(true);
     Ok(Storage {
-        store: Arc::new(fs),
+        store: Arc::new(Counted::new(Arc::new(fs), counters.clone())),
         display: dir.display().to_string(),
         kind: Kind::Local { root: dir },
     })
@@ -251,5 +261,20 @@ mod tests {
         stores.open("s3://b/two").unwrap();
         stores.open("s3://c").unwrap();
         assert_eq!(stores.clients.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = Stores::default();
+        let s = stores.open(dir.path().to_str().unwrap()).unwrap();
+        let before = stores.requests();
+        let p = super::super::Path::from("x");
+        s.create(&p, bytes::Bytes::from("1")).await.unwrap();
+        s.create(&p, bytes::Bytes::from("1")).await.unwrap();
+        s.size(&p).await.unwrap();
+        s.list_files(&super::super::Path::from("")).await.unwrap();
+        let n = stores.requests().since(&before);
+        assert_eq!((n.put, n.get, n.head, n.list), (2, 1, 1, 1), "{n:?}");
     }
 }

@@ -3,10 +3,10 @@
 //! (FAILED_PRECONDITION, naming each field that differs and, for a
 //! stateful query, a grouping key that changed).
 
-use sluice_common::storage::Stores;
 use std::sync::Arc;
 
 use sluice_common::spec::QuerySpec;
+use sluice_common::storage::Stores;
 
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;

@@ -18,7 +18,6 @@ mod rate;
 mod split;
 pub mod tables;
 
-use sluice_common::storage::Stores;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +27,7 @@ use sluice_common::checkpoint::{
     OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord, SourceOffsets,
 };
 use sluice_common::spec::SourceSpec;
+use sluice_common::storage::Stores;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 
