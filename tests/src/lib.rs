@@ -20,6 +20,7 @@ pub mod node;
 pub mod oracle;
 pub mod ports;
 pub mod process;
+pub mod proxy;
 pub mod s3;
 pub mod seed;
 pub mod spec;

@@ -4,7 +4,14 @@
 //!
 //! It is started through [`Cluster::spawn_with_env`], so it is SIGKILLed
 //! and reaped with the cluster, even on panic. moto keeps objects in
-//! memory: a restarted server is empty.
+//! memory. A durable server ([`S3::start_durable`]) records every request
+//! (moto's recorder) and, after a SIGKILL, comes back with its objects:
+//!
+//! ```text
+//!  clients ──► proxy 127.0.0.1:port ──► moto 127.0.0.1:backend
+//!  kill():    proxy down (connections refused and reset), SIGKILL moto
+//!  restart(): start moto, replay the recording, proxy up
+//! ```
 //!
 //! Every process that talks to it gets [`S3::env`], the AWS conventions
 //! (`AWS_ENDPOINT_URL`, `AWS_REGION`, keys, `AWS_ALLOW_HTTP`); code in the
@@ -19,6 +26,7 @@ use crate::cluster::Cluster;
 use crate::http;
 use crate::ports::free_port;
 use crate::process::Process;
+use crate::proxy::Proxy;
 
 /// How long moto may take to answer after it starts.
 pub const S3_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -42,7 +50,12 @@ pub fn moto_bin() -> PathBuf {
 #[derive(Debug)]
 pub struct S3 {
     process: Process,
+    /// The port clients use.
     port: u16,
+    /// The port moto listens on (`port` unless durable).
+    backend: u16,
+    /// Durable servers only.
+    proxy: Option<Proxy>,
 }
 
 impl S3 {
@@ -55,19 +68,75 @@ impl S3 {
         if auth {
             env.push(("INITIAL_NO_AUTH_ACTION_COUNT".into(), "0".into()));
         }
-        let args = vec![
-            "-H".to_string(),
-            "127.0.0.1".into(),
-            "-p".into(),
-            port.to_string(),
-        ];
-        let process = cluster.spawn_with_env(name, &moto_bin(), args, env);
-        let s3 = S3 { process, port };
+        let process = cluster.spawn_with_env(name, &moto_bin(), args(port), env);
+        let s3 = S3 {
+            process,
+            port,
+            backend: port,
+            proxy: None,
+        };
         s3.wait_ready().await;
         s3
     }
 
+    /// Starts a server that keeps its objects across [`S3::kill`] and
+    /// [`S3::restart`] (see the module docs).
+    pub async fn start_durable(cluster: &Cluster, name: &str) -> S3 {
+        let (port, backend) = (free_port(), free_port());
+        let recording = cluster.root().join(format!("{name}.recording"));
+        let env = vec![
+            ("MOTO_PORT".to_string(), backend.to_string()),
+            ("MOTO_ENABLE_RECORDING".into(), "True".into()),
+            (
+                "MOTO_RECORDER_FILEPATH".into(),
+                recording.display().to_string(),
+            ),
+        ];
+        let process = cluster.spawn_with_env(name, &moto_bin(), args(backend), env);
+        let proxy = Proxy::new(port);
+        proxy.up(backend).await;
+        let s3 = S3 {
+            process,
+            port,
+            backend,
+            proxy: Some(proxy),
+        };
+        s3.wait_ready().await;
+        s3
+    }
+
+    /// Takes a durable server down: its port refuses connections and moto
+    /// is SIGKILLed.
+    pub fn kill(&self) {
+        let proxy = self
+            .proxy
+            .as_ref()
+            .expect("only a durable server is killed");
+        proxy.down();
+        self.process.kill();
+    }
+
+    /// Starts a killed durable server again with every object it had, then
+    /// opens its port.
+    pub async fn restart(&self) {
+        let proxy = self.proxy.as_ref().expect("only a durable server restarts");
+        self.process.restart();
+        self.wait_ready_at(self.backend).await;
+        let replay = "/moto-api/recorder/replay-recording";
+        let backend = format!("127.0.0.1:{}", self.backend);
+        let (code, resp) = http::request(&backend, "POST", replay, Duration::from_secs(120))
+            .await
+            .unwrap_or_else(|e| panic!("moto replay: {e}"));
+        assert_eq!(code, 200, "moto replay: {}", String::from_utf8_lossy(&resp));
+        proxy.up(self.backend).await;
+    }
+
     async fn wait_ready(&self) {
+        self.wait_ready_at(self.port).await;
+    }
+
+    async fn wait_ready_at(&self, port: u16) {
+        let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + S3_READY_TIMEOUT;
         loop {
             if let Some(status) = self.process.exit_status() {
@@ -77,7 +146,7 @@ impl S3 {
                 );
             }
             let path = "/moto-api/data.json";
-            if let Ok((200, _)) = http::get(&self.addr(), path, Duration::from_secs(2)).await {
+            if let Ok((200, _)) = http::get(&addr, path, Duration::from_secs(2)).await {
                 return;
             }
             if Instant::now() >= deadline {
@@ -88,12 +157,6 @@ impl S3 {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-
-    /// SIGKILLs moto and starts it again on the same port, empty.
-    pub async fn restart(&self) {
-        self.process.restart();
-        self.wait_ready().await;
     }
 
     pub fn process(&self) -> &Process {
@@ -144,4 +207,13 @@ impl S3 {
     pub fn stores(&self) -> Stores {
         Stores::new(StoreOptions::from_pairs(self.env()))
     }
+}
+
+fn args(port: u16) -> Vec<String> {
+    vec![
+        "-H".to_string(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        port.to_string(),
+    ]
 }
