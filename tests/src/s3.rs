@@ -56,6 +56,8 @@ pub struct S3 {
     backend: u16,
     /// Durable servers only.
     proxy: Option<Proxy>,
+    /// Durable servers only: every request it applied, in order.
+    recording: Option<PathBuf>,
 }
 
 impl S3 {
@@ -74,6 +76,7 @@ impl S3 {
             port,
             backend: port,
             proxy: None,
+            recording: None,
         };
         s3.wait_ready().await;
         s3
@@ -83,7 +86,7 @@ impl S3 {
     /// [`S3::restart`] (see the module docs).
     pub async fn start_durable(cluster: &Cluster, name: &str) -> S3 {
         let (port, backend) = (free_port(), free_port());
-        let recording = cluster.root().join(format!("{name}.recording"));
+        let recording = recording_path(cluster, name);
         let env = vec![
             ("MOTO_PORT".to_string(), backend.to_string()),
             ("MOTO_ENABLE_RECORDING".into(), "True".into()),
@@ -92,7 +95,12 @@ impl S3 {
                 recording.display().to_string(),
             ),
         ];
-        let process = cluster.spawn_with_env(name, &moto_bin(), args(backend), env);
+        // moto with its recorder serialized (see tests/moto/durable_server.py).
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("moto/durable_server.py");
+        let mut argv = vec![script.display().to_string()];
+        argv.extend(args(backend));
+        let python = moto_bin().with_file_name("python");
+        let process = cluster.spawn_with_env(name, &python, argv, env);
         let proxy = Proxy::new(port);
         proxy.up(backend).await;
         let s3 = S3 {
@@ -100,6 +108,7 @@ impl S3 {
             port,
             backend,
             proxy: Some(proxy),
+            recording: Some(recording),
         };
         s3.wait_ready().await;
         s3
@@ -120,6 +129,8 @@ impl S3 {
     /// opens its port.
     pub async fn restart(&self) {
         let proxy = self.proxy.as_ref().expect("only a durable server restarts");
+        let recording = self.recording.as_ref().expect("a durable server records");
+        drop_partial_line(recording);
         self.process.restart();
         self.wait_ready_at(self.backend).await;
         let replay = "/moto-api/recorder/replay-recording";
@@ -216,4 +227,20 @@ fn args(port: u16) -> Vec<String> {
         "-p".into(),
         port.to_string(),
     ]
+}
+
+fn recording_path(cluster: &Cluster, name: &str) -> PathBuf {
+    cluster.root().join(format!("{name}.recording"))
+}
+
+/// Cuts a recording after its last complete line: a SIGKILL during an
+/// append leaves a partial entry for a request that was never handled.
+fn drop_partial_line(recording: &std::path::Path) {
+    let Ok(bytes) = std::fs::read(recording) else {
+        return;
+    };
+    let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if complete < bytes.len() {
+        std::fs::write(recording, &bytes[..complete]).expect("rewrite the recording");
+    }
 }

@@ -17,102 +17,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sluice_tests::bins::{DRIVER, EXECUTOR, bin, bin_dir};
+use sluice_tests::bins::{DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    DEV, EXAMPLE, LocalCommand, LocalPlan, LocalPod, find_on_path, render, str_at,
+    DEV, EXAMPLE, LocalPlan, probe, render, run_job, start, start_etcd, wait_one_ready,
 };
-use sluice_tests::{Client, Cluster, Process, QueryState, assert_exactly_once, http};
-
-/// `$SLUICE_ETCD_BIN`, else `etcd` on PATH, else `/usr/bin/etcd`.
-fn etcd_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_ETCD_BIN") {
-        return PathBuf::from(p);
-    }
-    let path = find_on_path("etcd").unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
-    assert!(
-        path.is_file(),
-        "etcd not found: run scripts/deps.sh (Debian package etcd-server) or set SLUICE_ETCD_BIN"
-    );
-    path
-}
-
-/// Runs a Job container's script: `/bin/sh -ec SCRIPT` with the Sluice
-/// binaries first on PATH, as in the image.
-async fn run_job(cluster: &Cluster, name: &str, cmd: &LocalCommand) -> (i32, String, String) {
-    assert_eq!(cmd.program, "/bin/sh", "{name}: a shell script");
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut command = tokio::process::Command::new("/bin/sh");
-    command
-        .args(&cmd.args)
-        .current_dir(cluster.root())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("SLUICE_") {
-            command.env_remove(&key);
-        }
-    }
-    command.envs(cmd.env.iter().map(|(k, v)| (k, v)));
-    command.env("PATH", path).env("NO_COLOR", "1");
-    let out = tokio::time::timeout(Duration::from_secs(180), command.output())
-        .await
-        .unwrap_or_else(|_| panic!("Job {name} ran over 180 s"))
-        .unwrap_or_else(|e| panic!("cannot run Job {name}: {e}"));
-    let code = out.status.code().unwrap_or(-1);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("Job {name} exited {code}\n--- stdout ---\n{stdout}--- stderr ---\n{stderr}");
-    (code, stdout, stderr)
-}
-
-/// GET `path` on the probe's port of `pod`.
-async fn probe(pod: &LocalPod, probe: &Value) -> Result<u16, String> {
-    let get = &probe["httpGet"];
-    http::status(&pod.local_addr(&get["port"]), str_at(get, "/path")).await
-}
-
-/// Waits until exactly one driver passes its readiness probe; its index.
-async fn wait_one_ready(drivers: &[(&LocalPod, Process)], readiness: &Value) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut ready = Vec::new();
-        let mut answers = Vec::new();
-        for (i, (pod, process)) in drivers.iter().enumerate() {
-            if let Some(status) = process.exit_status() {
-                panic!(
-                    "{} exited ({status}); log tail:\n{}",
-                    pod.name(),
-                    process.log_tail(40)
-                );
-            }
-            let r = probe(pod, readiness).await;
-            if r == Ok(200) {
-                ready.push(i);
-            }
-            answers.push(r);
-        }
-        if ready.len() == 1 {
-            return ready[0];
-        }
-        assert!(
-            ready.len() < 2,
-            "two drivers are ready at once: {answers:?}"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no driver passed its readiness probe within 30 s: {answers:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use sluice_tests::{Client, Cluster, QueryState, assert_exactly_once, http};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_overlay_runs_the_example_query_exactly_once() {
@@ -131,44 +43,10 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
     );
 
     // etcd, with the StatefulSet's environment.
-    let mut etcds = Vec::new();
-    for pod in &etcd_pods {
-        let c = pod.workload.only_container();
-        let cmd = plan.command(pod, c);
-        assert_eq!(
-            cmd.program, "/usr/local/bin/etcd",
-            "the etcd image's binary"
-        );
-        eprintln!("{}: etcd {:?} env {:?}", pod.name(), cmd.args, cmd.env);
-        etcds.push(cluster.spawn_with_env(pod.name(), &etcd_bin(), cmd.args, cmd.env));
-    }
-    for (pod, process) in etcd_pods.iter().zip(&etcds) {
-        let c = pod.workload.only_container();
-        for p in ["readinessProbe", "livenessProbe"] {
-            let get = &c[p]["httpGet"];
-            let addr = pod.local_addr(&get["port"]);
-            if let Err(e) =
-                http::wait_200(&addr, str_at(get, "/path"), Duration::from_secs(30)).await
-            {
-                panic!("etcd {p}: {e}; log tail:\n{}", process.log_tail(40));
-            }
-        }
-        let log = std::fs::read_to_string(process.log_path()).unwrap_or_default();
-        assert!(
-            !log.contains("unrecognized environment variable"),
-            "etcd ignored a variable of the StatefulSet:\n{log}"
-        );
-    }
+    let _etcd = start_etcd(&cluster, &plan).await;
 
     // The drivers: one leader (Ready), one standby.
-    let mut drivers: Vec<(&LocalPod, Process)> = Vec::new();
-    for pod in &driver_pods {
-        let cmd = plan.command(pod, pod.workload.container("driver"));
-        assert_eq!(cmd.program, DRIVER);
-        eprintln!("{}: {DRIVER} {:?} env {:?}", pod.name(), cmd.args, cmd.env);
-        let process = cluster.spawn_with_env(pod.name(), &bin(DRIVER), cmd.args, cmd.env);
-        drivers.push((pod, process));
-    }
+    let drivers = start(&cluster, &plan, "sluice-driver", "driver", DRIVER, &[]);
     let container = driver_pods[0].workload.container("driver");
     let readiness = &container["readinessProbe"];
     let liveness = &container["livenessProbe"];
@@ -201,18 +79,14 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
     }
 
     // The executors.
-    let mut executors = Vec::new();
-    for pod in &executor_pods {
-        let cmd = plan.command(pod, pod.workload.container("executor"));
-        assert_eq!(cmd.program, EXECUTOR);
-        eprintln!(
-            "{}: {EXECUTOR} {:?} env {:?}",
-            pod.name(),
-            cmd.args,
-            cmd.env
-        );
-        executors.push(cluster.spawn_with_env(pod.name(), &bin(EXECUTOR), cmd.args, cmd.env));
-    }
+    let executors = start(
+        &cluster,
+        &plan,
+        "sluice-executor",
+        "executor",
+        EXECUTOR,
+        &[],
+    );
 
     // The example Jobs, applied together: verify first waits for the
     // query that submit creates, then for FINISHED, then checks the sink.
@@ -302,9 +176,9 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
             .as_u64()
             .unwrap(),
     );
-    executors[0].term();
+    executors[0].1.term();
     assert!(
-        executors[0].wait_exit(executor_grace).await.is_some(),
+        executors[0].1.wait_exit(executor_grace).await.is_some(),
         "an executor did not exit within terminationGracePeriodSeconds ({executor_grace:?})"
     );
 }

@@ -1,8 +1,8 @@
 //! What must agree across the rendered objects, checked without running
 //! anything: probe ports and the HTTP listen address, the etcd members and
 //! SLUICE_ETCD, the Services and the container ports, the checkpoint
-//! volume, the query specs and their Jobs, and the image the containers
-//! run (tini in front, non-root).
+//! volume (or bucket), the query specs and their Jobs, and the image the
+//! containers run (tini in front, non-root).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,8 @@ use serde_json::Value;
 use sluice_common::spec::QuerySpec;
 use sluice_tests::bins::{CLI, DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    DEV, Manifests, OVERLAYS, PodFacts, QUERIES, Workload, items, render, repo_root, str_at,
+    DEV, EXAMPLE_S3, Manifests, OVERLAYS, PodFacts, QUERIES, S3_OVERLAY, Workload, items, render,
+    repo_root, str_at,
 };
 
 /// Pod facts for static checks.
@@ -159,35 +160,46 @@ fn probes_ports_and_services_agree_with_the_driver_settings() {
         assert_eq!(endpoints, expected, "{dir}: SLUICE_ETCD vs the members");
         assert_eq!(etcd.service_name.as_deref(), Some("etcd"));
 
-        // Checkpoints on the shared volume, mounted by drivers and executors.
-        let pvc = m.get("PersistentVolumeClaim", "sluice-checkpoints");
-        let modes: Vec<&str> = items(pvc, "/spec/accessModes")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        let want = if dir == DEV {
-            "ReadWriteOnce"
-        } else {
-            "ReadWriteMany"
-        };
-        assert_eq!(modes, vec![want], "{dir}: access modes");
-        for (name, container) in [("sluice-driver", "driver"), ("sluice-executor", "executor")] {
-            let w = m.workload(name);
-            let mount = items(w.container(container), "/volumeMounts")
-                .iter()
-                .find(|v| str_at(v, "/mountPath") == "/data")
-                .unwrap_or_else(|| panic!("{dir}: {name} mounts nothing at /data"));
-            let vol = items(&w.pod_spec, "/volumes")
-                .iter()
-                .find(|v| v["name"] == mount["name"])
-                .unwrap();
-            assert_eq!(
-                str_at(vol, "/persistentVolumeClaim/claimName"),
-                "sluice-checkpoints"
-            );
-        }
-        assert!(env["SLUICE_CHECKPOINT_ROOT"].starts_with("/data/"));
+        checkpoint_storage(dir, &m, &env["SLUICE_CHECKPOINT_ROOT"]);
     }
+}
+
+/// The checkpoints of an overlay: on the shared volume, mounted by drivers
+/// and executors at /data; or, in the S3 overlay, in a bucket with no
+/// volume claim at all (`manifests_s3.rs` checks that in detail).
+fn checkpoint_storage(dir: &str, m: &Manifests, root: &str) {
+    if dir == S3_OVERLAY {
+        assert!(root.starts_with("s3://"), "{dir}: checkpoint root {root}");
+        assert_eq!(m.of_kind("PersistentVolumeClaim").count(), 0, "{dir}");
+        return;
+    }
+    let pvc = m.get("PersistentVolumeClaim", "sluice-checkpoints");
+    let modes: Vec<&str> = items(pvc, "/spec/accessModes")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let want = if dir == DEV {
+        "ReadWriteOnce"
+    } else {
+        "ReadWriteMany"
+    };
+    assert_eq!(modes, vec![want], "{dir}: access modes");
+    for (name, container) in [("sluice-driver", "driver"), ("sluice-executor", "executor")] {
+        let w = m.workload(name);
+        let mount = items(w.container(container), "/volumeMounts")
+            .iter()
+            .find(|v| str_at(v, "/mountPath") == "/data")
+            .unwrap_or_else(|| panic!("{dir}: {name} mounts nothing at /data"));
+        let vol = items(&w.pod_spec, "/volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(
+            str_at(vol, "/persistentVolumeClaim/claimName"),
+            "sluice-checkpoints"
+        );
+    }
+    assert!(root.starts_with("/data/"), "{dir}: checkpoint root {root}");
 }
 
 #[test]
@@ -218,9 +230,15 @@ fn query_jobs_agree_with_their_specs() {
             );
             assert!(env["SLUICE_DRIVER"].contains("sluice-driver:7070"));
         }
+        let sink = spec.sink_path();
+        let want = if dir == EXAMPLE_S3 {
+            "s3://"
+        } else {
+            "/data/sinks/"
+        };
         assert!(
-            spec.sink_path().starts_with("/data/sinks/"),
-            "{dir}: the sink is on the shared volume"
+            sink.starts_with(want),
+            "{dir}: the sink {sink} is not under {want} (the shared volume or S3)"
         );
     }
 }

@@ -4,8 +4,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::storage::StorageKind;
-
 /// "Unbounded": the largest rate a spec accepts, so every row is available at once.
 pub const UNBOUNDED_RPS: u64 = 1_000_000_000_000;
 /// The longest any one scenario may run.
@@ -23,6 +21,22 @@ pub enum Scenario {
     Stateful,
     Windowed,
     StateRecovery,
+}
+
+/// Where a scenario's checkpoint root and sink are (`--storage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StorageKind {
+    Local,
+    S3,
+}
+
+impl StorageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageKind::Local => "local",
+            StorageKind::S3 => "s3",
+        }
+    }
 }
 
 /// A file sink format a scenario writes.

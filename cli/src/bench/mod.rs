@@ -58,7 +58,7 @@ fn requests_json(n: &sluice_common::storage::RequestCounts, batches: i64) -> Val
 pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
     let on_s3 = [Scenario::Throughput, Scenario::Overhead, Scenario::Recovery];
     anyhow::ensure!(
-        args.storage == storage::StorageKind::Local || on_s3.contains(&args.scenario),
+        args.storage == args::StorageKind::Local || on_s3.contains(&args.scenario),
         "--storage s3 applies to throughput, overhead and recovery"
     );
     let shutdown = CancellationToken::new();

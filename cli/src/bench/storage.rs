@@ -18,25 +18,9 @@ use sluice_common::storage::{StoreOptions, Stores};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::args::workdir;
+use super::args::{StorageKind, workdir};
 use super::child::ChildProcess;
 use crate::inproc;
-
-/// `--storage`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StorageKind {
-    Local,
-    S3,
-}
-
-impl StorageKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StorageKind::Local => "local",
-            StorageKind::S3 => "s3",
-        }
-    }
-}
 
 const BUCKET: &str = "bench";
 const MOTO_READY: Duration = Duration::from_secs(60);

@@ -1,10 +1,10 @@
 //! Container environments: [`Manifests::container_env`] builds one the way
-//! the kubelet does (ConfigMaps, the downward API through [`PodFacts`],
+//! the kubelet does (ConfigMaps, Secrets, the downward API through [`PodFacts`],
 //! `$(VAR)` [`expand`]ed), [`undefined_refs`] finds what it left
 //! unexpanded, and [`help_env_vars`] reads the variables a binary's
 //! `--help` says it takes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
@@ -12,17 +12,14 @@ use super::kustomize::{Manifests, items, str_at};
 
 impl Manifests {
     /// The names of a container's environment variables, as written: the
-    /// keys of its `envFrom` ConfigMaps (with their prefix) and its `env`.
+    /// keys of its `envFrom` ConfigMaps and of the Secrets the manifests
+    /// hold (with their prefix), and its `env`.
     pub fn container_env_names(&self, container: &Value) -> BTreeSet<String> {
         let mut names = BTreeSet::new();
         for from in items(container, "/envFrom") {
             let prefix = str_at(from, "/prefix");
-            let cm = str_at(from, "/configMapRef/name");
-            assert!(
-                !cm.is_empty(),
-                "envFrom other than a configMapRef is not supported here: {from}"
-            );
-            for key in self.config_map(cm).keys() {
+            // A Secret users create has keys unknown here.
+            for key in self.env_source(from).unwrap_or_default().keys() {
                 names.insert(format!("{prefix}{key}"));
             }
         }
@@ -45,7 +42,16 @@ impl Manifests {
         let mut env: Vec<(String, String)> = Vec::new();
         for from in items(container, "/envFrom") {
             let prefix = str_at(from, "/prefix");
-            for (k, v) in self.config_map(str_at(from, "/configMapRef/name")) {
+            // A missing optional Secret adds nothing, as in the kubelet; a
+            // missing required one would keep the pod from starting.
+            let data = self.env_source(from).unwrap_or_else(|| {
+                assert!(
+                    from["secretRef"]["optional"] == true,
+                    "envFrom: no Secret for {from}, and it is not optional"
+                );
+                BTreeMap::new()
+            });
+            for (k, v) in data {
                 set(&mut env, format!("{prefix}{k}"), v);
             }
         }
@@ -62,6 +68,17 @@ impl Manifests {
                 cm.get(key)
                     .unwrap_or_else(|| panic!("ConfigMap {r} has no key {key}"))
                     .clone()
+            } else if let Some(r) = e.pointer("/valueFrom/secretKeyRef") {
+                let key = str_at(r, "/key");
+                match self
+                    .secret(str_at(r, "/name"))
+                    .and_then(|s| s.get(key).cloned())
+                {
+                    Some(v) => v,
+                    // The kubelet leaves the variable out.
+                    None if r["optional"] == true => continue,
+                    None => panic!("{name}: no Secret with key {key} for {r}, and not optional"),
+                }
             } else if e.pointer("/valueFrom").is_some() {
                 panic!("unsupported valueFrom for {name}: {e}")
             } else {
@@ -70,6 +87,19 @@ impl Manifests {
             set(&mut env, name, value);
         }
         env
+    }
+
+    /// The variables of one `envFrom` entry: a ConfigMap's data, or a
+    /// Secret's; None for a Secret that is not in the manifests.
+    fn env_source(&self, from: &Value) -> Option<BTreeMap<String, String>> {
+        if let Some(cm) = from.pointer("/configMapRef/name").and_then(Value::as_str) {
+            return Some(self.config_map(cm));
+        }
+        let name = from
+            .pointer("/secretRef/name")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("envFrom other than configMapRef or secretRef: {from}"));
+        self.secret(name)
     }
 }
 

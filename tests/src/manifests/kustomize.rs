@@ -16,15 +16,19 @@ pub const BASE: &str = "deploy/k8s/base";
 pub const DEV: &str = "deploy/k8s/overlays/dev";
 /// The overlay for a production cluster.
 pub const PROD: &str = "deploy/k8s/overlays/prod";
+/// The overlay with checkpoints and sinks on S3 and no shared volume.
+pub const S3_OVERLAY: &str = "deploy/k8s/overlays/s3";
 /// The example query: its spec and its submit and verify Jobs.
 pub const EXAMPLE: &str = "deploy/k8s/example";
+/// The example query of the S3 overlay, its sink on S3.
+pub const EXAMPLE_S3: &str = "deploy/k8s/example-s3";
 /// The chaos query: its spec and its submit and verify Jobs.
 pub const CHAOS_QUERY: &str = "deploy/chaos/query";
 
 /// The kustomizations that deploy Sluice.
-pub const OVERLAYS: [&str; 3] = [BASE, DEV, PROD];
+pub const OVERLAYS: [&str; 4] = [BASE, DEV, PROD, S3_OVERLAY];
 /// The kustomizations that run a query against it.
-pub const QUERIES: [&str; 2] = [EXAMPLE, CHAOS_QUERY];
+pub const QUERIES: [&str; 3] = [EXAMPLE, CHAOS_QUERY, EXAMPLE_S3];
 
 /// The repository root (the parent of `tests/`).
 pub fn repo_root() -> PathBuf {
@@ -156,5 +160,19 @@ impl Manifests {
     /// The data of ConfigMap `name` (its rendered name, with the hash).
     pub fn config_map(&self, name: &str) -> BTreeMap<String, String> {
         string_map(self.get("ConfigMap", name).pointer("/data"))
+    }
+
+    /// The `stringData` of Secret `name`, or None when there is no such
+    /// Secret (the manifests reference Secrets that users create; a test
+    /// adds one as [`Manifests::with`] an object).
+    pub fn secret(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        let secret = self
+            .of_kind("Secret")
+            .find(|o| str_at(o, "/metadata/name") == name)?;
+        assert!(
+            secret.pointer("/data").is_none(),
+            "Secret {name}: give its values as stringData here, not base64 data"
+        );
+        Some(string_map(secret.pointer("/stringData")))
     }
 }

@@ -6,9 +6,10 @@
 //!   (`kustomize`); [`Workload`] is one Deployment, StatefulSet or Job and
 //!   its pod template (`workload`).
 //! - [`Manifests::container_env`] resolves a container's environment like
-//!   the kubelet: `envFrom` ConfigMaps, then `env` in order, with the
-//!   downward API and `$(VAR)` references to variables defined before
-//!   (`env`, which also reads the variables a binary's `--help` lists).
+//!   the kubelet: `envFrom` ConfigMaps and Secrets, then `env` in order,
+//!   with the downward API and `$(VAR)` references to variables defined
+//!   before (`env`, which also reads the variables a binary's `--help`
+//!   lists). A Secret that users create is not rendered: a test adds it.
 //! - [`LocalPlan`] maps a set of pods onto one machine: every container
 //!   port gets a free local port, Service and pod DNS names become the
 //!   local addresses of the pods behind them (the way kube-proxy and
@@ -18,21 +19,25 @@
 //!   IP is 127.0.0.1. An address that maps to nothing is a test failure.
 //!   `plan` holds the pods and what to run, `volumes` and `routes` build
 //!   the mounts and the DNS names, `localize` rewrites paths and addresses.
+//! - `run` starts the planned pods as processes of a
+//!   [`Cluster`](crate::Cluster), runs a Job's script, and probes a pod.
 
 mod env;
 mod kustomize;
 mod localize;
 mod plan;
 mod routes;
+mod run;
 mod volumes;
 mod workload;
 
 pub use env::{PodFacts, expand, help_env_vars, undefined_refs};
 pub use kustomize::{
-    BASE, CHAOS_QUERY, DEV, EXAMPLE, Manifests, OVERLAYS, PROD, QUERIES, find_on_path, items,
-    kubectl, render, repo_root, str_at, string_map,
+    BASE, CHAOS_QUERY, DEV, EXAMPLE, EXAMPLE_S3, Manifests, OVERLAYS, PROD, QUERIES, S3_OVERLAY,
+    find_on_path, items, kubectl, render, repo_root, str_at, string_map,
 };
 pub use localize::{localize_addrs, localize_paths};
 pub use plan::{LocalCommand, LocalPlan, LocalPod};
 pub use routes::dns_names;
+pub use run::{Running, probe, run_job, start, start_etcd, wait_one_ready};
 pub use workload::Workload;

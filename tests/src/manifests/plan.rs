@@ -53,6 +53,29 @@ pub struct LocalCommand {
     pub env: Vec<(String, String)>,
 }
 
+impl LocalCommand {
+    /// Sets each variable of `pairs`, replacing one of the same name: what
+    /// the machine provides in place of the cluster's network (like the S3
+    /// endpoint), which the manifests leave to the cluster.
+    pub fn set_env(&mut self, pairs: &[(String, String)]) {
+        for (k, v) in pairs {
+            match self.env.iter_mut().find(|(name, _)| name == k) {
+                Some(slot) => slot.1 = v.clone(),
+                None => self.env.push((k.clone(), v.clone())),
+            }
+        }
+    }
+
+    /// The value of variable `name`. Panics when it is not set.
+    pub fn var(&self, name: &str) -> &str {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("{} sets no {name}", self.program))
+    }
+}
+
 /// A set of pods mapped onto this machine (see the module docs).
 #[derive(Debug)]
 pub struct LocalPlan {
