@@ -11,14 +11,7 @@ use sluice_common::verify::{Report, verify_sink};
 /// Panics with the whole report unless it is exact.
 pub async fn assert_exactly_once(sink: &Path, total: u64) -> Report {
     let location = sink.to_str().expect("utf-8 sink path");
-    let report = verify_sink(&Stores::default(), location, Some(total))
-        .await
-        .unwrap_or_else(|e| panic!("checker could not read sink {location}: {e}"));
-    assert!(
-        report.is_exact() && report.rows == total,
-        "sink {location} is not exactly-once for 0..{total}: {report:#?}"
-    );
-    report
+    assert_exactly_once_at(&Stores::default(), location, total).await
 }
 
 /// [`assert_exactly_once`] for a sink at any location (`s3://...`),

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sluice_tests::bins::{DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    DEV, EXAMPLE, LocalPlan, probe, render, run_job, start, start_etcd, wait_one_ready,
+    DEV, EXAMPLE, LocalPlan, probe, render, start, start_etcd, submit_and_verify, wait_one_ready,
 };
 use sluice_tests::{Client, Cluster, QueryState, assert_exactly_once, http};
 
@@ -105,25 +105,8 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
         "the sink {} is on the local shared volume",
         sink.display()
     );
-    let started = Instant::now();
-    let verify_run = run_job(&cluster, "example-verify", &verify);
-    let submit_run = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        run_job(&cluster, "example-submit", &submit).await
-    };
-    let ((verify_code, verify_out, _), (submit_code, submit_out, _)) =
-        tokio::join!(verify_run, submit_run);
-    assert_eq!(submit_code, 0, "the submit Job succeeds");
-    assert!(submit_out.contains("FINISHED"), "submit waits for FINISHED");
-    assert_eq!(verify_code, 0, "the verify Job succeeds");
-    assert!(
-        verify_out.contains("missing: 0\n") && verify_out.contains("duplicated: 0\n"),
-        "{verify_out}"
-    );
-    eprintln!(
-        "the example query finished and verified in {:?}",
-        started.elapsed()
-    );
+    let took = submit_and_verify(&cluster, "example", &submit, &verify).await;
+    eprintln!("the example query finished and verified in {:?}", took);
 
     let drivers_arg = drivers
         .iter()

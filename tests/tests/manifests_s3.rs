@@ -20,14 +20,14 @@
 //!   stands in for a shared volume.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_common::storage::Path as Key;
 use sluice_tests::bins::{DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    EXAMPLE_S3, LocalPlan, Manifests, PodFacts, S3_OVERLAY, Workload, items, render, run_job,
-    start, start_etcd, str_at, wait_one_ready,
+    EXAMPLE_S3, LocalPlan, Manifests, PodFacts, S3_OVERLAY, Workload, items, render, start,
+    start_etcd, str_at, submit_and_verify, wait_one_ready,
 };
 use sluice_tests::{Client, Cluster, QueryState, S3, assert_exactly_once_at};
 
@@ -227,25 +227,8 @@ async fn s3_overlay_runs_the_example_query_exactly_once() {
         verify.var("AWS_ACCESS_KEY_ID"),
         moto_env["AWS_ACCESS_KEY_ID"]
     );
-    let started = Instant::now();
-    let verify_run = run_job(&cluster, "example-s3-verify", &verify);
-    let submit_run = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        run_job(&cluster, "example-s3-submit", &submit).await
-    };
-    let ((verify_code, verify_out, _), (submit_code, submit_out, _)) =
-        tokio::join!(verify_run, submit_run);
-    assert_eq!(submit_code, 0, "the submit Job succeeds");
-    assert!(submit_out.contains("FINISHED"), "submit waits for FINISHED");
-    assert_eq!(verify_code, 0, "the verify Job succeeds");
-    assert!(
-        verify_out.contains("missing: 0\n") && verify_out.contains("duplicated: 0\n"),
-        "{verify_out}"
-    );
-    eprintln!(
-        "the query on S3 finished and verified in {:?}",
-        started.elapsed()
-    );
+    let took = submit_and_verify(&cluster, "example-s3", &submit, &verify).await;
+    eprintln!("the query on S3 finished and verified in {:?}", took);
 
     let drivers_arg = drivers
         .iter()

@@ -18,8 +18,8 @@ use sluice_tests::ha::{TTL_MS, driver_list, wait_leader, wait_leader_except};
 use sluice_tests::inputs::{self, rows};
 use sluice_tests::oracle::{committed_at, expected_with};
 use sluice_tests::{
-    Cluster, DriverOpts, EtcdCluster, Executor, ExecutorOpts, QueryState, READY_TIMEOUT, S3, Spec,
-    assert_exactly_once_at, test_rng,
+    Client, Cluster, DriverOpts, EtcdCluster, Executor, ExecutorOpts, QueryState, READY_TIMEOUT,
+    S3, Spec, assert_exactly_once_at, test_rng,
 };
 
 const BUCKET: &str = "sluice";
@@ -44,6 +44,25 @@ fn executor(cluster: &Cluster, s3: &S3, drivers: &str) -> Executor {
     )
 }
 
+/// Waits for `query` to finish, then runs the checker on its sink on S3.
+async fn finish_and_check(client: &mut Client, s3: &S3, query: &str, sink: &str, total: u64) {
+    client
+        .wait_state(query, QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert_exactly_once_at(&s3.stores(), sink, total).await;
+}
+
+/// A standalone driver whose checkpoint root is on `s3`, ready.
+async fn s3_driver(cluster: &Cluster, s3: &S3) -> sluice_tests::Driver {
+    let driver = cluster.start_driver_with(DriverOpts {
+        checkpoint_root: Some(root()),
+        env: s3.env(),
+        ..DriverOpts::default()
+    });
+    driver.wait_ready(READY_TIMEOUT).await;
+    driver
+}
+
 fn rate_spec(query: &str, sink: &str, total: u64) -> String {
     Spec::new(query, Path::new(sink))
         .partitions(4)
@@ -60,12 +79,7 @@ async fn s3_driver_killed_and_restarted_keeps_exactly_once() {
     let mut rng = test_rng();
     let cluster = Cluster::new("s3-driver-crash");
     let s3 = moto(&cluster).await;
-    let driver = cluster.start_driver_with(DriverOpts {
-        checkpoint_root: Some(root()),
-        env: s3.env(),
-        ..DriverOpts::default()
-    });
-    driver.wait_ready(READY_TIMEOUT).await;
+    let driver = s3_driver(&cluster, &s3).await;
     let drivers = driver.addr().to_string();
     let _executors = [
         executor(&cluster, &s3, &drivers),
@@ -89,10 +103,7 @@ async fn s3_driver_killed_and_restarted_keeps_exactly_once() {
             .await;
         assert_eq!(status.id, id, "the restarted driver resumed the same query");
     }
-    client
-        .wait_state("crash", QueryState::Finished, Duration::from_secs(120))
-        .await;
-    assert_exactly_once_at(&s3.stores(), &sink, TOTAL).await;
+    finish_and_check(&mut client, &s3, "crash", &sink, TOTAL).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,12 +111,7 @@ async fn s3_executor_killed_keeps_exactly_once() {
     const TOTAL: u64 = 6000;
     let cluster = Cluster::new("s3-executor-crash");
     let s3 = moto(&cluster).await;
-    let driver = cluster.start_driver_with(DriverOpts {
-        checkpoint_root: Some(root()),
-        env: s3.env(),
-        ..DriverOpts::default()
-    });
-    driver.wait_ready(READY_TIMEOUT).await;
+    let driver = s3_driver(&cluster, &s3).await;
     let drivers = driver.addr().to_string();
     let doomed = executor(&cluster, &s3, &drivers);
     let _survivor = executor(&cluster, &s3, &drivers);
@@ -119,10 +125,7 @@ async fn s3_executor_killed_keeps_exactly_once() {
         .wait_committed("exec", 3, Duration::from_secs(30))
         .await;
     doomed.kill();
-    client
-        .wait_state("exec", QueryState::Finished, Duration::from_secs(120))
-        .await;
-    assert_exactly_once_at(&s3.stores(), &sink, TOTAL).await;
+    finish_and_check(&mut client, &s3, "exec", &sink, TOTAL).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,12 +193,7 @@ async fn s3_file_source_and_table_are_exact() {
         .await
         .unwrap();
 
-    let driver = cluster.start_driver_with(DriverOpts {
-        checkpoint_root: Some(root()),
-        env: s3.env(),
-        ..DriverOpts::default()
-    });
-    driver.wait_ready(READY_TIMEOUT).await;
+    let driver = s3_driver(&cluster, &s3).await;
     let _executor = executor(&cluster, &s3, driver.addr());
     let sql = "SELECT i.id, i.city, c.country FROM input i JOIN cities c ON i.city = c.name";
     let sink = format!("s3://{BUCKET}/out");

@@ -39,5 +39,5 @@ pub use kustomize::{
 pub use localize::{localize_addrs, localize_paths};
 pub use plan::{LocalCommand, LocalPlan, LocalPod};
 pub use routes::dns_names;
-pub use run::{Running, probe, run_job, start, start_etcd, wait_one_ready};
+pub use run::{Running, probe, run_job, start, start_etcd, submit_and_verify, wait_one_ready};
 pub use workload::Workload;

@@ -161,3 +161,32 @@ pub async fn wait_one_ready(drivers: &[Running<'_>], readiness: &Value) -> usize
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs an example's verify Job and, half a second later, its submit Job,
+/// as a cluster would start both: the submit Job waits for FINISHED, the
+/// verify Job waits for the query and checks its sink. Asserts both
+/// succeed and the check is exact; returns how long it took.
+pub async fn submit_and_verify(
+    cluster: &Cluster,
+    name: &str,
+    submit: &LocalCommand,
+    verify: &LocalCommand,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    let (verify_name, submit_name) = (format!("{name}-verify"), format!("{name}-submit"));
+    let verify_run = run_job(cluster, &verify_name, verify);
+    let submit_run = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        run_job(cluster, &submit_name, submit).await
+    };
+    let ((verify_code, verify_out, _), (submit_code, submit_out, _)) =
+        tokio::join!(verify_run, submit_run);
+    assert_eq!(submit_code, 0, "the submit Job succeeds");
+    assert!(submit_out.contains("FINISHED"), "submit waits for FINISHED");
+    assert_eq!(verify_code, 0, "the verify Job succeeds");
+    assert!(
+        verify_out.contains("missing: 0\n") && verify_out.contains("duplicated: 0\n"),
+        "{verify_out}"
+    );
+    started.elapsed()
+}
