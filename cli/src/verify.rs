@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use serde_json::Value;
-use sluice_common::storage::{StoreOptions, Stores};
+use sluice_common::storage::{Location, StoreOptions, Stores};
 use sluice_common::verify::{Report, verify_sink};
 
 /// 0 when every expected row is in the sink exactly once, else 1.
@@ -64,14 +64,12 @@ pub async fn check_with(
     total_rows: Option<u64>,
 ) -> anyhow::Result<Report> {
     let location = sink_location(path)?;
-    let remote = location.contains("://") && !location.starts_with("file://");
-    let local = location.strip_prefix("file://").unwrap_or(&location);
-    anyhow::ensure!(
-        remote || std::path::Path::new(local).is_dir(),
-        "no sink at {location}: the directory does not exist"
-    );
-    if remote {
-        stores.open(&location)?.probe().await?;
+    match Location::parse(&location).map_err(anyhow::Error::msg)? {
+        Location::Local(dir) => anyhow::ensure!(
+            dir.is_dir(),
+            "no sink at {location}: the directory does not exist"
+        ),
+        Location::Object { .. } => stores.open(&location)?.probe().await?,
     }
     verify_sink(stores, &location, total_rows)
         .await

@@ -115,16 +115,14 @@ async fn failed_start(cluster: &Cluster, root: &str, env: Vec<(String, String)>)
         env,
         ..DriverOpts::default()
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while driver.process().is_running() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the driver on {root} is still up:\n{}",
-            driver.process().log_tail(20)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let status = driver.process().exit_status().expect("exited");
+    let status = driver
+        .process()
+        .wait_exit(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| {
+            let tail = driver.process().log_tail(20);
+            panic!("the driver on {root} is still up:\n{tail}")
+        });
     assert!(!status.success(), "{status}");
     std::fs::read_to_string(driver.process().log_path()).unwrap()
 }
