@@ -45,7 +45,11 @@ async fn the_manifest_log_is_compacted_and_purged() {
     // The purge after the last batch runs in the background.
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut files = manifest_files(&sink);
-    while files.len() as u64 > RETAIN + INTERVAL && Instant::now() < deadline {
+    let settled = |files: &[String]| {
+        files.len() as u64 <= RETAIN + INTERVAL
+            && files.iter().filter(|f| f.ends_with(".compact")).count() == 1
+    };
+    while !settled(&files) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
         files = manifest_files(&sink);
     }
