@@ -8,8 +8,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use sluice_common::tls::{Bearer, ClientTls};
 use sluice_proto::query_service_client::QueryServiceClient;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -20,8 +22,8 @@ use crate::retry::{BACKOFF, endpoint_uri, is_transport_failure};
 /// failover (bounded by the lease TTL) or a driver restart.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(10);
 
-/// The gRPC client type every command uses.
-pub type Rpc = QueryServiceClient<Channel>;
+/// The gRPC client type every command uses; every call carries the token.
+pub type Rpc = QueryServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Errors of the client. [`CliError::is_retryable`] says which ones a retry
 /// may cure.
@@ -29,10 +31,16 @@ pub type Rpc = QueryServiceClient<Channel>;
 pub enum CliError {
     #[error("no driver address given (--driver or SLUICE_DRIVER)")]
     NoAddress,
+    #[error("{0}")]
+    Config(String),
     #[error("invalid driver address {addr:?}: {reason}")]
     BadAddress { addr: String, reason: String },
     #[error("cannot connect to the driver at {addr}: {reason}")]
     Connect { addr: String, reason: String },
+    /// The TLS handshake failed on a certificate: a setting to fix, not a
+    /// moment to wait out.
+    #[error("cannot connect to the driver at {addr}: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("the driver at {addr} is unavailable: {message}")]
     Unavailable {
         addr: String,
@@ -99,6 +107,8 @@ pub struct Client {
     current: usize,
     conn: Option<Rpc>,
     retry_window: Duration,
+    tls: ClientTls,
+    token: Bearer,
 }
 
 impl Client {
@@ -111,7 +121,17 @@ impl Client {
             current: 0,
             conn: None,
             retry_window: DEFAULT_RETRY_WINDOW,
+            tls: ClientTls::default(),
+            token: Bearer::default(),
         })
+    }
+
+    /// Connects over TLS with `tls` and sends `token` with every call.
+    pub fn secured(mut self, tls: ClientTls, token: Bearer) -> Self {
+        self.tls = tls;
+        self.token = token;
+        self.conn = None;
+        self
     }
 
     /// The address currently in use.
@@ -223,24 +243,60 @@ impl Client {
             return Ok(c.clone());
         }
         let addr = self.current_addr().to_string();
-        let endpoint = Endpoint::from_shared(endpoint_uri(&addr))
-            .map_err(|e| CliError::BadAddress {
-                addr: addr.clone(),
-                reason: e.to_string(),
-            })?
+        let endpoint =
+            Endpoint::from_shared(endpoint_uri(&addr, self.tls.scheme())).map_err(|e| {
+                CliError::BadAddress {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let endpoint = self
+            .tls
+            .apply(endpoint)
+            .map_err(|e| CliError::Config(e.to_string()))?
             .connect_timeout(Duration::from_secs(2))
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect().await.map_err(|e| CliError::Connect {
-            addr: addr.clone(),
-            reason: error_chain(&e),
+        let channel = endpoint.connect().await.map_err(|e| {
+            let reason = connect_reason(&e, self.tls.enabled());
+            if self.tls.enabled() && reason.contains("invalid peer certificate") {
+                CliError::Tls {
+                    addr: addr.clone(),
+                    reason,
+                }
+            } else {
+                CliError::Connect {
+                    addr: addr.clone(),
+                    reason,
+                }
+            }
         })?;
-        let rpc = QueryServiceClient::new(channel)
+        let rpc = QueryServiceClient::with_interceptor(channel, self.token.clone())
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);
         self.conn = Some(rpc.clone());
         Ok(rpc)
+    }
+}
+
+/// Why a connection failed, with a hint when TLS is the likely cause.
+fn connect_reason(e: &dyn std::error::Error, tls: bool) -> String {
+    let chain = error_chain(e);
+    let lower = chain.to_ascii_lowercase();
+    if tls
+        && (lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake"))
+    {
+        format!("{chain} (TLS: check --tls-ca, and that the driver's certificate names this host)")
+    } else if !tls
+        && (lower.contains("connection reset")
+            || lower.contains("frame with invalid size")
+            || lower.contains("broken pipe")
+            || lower.contains("connection closed"))
+    {
+        format!("{chain} (does the driver use TLS? then pass --tls-ca)")
+    } else {
+        chain
     }
 }
 

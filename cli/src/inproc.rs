@@ -115,6 +115,8 @@ impl InProcess {
             id: id.to_string(),
             max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
             stores: self.stores.clone(),
+            tls: Default::default(),
+            token: Default::default(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

@@ -4,6 +4,7 @@
 //! the one place where errors are printed (`error: ...`, exit code 1).
 
 mod bench;
+mod certs;
 mod client;
 mod commands;
 #[cfg(test)]
@@ -38,6 +39,19 @@ struct Cli {
         default_value = "127.0.0.1:7070"
     )]
     driver: Vec<String>,
+    /// CA (PEM) of the driver's certificate: connect over TLS.
+    #[arg(long, global = true, env = "SLUICE_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) signed by the driver's --client-ca; its
+    /// OU is the role. An alternative to --token.
+    #[arg(long, global = true, env = "SLUICE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, env = "SLUICE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Bearer token for a driver with --auth-tokens.
+    #[arg(long, global = true, env = "SLUICE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -89,10 +103,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a CA, certificates and tokens for a secured development cluster.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+    /// Tokens for the driver's --auth-tokens file.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Run a driver, two executors and a demo query in this process.
     Local(local::LocalArgs),
     /// Run a benchmark scenario on a local cluster; prints JSON.
     Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsCommand {
+    /// Write ca.pem, the driver, executor, client and etcd certificates, and
+    /// tokens.yaml with admin, viewer and executor tokens, into DIR.
+    Init(certs::InitArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Print a new random token, and its --auth-tokens entry on stderr.
+    New {
+        /// admin, viewer or executor.
+        #[arg(long)]
+        role: String,
+        /// The entry's name in logs (default: the role).
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -108,7 +148,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
-    let client = || Client::new(client::parse_addrs(&cli.driver));
+    let client = || -> anyhow::Result<Client> {
+        let tls = sluice_common::tls::ClientTls::from_flags(
+            cli.tls_ca.clone(),
+            cli.tls_cert.clone(),
+            cli.tls_key.clone(),
+        )?;
+        let token = sluice_common::tls::Bearer::new(cli.token.as_deref())?;
+        Ok(Client::new(client::parse_addrs(&cli.driver))?.secured(tls, token))
+    };
     match cli.command {
         Command::Submit { file } => commands::submit(&mut client()?, &file).await,
         Command::List { json } => commands::list(&mut client()?, json).await,
@@ -129,6 +177,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             total_rows,
             json,
         } => verify::command(&sink, total_rows, json).await,
+        Command::Certs(CertsCommand::Init(args)) => certs::init(&args).map(|()| 0),
+        Command::Token(TokenCommand::New { role, name }) => {
+            certs::new(&role, name.as_deref()).map(|()| 0)
+        }
         Command::Local(args) => local::run(args).await,
         Command::Bench(args) => {
             init_quiet_logs();

@@ -29,12 +29,12 @@ pub fn parse_addrs<S: AsRef<str>>(values: &[S]) -> Vec<String> {
         .collect()
 }
 
-/// `host:port` → `http://host:port`; a URL with a scheme is kept as is.
-pub fn endpoint_uri(addr: &str) -> String {
+/// `host:port` → `<scheme>://host:port`; a URL with a scheme is kept as is.
+pub fn endpoint_uri(addr: &str, scheme: &str) -> String {
     if addr.contains("://") {
         addr.to_string()
     } else {
-        format!("http://{addr}")
+        format!("{scheme}://{addr}")
     }
 }
 
@@ -61,7 +61,8 @@ mod tests {
             parse_addrs(&["a:1, b:2", "", "c:3"]),
             vec!["a:1", "b:2", "c:3"]
         );
-        assert_eq!(endpoint_uri("a:1"), "http://a:1");
-        assert_eq!(endpoint_uri("https://a:1"), "https://a:1");
+        assert_eq!(endpoint_uri("a:1", "http"), "http://a:1");
+        assert_eq!(endpoint_uri("a:1", "https"), "https://a:1");
+        assert_eq!(endpoint_uri("https://a:1", "http"), "https://a:1");
     }
 }

@@ -15,6 +15,7 @@ pub mod state;
 pub mod storage;
 pub mod telemetry;
 pub mod time;
+pub mod tls;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -2,10 +2,12 @@
 //! validated runtime configuration they turn into.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use sluice_common::storage::{StoreOptions, Stores};
+use sluice_common::tls::ClientTls;
 
 use crate::error::DriverError;
 
@@ -56,6 +58,57 @@ pub struct Cli {
     /// Leader lease TTL; etcd grants whole seconds, at least about 2 s.
     #[arg(long, env = "SLUICE_LEASE_TTL_MS", default_value_t = 3000)]
     pub lease_ttl_ms: u64,
+    /// TLS certificate (PEM, with its chain) of the gRPC port; reloaded when
+    /// the file changes. Without it the port is plaintext.
+    #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "SLUICE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA (PEM) of client certificates: executors must attach with a
+    /// certificate it signed, and clients may use one instead of a token
+    /// (the certificate's OU is the role). Needs --tls-cert.
+    #[arg(long, env = "SLUICE_CLIENT_CA", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Token file (YAML: name, role, sha256 of each token). With it, every
+    /// QueryService call needs a token or a client certificate with a role.
+    #[arg(long, env = "SLUICE_AUTH_TOKENS")]
+    pub auth_tokens: Option<PathBuf>,
+    /// CA (PEM) of etcd's certificate: reach etcd over TLS (`https://`
+    /// endpoints).
+    #[arg(long, env = "SLUICE_ETCD_CA")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for an etcd with --client-cert-auth.
+    #[arg(long, env = "SLUICE_ETCD_CERT")]
+    pub etcd_cert: Option<PathBuf>,
+    /// The private key (PEM) of --etcd-cert.
+    #[arg(long, env = "SLUICE_ETCD_KEY")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user, for an etcd with authentication enabled.
+    #[arg(long, env = "SLUICE_ETCD_USER", requires = "etcd_password_file")]
+    pub etcd_user: Option<String>,
+    /// A file holding the password of --etcd-user.
+    #[arg(long, env = "SLUICE_ETCD_PASSWORD_FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+}
+
+/// A password, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Transport security and authentication of the gRPC port.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityConfig {
+    /// `None`: plaintext.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// `None`: QueryService is open.
+    pub auth_tokens: Option<PathBuf>,
 }
 
 /// The validated configuration of one driver.
@@ -78,6 +131,7 @@ pub struct DriverConfig {
     pub stores: Stores,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
+    pub security: SecurityConfig,
 }
 
 /// Leader election through etcd.
@@ -86,6 +140,10 @@ pub struct ElectionConfig {
     pub endpoints: Vec<String>,
     pub cluster: String,
     pub lease_ttl: Duration,
+    /// TLS towards etcd; plaintext without a CA.
+    pub tls: ClientTls,
+    /// etcd's authentication: user and password.
+    pub user: Option<(String, Secret)>,
 }
 
 impl ElectionConfig {
@@ -160,14 +218,65 @@ impl TryFrom<Cli> for DriverConfig {
                     "--lease-ttl-ms must be at least 1000".into(),
                 ));
             }
+            let tls = ClientTls::from_named_flags(
+                ["--etcd-ca", "--etcd-cert", "--etcd-key"],
+                cli.etcd_ca.clone(),
+                cli.etcd_cert.clone(),
+                cli.etcd_key.clone(),
+            )
+            .map_err(|e| DriverError::Config(e.to_string()))?;
+            let scheme = tls.scheme();
+            if let Some(bad) = endpoints
+                .iter()
+                .find(|e| !e.starts_with(&format!("{scheme}://")))
+            {
+                return Err(DriverError::Config(format!(
+                    "--etcd {bad}: {}",
+                    if tls.enabled() {
+                        "with --etcd-ca every endpoint must be https://"
+                    } else {
+                        "an endpoint must be http:// (or https:// with --etcd-ca)"
+                    }
+                )));
+            }
+            let user = match (cli.etcd_user.clone(), &cli.etcd_password_file) {
+                (Some(user), Some(file)) => {
+                    let password = std::fs::read_to_string(file).map_err(|e| {
+                        DriverError::Config(format!("--etcd-password-file {}: {e}", file.display()))
+                    })?;
+                    let password = password.trim_end_matches(['\r', '\n']).to_string();
+                    if password.is_empty() {
+                        return Err(DriverError::Config(format!(
+                            "--etcd-password-file {}: the file is empty",
+                            file.display()
+                        )));
+                    }
+                    Some((user, Secret(password)))
+                }
+                _ => None,
+            };
             Some(ElectionConfig {
                 endpoints,
                 cluster,
                 lease_ttl: Duration::from_millis(cli.lease_ttl_ms),
+                tls,
+                user,
             })
+        };
+        let security = SecurityConfig {
+            tls: cli
+                .tls_cert
+                .zip(cli.tls_key)
+                .map(|(cert, key)| crate::tls::TlsFiles {
+                    cert,
+                    key,
+                    client_ca: cli.client_ca,
+                }),
+            auth_tokens: cli.auth_tokens,
         };
         Ok(DriverConfig {
             election,
+            security,
             listen: cli.listen,
             advertise,
             checkpoint_root: cli.checkpoint_root,

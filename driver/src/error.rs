@@ -13,6 +13,12 @@ pub enum DriverError {
     AlreadyExists(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    /// No credentials, or credentials this driver does not accept.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Valid credentials whose role may not make this call.
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("not the leader")]
     NotLeader { leader: Option<String> },
     #[error("the leader is loading its queries; try again")]
@@ -67,6 +73,8 @@ impl From<DriverError> for tonic::Status {
             DriverError::NotFound(_) => Code::NotFound,
             DriverError::AlreadyExists(_) => Code::AlreadyExists,
             DriverError::FailedPrecondition(_) => Code::FailedPrecondition,
+            DriverError::Unauthenticated(_) => Code::Unauthenticated,
+            DriverError::PermissionDenied(_) => Code::PermissionDenied,
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => Code::Unavailable,
             DriverError::Starting => Code::Unavailable,
             DriverError::Deposed { .. } | DriverError::Cancelled => Code::Unavailable,

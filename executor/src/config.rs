@@ -10,8 +10,11 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+
 use clap::Parser;
 use sluice_common::storage::{StoreOptions, Stores};
+use sluice_common::tls::{Bearer, ClientTls};
 
 use crate::error::ExecutorError;
 
@@ -36,6 +39,20 @@ pub struct Cli {
     /// memory; a task whose state would pass it fails, naming the query.
     #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: u64,
+    /// CA (PEM) of the driver's certificate: connect over TLS (`https://`).
+    #[arg(long, env = "SLUICE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// This executor's client certificate (PEM), for a driver with
+    /// --client-ca.
+    #[arg(long, env = "SLUICE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "SLUICE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// A token with the executor role, for a driver with --auth-tokens and
+    /// no --client-ca.
+    #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// `--max-state-bytes` unless set: 2 GiB.
@@ -56,6 +73,10 @@ pub struct ExecutorConfig {
     pub max_state_bytes: u64,
     /// Opens sources, tables, sinks and state.
     pub stores: Stores,
+    /// TLS towards the driver; plaintext by default.
+    pub tls: ClientTls,
+    /// The bearer token sent when attaching.
+    pub token: Bearer,
 }
 
 impl TryFrom<Cli> for ExecutorConfig {
@@ -72,6 +93,10 @@ impl TryFrom<Cli> for ExecutorConfig {
                 .unwrap_or_else(default_id),
             max_state_bytes: cli.max_state_bytes,
             stores: Stores::new(StoreOptions::from_env()),
+            tls: ClientTls::from_flags(cli.tls_ca, cli.tls_cert, cli.tls_key)
+                .map_err(|e| ExecutorError::Config(e.to_string()))?,
+            token: Bearer::new(cli.token.as_deref())
+                .map_err(|e| ExecutorError::Config(e.to_string()))?,
         };
         config.validated()
     }
@@ -87,7 +112,7 @@ impl ExecutorConfig {
             if raw.is_empty() {
                 continue;
             }
-            let addr = normalize_address(raw)
+            let addr = normalize_address(raw, self.tls.scheme())
                 .map_err(|reason| ExecutorError::Config(format!("--driver {raw:?}: {reason}")))?;
             drivers.push(addr);
         }
@@ -117,17 +142,22 @@ impl ExecutorConfig {
     }
 }
 
-/// `host:port` → `http://host:port`; an `http://` URL is kept. Refuses
-/// anything else (this build has no TLS).
-pub fn normalize_address(raw: &str) -> Result<String, String> {
+/// `host:port` → `<scheme>://host:port`, where the scheme is `https` with
+/// TLS and `http` without; a URL with that scheme is kept. Refuses any
+/// other scheme, naming the one expected.
+pub fn normalize_address(raw: &str, scheme: &str) -> Result<String, String> {
     let raw = raw.trim().trim_end_matches('/');
     let url = if raw.contains("://") {
         raw.to_string()
     } else {
-        format!("http://{raw}")
+        format!("{scheme}://{raw}")
     };
-    if !url.starts_with("http://") {
-        return Err("the scheme must be http:// (TLS is not supported)".into());
+    if !url.starts_with(&format!("{scheme}://")) {
+        return Err(if scheme == "https" {
+            "with --tls-ca the scheme must be https://".into()
+        } else {
+            "the scheme must be http:// (pass --tls-ca for https://)".into()
+        });
     }
     let uri: tonic::codegen::http::Uri = url.parse().map_err(|e| format!("{e}"))?;
     if uri.host().is_none_or(str::is_empty) {
@@ -191,10 +221,15 @@ mod tests {
 
     #[test]
     fn address_forms() {
-        assert_eq!(normalize_address("h:1").unwrap(), "http://h:1");
-        assert_eq!(normalize_address("http://h:1/").unwrap(), "http://h:1");
-        assert!(normalize_address("https://h:1").is_err());
-        assert!(normalize_address("a b").is_err());
-        assert!(normalize_address("grpc://h:1").is_err());
+        assert_eq!(normalize_address("h:1", "http").unwrap(), "http://h:1");
+        assert_eq!(
+            normalize_address("http://h:1/", "http").unwrap(),
+            "http://h:1"
+        );
+        assert!(normalize_address("https://h:1", "http").is_err());
+        assert_eq!(normalize_address("h:1", "https").unwrap(), "https://h:1");
+        assert!(normalize_address("http://h:1", "https").is_err());
+        assert!(normalize_address("a b", "http").is_err());
+        assert!(normalize_address("grpc://h:1", "http").is_err());
     }
 }

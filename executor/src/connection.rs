@@ -23,15 +23,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_common::backoff::Backoff;
+use sluice_common::tls::Bearer;
 use sluice_proto::cluster_service_client::ClusterServiceClient;
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{error, info, warn};
 
 use crate::Shared;
-use crate::config::normalize_address;
+use crate::config::{ExecutorConfig, normalize_address};
 use crate::error::ExecutorError;
-use crate::session::{self, SessionEnd};
+use crate::session::{self, Client, SessionEnd};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -61,9 +63,10 @@ pub fn next_delay(failures: u32, redirect_streak: u32) -> Duration {
     }
 }
 
-/// The leader address a standby put in an `UNAVAILABLE` status, as a URL.
-fn leader_url(status: &tonic::Status) -> Option<String> {
-    normalize_address(&sluice_proto::leader_hint(status)?).ok()
+/// The leader address a standby put in an `UNAVAILABLE` status, as a URL
+/// with this executor's scheme.
+fn leader_url(status: &tonic::Status, scheme: &str) -> Option<String> {
+    normalize_address(&sluice_proto::leader_hint(status)?, scheme).ok()
 }
 
 /// The driver addresses to try, in order, plus a pending leader hint.
@@ -105,20 +108,26 @@ impl Targets {
 }
 
 /// Opens a channel to one driver and wraps it in a client.
-pub async fn connect(addr: &str) -> Result<ClusterServiceClient<Channel>, ExecutorError> {
+pub async fn connect(addr: &str, config: &ExecutorConfig) -> Result<Client, ExecutorError> {
     let to_err = |source| ExecutorError::Connect {
         addr: addr.to_string(),
         source,
     };
-    let endpoint = Endpoint::from_shared(addr.to_string())
-        .map_err(to_err)?
+    let endpoint = Endpoint::from_shared(addr.to_string()).map_err(to_err)?;
+    let endpoint = config
+        .tls
+        .apply(endpoint)
+        .map_err(|e| ExecutorError::Config(e.to_string()))?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
     let channel = endpoint.connect().await.map_err(to_err)?;
-    Ok(ClusterServiceClient::new(channel))
+    Ok(ClusterServiceClient::with_interceptor(
+        channel,
+        config.token.clone(),
+    ))
 }
 
 /// Attaches to a driver again and again until `shutdown`.
@@ -134,7 +143,7 @@ pub(crate) async fn serve(
         let connected = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return Ok(()),
-            r = connect(&addr) => r,
+            r = connect(&addr, &shared.config) => r,
         };
         let (err, welcomed) = match connected {
             Err(e) => (e, false),
@@ -166,7 +175,9 @@ pub(crate) async fn serve(
         } else {
             failures = failures.saturating_add(1);
         }
-        let hint = err.status().and_then(leader_url);
+        let hint = err
+            .status()
+            .and_then(|s| leader_url(s, shared.config.tls.scheme()));
         redirect_streak = match hint {
             Some(_) => redirect_streak.saturating_add(1),
             None => 0,
@@ -230,8 +241,15 @@ mod tests {
     #[test]
     fn a_hint_becomes_the_url_to_dial() {
         let mut s = tonic::Status::unavailable("not the leader");
-        assert_eq!(leader_url(&s), None);
+        assert_eq!(leader_url(&s, "http"), None);
         sluice_proto::set_leader_hint(&mut s, "10.0.0.2:7070");
-        assert_eq!(leader_url(&s).as_deref(), Some("http://10.0.0.2:7070"));
+        assert_eq!(
+            leader_url(&s, "http").as_deref(),
+            Some("http://10.0.0.2:7070")
+        );
+        assert_eq!(
+            leader_url(&s, "https").as_deref(),
+            Some("https://10.0.0.2:7070")
+        );
     }
 }

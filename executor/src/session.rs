@@ -20,7 +20,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sluice_proto::cluster_service_client::ClusterServiceClient;
 use sluice_proto::{
     DriverMessage, ExecutorMessage, Heartbeat, Hello, TaskAssignment, driver_message,
     executor_message::Kind,
@@ -30,13 +29,20 @@ use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
-use tonic::transport::Channel;
 use tracing::{debug, info, info_span, warn};
 
 use crate::Shared;
 use crate::error::ExecutorError;
 use crate::runner::Runner;
 use crate::task::{Admission, admit, error_result};
+
+/// The client of one driver connection: every call carries the token.
+pub type Client = sluice_proto::cluster_service_client::ClusterServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        sluice_common::tls::Bearer,
+    >,
+>;
 
 /// How long a shutdown waits for running tasks to deliver their results.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,7 +76,7 @@ struct Session<'a> {
 pub(crate) async fn run(
     shared: &Shared,
     addr: &str,
-    mut client: ClusterServiceClient<Channel>,
+    mut client: Client,
     shutdown: &CancellationToken,
 ) -> SessionEnd {
     let (outbox, requests) = mpsc::channel(OUTBOX);

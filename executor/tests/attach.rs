@@ -41,6 +41,8 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
         id: "exec-test".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
         stores: Default::default(),
+        tls: Default::default(),
+        token: Default::default(),
     };
     let executor = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
 
@@ -137,6 +139,8 @@ async fn run_returns_promptly_when_no_driver_is_up() {
         id: "lonely".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
         stores: Default::default(),
+        tls: Default::default(),
+        token: Default::default(),
     };
     let run = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -158,6 +162,8 @@ async fn an_invalid_config_is_refused() {
         id: "x".into(),
         max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
         stores: Default::default(),
+        tls: Default::default(),
+        token: Default::default(),
     };
     let err = sluice_executor::run(config, CancellationToken::new())
         .await

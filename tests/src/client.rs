@@ -6,11 +6,13 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use sluice_common::tls::{Bearer, ClientTls};
 use sluice_proto::query_service_client::QueryServiceClient;
 use sluice_proto::{
     ClusterInfo, ClusterRequest, ListQueriesRequest, QueryRef, QueryState, QueryStatus,
     SubmitRequest, SubmitResponse,
 };
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Response, Status};
 
@@ -27,22 +29,34 @@ pub fn is_transient(status: &Status) -> bool {
     )
 }
 
+/// The client type of one call: every call carries the token.
+pub type Rpc = QueryServiceClient<InterceptedService<Channel, Bearer>>;
+
 #[derive(Clone)]
 pub struct Client {
     addrs: Vec<String>,
     channels: Vec<Channel>,
     current: usize,
+    token: Bearer,
 }
 
 impl Client {
-    /// A client of the comma-separated `drivers`. Connects lazily.
+    /// A plaintext client of the comma-separated `drivers`. Connects lazily.
     pub fn new(drivers: &str) -> Client {
+        Client::secured(drivers, &ClientTls::default(), None)
+    }
+
+    /// A client over TLS with `tls` (plaintext when it has no CA), sending
+    /// `token` with every call.
+    pub fn secured(drivers: &str, tls: &ClientTls, token: Option<&str>) -> Client {
         let addrs: Vec<String> = drivers.split(',').map(|s| s.trim().to_string()).collect();
         let channels = addrs
             .iter()
             .map(|a| {
-                Endpoint::from_shared(format!("http://{a}"))
-                    .expect("driver address")
+                let endpoint = Endpoint::from_shared(format!("{}://{a}", tls.scheme()))
+                    .expect("driver address");
+                tls.apply(endpoint)
+                    .expect("TLS settings")
                     .connect_timeout(Duration::from_secs(1))
                     .timeout(Duration::from_secs(5))
                     .connect_lazy()
@@ -52,17 +66,27 @@ impl Client {
             addrs,
             channels,
             current: 0,
+            token: Bearer::new(token).expect("token"),
         }
+    }
+
+    /// A raw gRPC client of the first driver, for tests that shape their
+    /// own requests.
+    pub fn rpc(&self) -> Rpc {
+        QueryServiceClient::with_interceptor(self.channels[0].clone(), self.token.clone())
     }
 
     async fn call<T, F, Fut>(&mut self, mut f: F) -> Result<T, Status>
     where
-        F: FnMut(QueryServiceClient<Channel>) -> Fut,
+        F: FnMut(Rpc) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let mut last = None;
         for _ in 0..=self.addrs.len() {
-            let client = QueryServiceClient::new(self.channels[self.current].clone());
+            let client = QueryServiceClient::with_interceptor(
+                self.channels[self.current].clone(),
+                self.token.clone(),
+            );
             match f(client).await {
                 Ok(resp) => return Ok(resp.into_inner()),
                 Err(status) if status.code() == Code::Unavailable && self.addrs.len() > 1 => {

@@ -15,15 +15,16 @@ async fn an_oversized_spec_is_invalid_naming_the_limit_and_the_size() {
     let driver = cluster.start_ready_driver().await;
     let drivers = driver.addr().to_string();
     let mut yaml = Spec::new("big", &cluster.sink_path("big")).to_yaml();
-    // A 5 MB comment: valid YAML, far over any sane spec.
-    yaml.push_str(&format!("# {}\n", "x".repeat(5 << 20)));
+    // A 1.5 MB comment: valid YAML, over the 1 MiB spec limit, under the
+    // 2 MiB message limit (a larger message is refused by the codec).
+    yaml.push_str(&format!("# {}\n", "x".repeat(3 << 19)));
     let size = yaml.len().to_string();
 
     let err = cluster
         .client(&drivers)
         .submit(&yaml)
         .await
-        .expect_err("a 5 MB spec must be refused");
+        .expect_err("a 1.5 MB spec must be refused");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(
         err.message().contains("1048576") && err.message().contains(&size),

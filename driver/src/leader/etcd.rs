@@ -77,10 +77,17 @@ async fn session(
 ) -> Result<(), DriverError> {
     let ttl = cfg.lease_ttl;
     let name = cfg.election_name();
-    let opts = ConnectOptions::new()
+    let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_keep_alive(ttl / 3, ttl / 3)
         .with_require_leader(true);
+    // Read again on every session, so that rotated files apply.
+    if let Some(tls) = cfg.tls.config().map_err(DriverError::Common)? {
+        opts = opts.with_tls(tls);
+    }
+    if let Some((user, password)) = &cfg.user {
+        opts = opts.with_user(user.clone(), password.0.clone());
+    }
     let mut client = within(ttl, Client::connect(&cfg.endpoints, Some(opts))).await?;
     // An old lease's candidate key would block the election until the lease
     // expires, which etcd extends when it restarts: revoke it first.
