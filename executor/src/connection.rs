@@ -23,11 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_common::backoff::Backoff;
-use sluice_common::tls::Bearer;
 use sluice_proto::cluster_service_client::ClusterServiceClient;
 use tokio_util::sync::CancellationToken;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 use tracing::{error, info, warn};
 
 use crate::Shared;
