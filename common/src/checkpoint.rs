@@ -18,6 +18,8 @@
 //! order is the numeric order. Every record carries a `version` field, and
 //! every decode error names the file.
 
+mod offsets;
+
 use crate::storage::Path;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -26,12 +28,22 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
+pub use offsets::{FileRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
 
 pub const RECORD_VERSION: u32 = 1;
 
 /// A batch or epoch number as a file name.
 pub fn padded(n: u64) -> String {
     format!("{n:020}")
+}
+
+/// The number that `name` stands for when it is exactly what [`padded`]
+/// writes: 20 ASCII digits, without sign or space (`+0000000000000000001`
+/// is not batch 1's file).
+pub fn parse_padded(name: &str) -> Option<u64> {
+    (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| name.parse().ok())
+        .flatten()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,96 +55,6 @@ pub struct QueryMetadata {
     /// The epoch of the driver that accepted the submit.
     #[serde(default)]
     pub epoch: u64,
-}
-
-/// The plan of one batch. Invariant (DESIGN.md, 1): written before any task
-/// of the batch runs, and a replay uses exactly this record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OffsetRecord {
-    pub version: u32,
-    pub batch_id: u64,
-    pub epoch: u64,
-    pub batch_timestamp_ms: i64,
-    /// The watermark of a query with one: rows older are dropped, state
-    /// behind it is evicted. `None` before any event time was seen.
-    #[serde(default)]
-    pub watermark_ms: Option<i64>,
-    pub source: SourceOffsets,
-    /// The driver's cap on one task's rows when this batch was planned
-    /// (absent in records written before there was one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_rows_per_task: Option<u64>,
-    /// The files of each static table this batch reads, by table name.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub tables: std::collections::BTreeMap<String, Vec<TableFile>>,
-}
-
-/// A file of a static table as a batch plans to read it: a replay that
-/// finds it changed fails rather than join with other data.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TableFile {
-    pub path: String,
-    pub size: u64,
-    pub modified_ms: i64,
-}
-
-/// The input range of a batch.
-///
-/// For the rate source, the batch covers the global values
-/// `[start_value, end_value)`; partition `p` of `P` reads the values `v` in
-/// that range with `v % P == p`.
-///
-/// For the file source, the batch reads `files` (the files numbered
-/// `[start_seq, end_seq)` in the order the source took them), cut into
-/// `tasks`: task `p` reads the ranges `tasks[p]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SourceOffsets {
-    Rate {
-        start_value: u64,
-        end_value: u64,
-    },
-    Files {
-        start_seq: u64,
-        end_seq: u64,
-        files: Vec<SourceFile>,
-        tasks: Vec<Vec<FileRange>>,
-    },
-}
-
-/// A source file as a batch plans to read it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SourceFile {
-    /// The path under the source directory.
-    pub path: String,
-    pub size: u64,
-}
-
-/// The bytes `[start, end)` of `files[file]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileRange {
-    pub file: u32,
-    pub start: u64,
-    pub end: u64,
-}
-
-impl SourceOffsets {
-    /// Where the input stands after this batch: the rate source's next
-    /// value, or the number of files the file source has taken.
-    pub fn end_value(&self) -> u64 {
-        match self {
-            SourceOffsets::Rate { end_value, .. } => *end_value,
-            SourceOffsets::Files { end_seq, .. } => *end_seq,
-        }
-    }
-
-    /// Where the input stood before this batch.
-    pub fn start_value(&self) -> u64 {
-        match self {
-            SourceOffsets::Rate { start_value, .. } => *start_value,
-            SourceOffsets::Files { start_seq, .. } => *start_seq,
-        }
-    }
 }
 
 /// `sources/files/<N>`: the files batch N of a file source read. This log
@@ -297,18 +219,7 @@ impl QueryCheckpoint {
         let path = self.path("spec.json");
         match self.storage.get(&path).await? {
             None => Ok(None),
-            Some(b) => {
-                let text = std::str::from_utf8(&b).map_err(|e| Error::Corrupt {
-                    path: self.storage.describe(&path),
-                    reason: e.to_string(),
-                })?;
-                QuerySpec::parse(text)
-                    .map(Some)
-                    .map_err(|e| Error::Corrupt {
-                        path: self.storage.describe(&path),
-                        reason: e.to_string(),
-                    })
-            }
+            Some(b) => decode_spec(&b, &self.storage.describe(&path)).map(Some),
         }
     }
 
@@ -332,15 +243,11 @@ impl QueryCheckpoint {
         let mut ids = Vec::with_capacity(files.len());
         for f in files {
             let name = f.location.filename().unwrap_or_default();
-            match name.parse::<u64>() {
-                Ok(n) if name.len() == 20 => ids.push(n),
-                _ => {
-                    return Err(Error::Corrupt {
-                        path: self.storage.describe(&f.location),
-                        reason: "not a batch file (expected a 20-digit batch id)".into(),
-                    });
-                }
-            }
+            let n = parse_padded(name).ok_or_else(|| Error::Corrupt {
+                path: self.storage.describe(&f.location),
+                reason: "not a batch file (expected a 20-digit batch id)".into(),
+            })?;
+            ids.push(n);
         }
         ids.sort_unstable();
         Ok(ids)
@@ -365,11 +272,35 @@ impl QueryCheckpoint {
     }
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
-    serde_json::from_slice(bytes).map_err(|e| Error::Corrupt {
-        path: path.to_string(),
-        reason: e.to_string(),
+/// Decodes the record stored at `path`. An error names the file, the field
+/// at fault when there is one, and the line and column.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        // Only a record that fails pays for tracking the field: decoding
+        // it again, alike, yields the path to the same error.
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let field = serde_path_to_error::deserialize::<_, T>(&mut de)
+            .err()
+            .map(|e| e.path().to_string())
+            .filter(|f| f != ".");
+        Error::Corrupt {
+            path: path.to_string(),
+            reason: match field {
+                Some(f) => format!("field `{f}`: {e}"),
+                None => e.to_string(),
+            },
+        }
     })
+}
+
+/// Decodes and validates the spec stored at `path` (`spec.json`).
+pub fn decode_spec(bytes: &[u8], path: &str) -> Result<QuerySpec> {
+    let corrupt = |reason: String| Error::Corrupt {
+        path: path.to_string(),
+        reason,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| corrupt(format!("not UTF-8: {e}")))?;
+    QuerySpec::parse(text).map_err(|e| corrupt(e.to_string()))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 mod files;
 mod state;
 mod tables;
+mod text;
 
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
@@ -137,16 +138,7 @@ impl QuerySpec {
     /// Parses YAML or JSON text and validates it.
     pub fn parse(text: &str) -> Result<Self> {
         check_size("spec_text", text.len())?;
-        let trimmed = text.trim_start();
-        let spec: QuerySpec = if trimmed.starts_with('{') {
-            let mut de = serde_json::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(&mut de)
-                .map_err(|e| Error::invalid(field_of(e.path()), e.into_inner().to_string()))?
-        } else {
-            let de = serde_yaml_ng::Deserializer::from_str(text);
-            serde_path_to_error::deserialize(de)
-                .map_err(|e| Error::invalid(field_of(e.path()), e.into_inner().to_string()))?
-        };
+        let spec: QuerySpec = text::deserialize(text)?;
         spec.validate()?;
         Ok(spec)
     }
@@ -297,11 +289,6 @@ impl QuerySpec {
             })
             .collect()
     }
-}
-
-fn field_of(path: &serde_path_to_error::Path) -> String {
-    let s = path.to_string();
-    if s == "." { "(root)".to_string() } else { s }
 }
 
 fn flatten(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {

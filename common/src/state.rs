@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 
-use crate::checkpoint::padded;
+use crate::checkpoint::{padded, parse_padded};
 use crate::error::{Error, Result};
 use crate::storage::{Created, Path, Storage, Stores};
 
@@ -39,9 +39,10 @@ impl StateFile {
         }
     }
 
-    fn parse(name: &str) -> Option<Self> {
+    /// The file `name` stands for: exactly what [`StateFile::name`] writes.
+    pub fn parse(name: &str) -> Option<Self> {
         let (n, kind) = name.split_once('.')?;
-        let v = (n.len() == 20).then(|| n.parse::<u64>().ok())??;
+        let v = parse_padded(n)?;
         match kind {
             "delta" => Some(StateFile::Delta(v)),
             "snapshot" => Some(StateFile::Snapshot(v)),

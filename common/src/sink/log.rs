@@ -36,7 +36,7 @@ pub async fn write_delta(storage: &Storage, manifest: &SinkManifest) -> Result<S
     let path = path(ManifestName::Delta(manifest.batch_id));
     match storage.create(&path, encode(manifest)?).await? {
         Created::New => Ok(manifest.clone()),
-        Created::Existing(b) => decode(&b, &storage.describe(&path)),
+        Created::Existing(b) => decode_delta(&b, &storage.describe(&path), manifest.batch_id),
     }
 }
 
@@ -140,15 +140,7 @@ async fn read_delta(storage: &Storage, batch: u64) -> Result<Option<SinkManifest
     let Some(b) = storage.get(&path(name)).await? else {
         return Ok(None);
     };
-    let m: SinkManifest = decode(&b, &storage.describe(&path(name)))?;
-    if m.batch_id != batch {
-        return Err(corrupt(
-            storage,
-            name,
-            format!("records batch {}", m.batch_id),
-        ));
-    }
-    Ok(Some(m))
+    decode_delta(&b, &storage.describe(&path(name)), batch).map(Some)
 }
 
 /// The compacted manifest of `batch`, checked, or `None` when it does not
@@ -158,23 +150,38 @@ async fn read_compact(storage: &Storage, batch: u64) -> Result<Option<CompactMan
     let Some(b) = storage.get(&path(name)).await? else {
         return Ok(None);
     };
-    let c: CompactManifest = decode(&b, &storage.describe(&path(name)))?;
-    if c.batch_id != batch {
-        return Err(corrupt(
-            storage,
-            name,
-            format!("records batch {}", c.batch_id),
-        ));
+    decode_compact(&b, &storage.describe(&path(name)), batch).map(Some)
+}
+
+/// Decodes `bytes`, read from `path`, the delta of `batch`.
+pub fn decode_delta(bytes: &[u8], path: &str, batch: u64) -> Result<SinkManifest> {
+    let m: SinkManifest = decode(bytes, path)?;
+    if m.batch_id != batch {
+        return Err(corrupt_at(path, format!("records batch {}", m.batch_id)));
     }
-    c.check().map_err(|reason| corrupt(storage, name, reason))?;
-    Ok(Some(c))
+    Ok(m)
+}
+
+/// Decodes and checks `bytes`, read from `path`, the compacted manifest of
+/// `batch` (see [`CompactManifest::check`]).
+pub fn decode_compact(bytes: &[u8], path: &str, batch: u64) -> Result<CompactManifest> {
+    let c: CompactManifest = decode(bytes, path)?;
+    if c.batch_id != batch {
+        return Err(corrupt_at(path, format!("records batch {}", c.batch_id)));
+    }
+    c.check().map_err(|reason| corrupt_at(path, reason))?;
+    Ok(c)
+}
+
+fn corrupt_at(path: &str, reason: String) -> Error {
+    Error::Corrupt {
+        path: path.to_string(),
+        reason,
+    }
 }
 
 fn corrupt(storage: &Storage, name: ManifestName, reason: String) -> Error {
-    Error::Corrupt {
-        path: storage.describe(&path(name)),
-        reason,
-    }
+    corrupt_at(&storage.describe(&path(name)), reason)
 }
 
 /// Every file under `_sluice/`, by name. A name that is no manifest's is

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{RECORD_VERSION, padded};
+use crate::checkpoint::{RECORD_VERSION, padded, parse_padded};
 
 /// The directory of the manifests, under the sink root.
 pub const MANIFEST_DIR: &str = "_sluice";
@@ -130,14 +130,9 @@ pub enum ManifestName {
 impl ManifestName {
     /// The name `name` stands for, or `None` when it is neither form.
     pub fn parse(name: &str) -> Option<Self> {
-        let batch = |s: &str| {
-            (s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| s.parse().ok())
-                .flatten()
-        };
         match name.strip_suffix(COMPACT_SUFFIX) {
-            Some(b) => batch(b).map(ManifestName::Compact),
-            None => batch(name).map(ManifestName::Delta),
+            Some(b) => parse_padded(b).map(ManifestName::Compact),
+            None => parse_padded(name).map(ManifestName::Delta),
         }
     }
 

@@ -1,0 +1,190 @@
+//! `offsets/<N>`: the plan of batch N, and the shape every plan has. A
+//! replay runs exactly the plan it reads, so a plan that decodes is one a
+//! planner could have written: its input range does not run backwards,
+//! and its tasks read only bytes of the files it lists. Anything else is
+//! damage, refused while decoding with the field and the numbers at fault.
+
+use serde::{Deserialize, Serialize};
+
+/// The plan of one batch. Invariant (DESIGN.md, 1): written before any task
+/// of the batch runs, and a replay uses exactly this record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetRecord {
+    pub version: u32,
+    pub batch_id: u64,
+    pub epoch: u64,
+    pub batch_timestamp_ms: i64,
+    /// The watermark of a query with one: rows older are dropped, state
+    /// behind it is evicted. `None` before any event time was seen.
+    #[serde(default)]
+    pub watermark_ms: Option<i64>,
+    pub source: SourceOffsets,
+    /// The driver's cap on one task's rows when this batch was planned
+    /// (absent in records written before there was one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows_per_task: Option<u64>,
+    /// The files of each static table this batch reads, by table name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tables: std::collections::BTreeMap<String, Vec<TableFile>>,
+}
+
+/// A file of a static table as a batch plans to read it: a replay that
+/// finds it changed fails rather than join with other data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableFile {
+    pub path: String,
+    pub size: u64,
+    pub modified_ms: i64,
+}
+
+/// The input range of a batch.
+///
+/// For the rate source, the batch covers the global values
+/// `[start_value, end_value)`; partition `p` of `P` reads the values `v` in
+/// that range with `v % P == p`.
+///
+/// For the file source, the batch reads `files` (the files numbered
+/// `[start_seq, end_seq)` in the order the source took them), cut into
+/// `tasks`: task `p` reads the ranges `tasks[p]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "Unchecked")]
+pub enum SourceOffsets {
+    Rate {
+        start_value: u64,
+        end_value: u64,
+    },
+    Files {
+        start_seq: u64,
+        end_seq: u64,
+        files: Vec<SourceFile>,
+        tasks: Vec<Vec<FileRange>>,
+    },
+}
+
+/// A source file as a batch plans to read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceFile {
+    /// The path under the source directory.
+    pub path: String,
+    pub size: u64,
+}
+
+/// The bytes `[start, end)` of `files[file]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRange {
+    pub file: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl SourceOffsets {
+    /// Where the input stands after this batch: the rate source's next
+    /// value, or the number of files the file source has taken.
+    pub fn end_value(&self) -> u64 {
+        match self {
+            SourceOffsets::Rate { end_value, .. } => *end_value,
+            SourceOffsets::Files { end_seq, .. } => *end_seq,
+        }
+    }
+
+    /// Where the input stood before this batch.
+    pub fn start_value(&self) -> u64 {
+        match self {
+            SourceOffsets::Rate { start_value, .. } => *start_value,
+            SourceOffsets::Files { start_seq, .. } => *start_seq,
+        }
+    }
+
+    /// Checks what every planner writes and a replay relies on: a range
+    /// that does not run backwards, one sequence number per listed file,
+    /// and task ranges within the bytes of the listed files.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            SourceOffsets::Rate {
+                start_value,
+                end_value,
+            } if start_value > end_value => Err(format!(
+                "start_value {start_value} is after end_value {end_value}"
+            )),
+            SourceOffsets::Rate { .. } => Ok(()),
+            SourceOffsets::Files {
+                start_seq,
+                end_seq,
+                files,
+                tasks,
+            } => {
+                if end_seq.checked_sub(*start_seq) != u64::try_from(files.len()).ok() {
+                    return Err(format!(
+                        "start_seq {start_seq} and end_seq {end_seq}, but {} files listed",
+                        files.len()
+                    ));
+                }
+                for (t, r) in tasks
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(t, rs)| rs.iter().map(move |r| (t, r)))
+                {
+                    let Some(f) = files.get(r.file as usize) else {
+                        return Err(format!(
+                            "task {t} reads file {} of {} listed",
+                            r.file,
+                            files.len()
+                        ));
+                    };
+                    if r.start > r.end || r.end > f.size {
+                        return Err(format!(
+                            "task {t} reads bytes {}..{} of {:?}, which has {} bytes",
+                            r.start, r.end, f.path, f.size
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// [`SourceOffsets`] as stored, before [`SourceOffsets::check`].
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Unchecked {
+    Rate {
+        start_value: u64,
+        end_value: u64,
+    },
+    Files {
+        start_seq: u64,
+        end_seq: u64,
+        files: Vec<SourceFile>,
+        tasks: Vec<Vec<FileRange>>,
+    },
+}
+
+impl TryFrom<Unchecked> for SourceOffsets {
+    type Error = String;
+
+    fn try_from(u: Unchecked) -> Result<Self, String> {
+        let offsets = match u {
+            Unchecked::Rate {
+                start_value,
+                end_value,
+            } => SourceOffsets::Rate {
+                start_value,
+                end_value,
+            },
+            Unchecked::Files {
+                start_seq,
+                end_seq,
+                files,
+                tasks,
+            } => SourceOffsets::Files {
+                start_seq,
+                end_seq,
+                files,
+                tasks,
+            },
+        };
+        offsets.check()?;
+        Ok(offsets)
+    }
+}
