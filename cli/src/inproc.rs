@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use sluice_common::storage::Stores;
+use sluice_common::storage::{AllowedPaths, Stores};
 use sluice_executor::ExecutorConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -70,6 +70,9 @@ pub struct InProcess {
     tasks: Vec<Task>,
     /// How every driver and executor here opens storage.
     stores: Stores,
+    /// Where the executors' tasks may read and write; `None` does not
+    /// confine them (the driver's own list applies at submit).
+    allowed: Option<AllowedPaths>,
 }
 
 impl InProcess {
@@ -84,7 +87,14 @@ impl InProcess {
             shutdown,
             tasks: Vec::new(),
             stores,
+            allowed: None,
         }
+    }
+
+    /// Confines the executors started from now on to `allowed` (their
+    /// `--allowed-paths`).
+    pub fn confine(&mut self, allowed: AllowedPaths) {
+        self.allowed = Some(allowed);
     }
 
     /// Starts a driver from `sluice-driver` flags (see [`driver_args`]).
@@ -117,6 +127,7 @@ impl InProcess {
             stores: self.stores.clone(),
             tls: Default::default(),
             token: Default::default(),
+            allowed_paths: self.allowed.clone(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

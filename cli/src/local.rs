@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use sluice_common::storage::AllowedPaths;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
@@ -44,6 +45,28 @@ pub struct LocalArgs {
     /// The demo query's partitions.
     #[arg(long, default_value_t = 4)]
     pub partitions: u32,
+    /// Where queries' sources, tables and sinks may be (PREFIX[,PREFIX...]:
+    /// absolute paths, file:// URLs, s3://, gs:// or az:// URLs), for the
+    /// driver and the executors. Default: `--dir` and the system's
+    /// temporary directory (`$TMPDIR`, else `/tmp`), where the README's
+    /// examples read and write.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_paths: Vec<String>,
+}
+
+/// `--allowed-paths`, or `dir` and the temporary directory.
+fn allowed_paths(args: &LocalArgs, dir: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let given: Vec<String> = args
+        .allowed_paths
+        .iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if !given.is_empty() {
+        return Ok(given);
+    }
+    let tmp = std::path::absolute(std::env::temp_dir())?;
+    [dir, tmp.as_path()].iter().map(|p| path_str(p)).collect()
 }
 
 pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
@@ -58,6 +81,9 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
     sluice_common::telemetry::init_file(&log)
         .with_context(|| format!("cannot open the log file {}", log.display()))?;
     let (checkpoints, out) = (path_str(&checkpoints)?, path_str(&out)?);
+    let allowed = allowed_paths(&args, &dir)?;
+    let confined =
+        AllowedPaths::parse(&allowed).map_err(|r| anyhow::anyhow!("bad --allowed-paths: {r}"))?;
     println!(
         "sluice local: driver on {} (http {})",
         args.listen, args.http
@@ -65,16 +91,22 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
     println!("  checkpoint: {checkpoints}");
     println!("  data:       {out}");
     println!(
+        "  allowed:    {} (--allowed-paths)",
+        confined.prefixes().join(", ")
+    );
+    println!(
         "  logs:       {} (SLUICE_LOG sets the filter)",
         log.display()
     );
 
     let shutdown = CancellationToken::new();
     let signals = inproc::spawn_signal_handler(shutdown.clone());
-    let driver_args =
+    let mut driver_args =
         inproc::driver_args(args.listen, Some(args.http), &checkpoints, "local-driver");
+    driver_args.extend(["--allowed-paths".to_string(), allowed.join(",")]);
     let addr = inproc::advertise(args.listen);
     let mut cluster = InProcess::new(shutdown.clone());
+    cluster.confine(confined);
     cluster.spawn_driver(&driver_args)?;
     for i in 0..2 {
         let id = format!("local-executor-{i}");

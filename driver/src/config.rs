@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use sluice_common::storage::{StoreOptions, Stores};
+use sluice_common::storage::{AllowedPaths, StoreOptions, Stores};
 use sluice_common::tls::ClientTls;
 
 use crate::error::DriverError;
@@ -90,6 +90,18 @@ pub struct Cli {
     /// A file holding the password of --etcd-user.
     #[arg(long, env = "SLUICE_ETCD_PASSWORD_FILE", requires = "etcd_user")]
     pub etcd_password_file: Option<PathBuf>,
+    /// Where the sources, tables and sinks of a submitted query may be
+    /// (PREFIX[,PREFIX...]): absolute paths, file:// URLs, or s3://, gs://
+    /// and az:// URLs, compared by whole path segments once `.` and `..`
+    /// are resolved; local paths are also checked with their symbolic
+    /// links followed. A submit that names another place gets
+    /// INVALID_ARGUMENT. Default: only the data directory, the directory
+    /// that holds the checkpoint root (`--checkpoint-root
+    /// /data/checkpoints` allows `/data`, `s3://bucket/ckpt` allows
+    /// `s3://bucket/`). A sink never overlaps the checkpoint root or
+    /// another query's sink, whatever this allows.
+    #[arg(long, env = "SLUICE_ALLOWED_PATHS", value_delimiter = ',')]
+    pub allowed_paths: Vec<String>,
 }
 
 /// A password, never shown by `Debug`.
@@ -129,6 +141,11 @@ pub struct DriverConfig {
     pub compact_interval: u64,
     /// Opens the checkpoint root, sources, tables and sinks.
     pub stores: Stores,
+    /// Where a query's sources, tables and sinks may be.
+    pub allowed_paths: AllowedPaths,
+    /// True when `allowed_paths` is the data directory, for want of
+    /// `--allowed-paths`.
+    pub allowed_paths_default: bool,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
     pub security: SecurityConfig,
@@ -164,6 +181,8 @@ impl TryFrom<Cli> for DriverConfig {
     fn try_from(cli: Cli) -> Result<Self, DriverError> {
         sluice_common::storage::validate_location(&cli.checkpoint_root)
             .map_err(|r| DriverError::Config(format!("--checkpoint-root: {r}")))?;
+        let (allowed_paths, allowed_paths_default) =
+            allowed_paths(&cli.allowed_paths, &cli.checkpoint_root)?;
         if cli.executor_timeout_ms == 0 {
             return Err(DriverError::Config(
                 "--executor-timeout-ms must be above 0".into(),
@@ -291,6 +310,63 @@ impl TryFrom<Cli> for DriverConfig {
             retain_batches: cli.retain_batches,
             compact_interval: sluice_common::sink::COMPACT_INTERVAL,
             stores: Stores::new(StoreOptions::from_env()),
+            allowed_paths,
+            allowed_paths_default,
         })
+    }
+}
+
+/// `--allowed-paths` (empty entries ignored), or the data directory of
+/// `checkpoint_root` when none is given; true for the default.
+fn allowed_paths(
+    given: &[String],
+    checkpoint_root: &str,
+) -> Result<(AllowedPaths, bool), DriverError> {
+    let given: Vec<&str> = given
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if given.is_empty() {
+        let data_dir = AllowedPaths::data_dir_of(checkpoint_root)
+            .map_err(|r| DriverError::Config(format!("--checkpoint-root: {r}")))?;
+        return Ok((data_dir, true));
+    }
+    let allowed = AllowedPaths::parse(&given)
+        .map_err(|r| DriverError::Config(format!("--allowed-paths: {r}")))?;
+    Ok((allowed, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<DriverConfig, String> {
+        let argv = ["sluice-driver", "--checkpoint-root", "/data/checkpoints"];
+        let cli = Cli::try_parse_from(argv.iter().chain(args)).map_err(|e| e.to_string())?;
+        DriverConfig::try_from(cli).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn allowed_paths_default_to_the_data_directory() {
+        let c = parse(&[]).unwrap();
+        assert!(c.allowed_paths_default);
+        assert_eq!(c.allowed_paths.prefixes(), ["/data"]);
+        let c = parse(&["--allowed-paths", "/in/,s3://b/out", "--allowed-paths=/x"]).unwrap();
+        assert!(!c.allowed_paths_default);
+        assert_eq!(c.allowed_paths.prefixes(), ["/in", "s3://b/out", "/x"]);
+        assert!(
+            parse(&["--allowed-paths", ""])
+                .unwrap()
+                .allowed_paths_default
+        );
+    }
+
+    #[test]
+    fn a_bad_allowed_path_names_the_flag() {
+        for bad in ["rel/dir", "/ok,data", "ftp://host/x", "s3:///x", "file://x"] {
+            let err = parse(&["--allowed-paths", bad]).unwrap_err();
+            assert!(err.contains("--allowed-paths"), "{bad}: {err}");
+        }
     }
 }

@@ -54,6 +54,19 @@ const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// Runs a driver until `shutdown` is cancelled or a component fails.
 pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<(), DriverError> {
+    if config.allowed_paths_default {
+        info!(
+            allowed_paths = %config.allowed_paths,
+            checkpoint_root = %config.checkpoint_root,
+            "no --allowed-paths: queries' sources, tables and sinks must be in the data directory, \
+             the directory that holds the checkpoint root"
+        );
+    } else {
+        info!(
+            allowed_paths = %config.allowed_paths,
+            "queries' sources, tables and sinks must be under --allowed-paths"
+        );
+    }
     let checkpoint = Checkpoint::open(&config.stores, &config.checkpoint_root)?;
     checkpoint.probe().await?;
     let driver = Arc::new(Driver::new(config, checkpoint, metrics::Metrics::new()?));

@@ -11,7 +11,7 @@ use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use sluice_common::sink::FileSink;
 use sluice_common::state::StateStore;
-use sluice_common::storage::Stores;
+use sluice_common::storage::{AllowedPaths, Stores};
 use sluice_proto::TablePlan;
 use sluice_sql::Table;
 
@@ -37,6 +37,9 @@ pub struct Caches {
     max_state_bytes: u64,
     /// Opens sources, tables, sinks and state.
     pub storage: Stores,
+    /// Where tasks may read and write (`--allowed-paths`); `None` does not
+    /// confine.
+    pub allowed: Option<AllowedPaths>,
 }
 
 /// A poisoned lock is a bug: panic.
@@ -45,11 +48,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Caches {
-    /// Caches whose states may hold up to `max_state_bytes`.
-    pub fn new(max_state_bytes: u64, stores: Stores) -> Self {
+    /// Caches whose states may hold up to `max_state_bytes`, for tasks
+    /// confined to `allowed`.
+    pub fn new(max_state_bytes: u64, stores: Stores, allowed: Option<AllowedPaths>) -> Self {
         Caches {
             max_state_bytes,
             storage: stores,
+            allowed,
             ..Default::default()
         }
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::Parser;
-use sluice_common::storage::{StoreOptions, Stores};
+use sluice_common::storage::{AllowedPaths, StoreOptions, Stores};
 use sluice_common::tls::{Bearer, ClientTls};
 
 use crate::error::ExecutorError;
@@ -53,6 +53,15 @@ pub struct Cli {
     /// no --client-ca.
     #[arg(long, env = "SLUICE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Where the sources, tables and sinks of this executor's tasks may be
+    /// (PREFIX[,PREFIX...]), checked again when each task runs, with local
+    /// symbolic links followed: absolute paths, file:// URLs, or s3://,
+    /// gs:// and az:// URLs, compared by whole path segments. A task that
+    /// names another place fails its query. Default: this executor does
+    /// not confine tasks (the driver's --allowed-paths still applies at
+    /// submit).
+    #[arg(long, env = "SLUICE_ALLOWED_PATHS", value_delimiter = ',')]
+    pub allowed_paths: Vec<String>,
 }
 
 /// `--max-state-bytes` unless set: 2 GiB.
@@ -77,13 +86,29 @@ pub struct ExecutorConfig {
     pub tls: ClientTls,
     /// The bearer token sent when attaching.
     pub token: Bearer,
+    /// Where tasks may read and write; `None` does not confine.
+    pub allowed_paths: Option<AllowedPaths>,
 }
 
 impl TryFrom<Cli> for ExecutorConfig {
     type Error = ExecutorError;
 
     fn try_from(cli: Cli) -> Result<Self, ExecutorError> {
+        let given: Vec<&str> = cli
+            .allowed_paths
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let allowed_paths = match given.as_slice() {
+            [] => None,
+            given => Some(
+                AllowedPaths::parse(given)
+                    .map_err(|r| ExecutorError::Config(format!("--allowed-paths: {r}")))?,
+            ),
+        };
         let config = ExecutorConfig {
+            allowed_paths,
             drivers: cli.driver,
             slots: cli.slots.unwrap_or_else(default_slots),
             heartbeat: Duration::from_millis(cli.heartbeat_ms),
@@ -217,6 +242,18 @@ mod tests {
                 .contains("--driver")
         );
         assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn allowed_paths_confine_only_when_given() {
+        assert_eq!(parse(&["--driver", "d:1"]).unwrap().allowed_paths, None);
+        let c = parse(&["--driver=d:1", "--allowed-paths", "/data/,s3://b/x"]).unwrap();
+        let prefixes = c.allowed_paths.map(|a| a.prefixes());
+        assert_eq!(prefixes.unwrap(), ["/data", "s3://b/x"]);
+        for bad in ["data", "/ok,rel", "http://h/x", "s3://"] {
+            let e = parse(&["--driver=d:1", "--allowed-paths", bad]).unwrap_err();
+            assert!(e.contains("--allowed-paths"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub enum ExecutorError {
     #[error("{0}")]
     BadInput(String),
 
+    /// A task names a place outside this executor's `--allowed-paths`, or
+    /// a symbolic link leads there: never retried, the query fails.
+    #[error("refused by this executor's --allowed-paths: {0}")]
+    PathNotAllowed(String),
+
     /// A stateful query's state outgrew what this executor may hold.
     #[error(
         "query {query}: its state on this executor would hold {bytes} bytes, above --max-state-bytes {limit}; raise the limit, add executors or state_partitions, or bound the state with a watermark"
@@ -89,6 +94,7 @@ impl ExecutorError {
             | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)
             | ExecutorError::BadInput(_)
+            | ExecutorError::PathNotAllowed(_)
             | ExecutorError::StateTooLarge { .. }
             | ExecutorError::StaleEpoch { .. } => false,
         }

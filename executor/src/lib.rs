@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 mod cache;
 pub mod config;
+mod confine;
 pub mod connection;
 mod counter;
 mod dedup;
@@ -71,6 +72,18 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         drivers = ?config.drivers,
         "executor starting"
     );
+    match &config.allowed_paths {
+        Some(allowed) => tracing::info!(
+            executor = %config.id,
+            allowed_paths = %allowed,
+            "tasks' sources, tables and sinks must be under --allowed-paths"
+        ),
+        None => tracing::warn!(
+            executor = %config.id,
+            "no --allowed-paths: this executor does not confine where tasks read and write; \
+             the driver's --allowed-paths still applies to every submitted query"
+        ),
+    }
     let incarnation = new_incarnation();
     tracing::info!(executor = %config.id, incarnation, "incarnation");
     let shared = Arc::new(Shared {
@@ -80,6 +93,7 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         sinks: Arc::new(crate::cache::Caches::new(
             config.max_state_bytes,
             config.stores.clone(),
+            config.allowed_paths.clone(),
         )),
         config,
     });

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! TaskAssignment ─admit(epoch)─► stale? ──► TaskResult{error: STALE_EPOCH}
-//!        │ execute, in a slot
+//!        │ execute, in a slot: paths outside --allowed-paths? ──► TaskResult{error: FATAL}
 //!        ├─ map, stateless ──► crate::map      (source ─► SQL ─► part files)
 //!        ├─ map, stateful ───► crate::shuffle  (source ─► partial aggregates ─► shuffle file)
 //!        ├─ reduce ──────────► crate::reduce   (shuffle + state ─► state version, part files)
@@ -17,7 +17,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_proto::{ErrorKind, Stage, TaskAssignment, TaskError, TaskResult, task_result::Outcome};
+use sluice_proto::{
+    ErrorKind, Stage, TaskAssignment, TaskError, TaskOutput, TaskResult, task_result::Outcome,
+};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::cache::Caches;
@@ -65,6 +67,7 @@ pub fn task_error(err: &ExecutorError) -> TaskError {
         ExecutorError::MalformedTask(_)
         | ExecutorError::Config(_)
         | ExecutorError::BadInput(_)
+        | ExecutorError::PathNotAllowed(_)
         | ExecutorError::StateTooLarge { .. } => ErrorKind::Fatal,
         ExecutorError::Sql(e) if !e.is_retryable() => ErrorKind::Fatal,
         _ => ErrorKind::Retryable,
@@ -92,16 +95,9 @@ pub async fn execute(
     sinks: Arc<Caches>,
 ) -> TaskResult {
     let started = Instant::now();
-    let outcome = if task.stage == Stage::Reduce as i32 && task.dedup.is_some() {
-        crate::dedup::run(&task, sinks, started).await
-    } else if task.stage == Stage::Reduce as i32 {
-        crate::reduce::run(&task, sinks, started).await
-    } else {
-        match map::plan(&task, &sinks.storage) {
-            Ok(p) if p.shuffle.is_some() => crate::shuffle::run(p, sinks, started).await,
-            Ok(p) => map::run(p, sinks, started).await,
-            Err(e) => Err(e),
-        }
+    let outcome = match crate::confine::check(&task, sinks.allowed.as_ref()).await {
+        Ok(()) => run(&task, sinks, started).await,
+        Err(e) => Err(e),
     };
     drop(permit);
     match outcome {
@@ -116,6 +112,25 @@ pub async fn execute(
         Err(e) => {
             tracing::warn!(error = %e, retryable = e.is_retryable(), "task failed");
             error_result(&task.task_id, task.epoch, &e)
+        }
+    }
+}
+
+/// Runs an admitted task whose paths are allowed, by its stage.
+async fn run(
+    task: &TaskAssignment,
+    sinks: Arc<Caches>,
+    started: Instant,
+) -> Result<TaskOutput, ExecutorError> {
+    if task.stage == Stage::Reduce as i32 && task.dedup.is_some() {
+        crate::dedup::run(task, sinks, started).await
+    } else if task.stage == Stage::Reduce as i32 {
+        crate::reduce::run(task, sinks, started).await
+    } else {
+        match map::plan(task, &sinks.storage) {
+            Ok(p) if p.shuffle.is_some() => crate::shuffle::run(p, sinks, started).await,
+            Ok(p) => map::run(p, sinks, started).await,
+            Err(e) => Err(e),
         }
     }
 }

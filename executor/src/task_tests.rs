@@ -174,6 +174,32 @@ fn error_kinds() {
     assert_eq!(task_error(&stale).kind(), ErrorKind::StaleEpoch);
     let malformed = ExecutorError::MalformedTask("x".into());
     assert_eq!(task_error(&malformed).kind(), ErrorKind::Fatal);
+    let refused = ExecutorError::PathNotAllowed("sink.files.path: /x".into());
+    assert_eq!(task_error(&refused).kind(), ErrorKind::Fatal);
+}
+
+/// A task whose sink is outside `--allowed-paths` fails at once, naming
+/// the field, and writes nothing.
+#[tokio::test]
+async fn a_task_outside_the_allowed_paths_fails_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = dir.path().join("out");
+    let allowed = dir.path().join("allowed");
+    let allowed =
+        sluice_common::storage::AllowedPaths::parse(&[allowed.to_str().unwrap()]).unwrap();
+    let caches = Caches::new(0, Default::default(), Some(allowed));
+    let t = assignment(sink.to_str().unwrap(), 0, 0, 40);
+    let r = execute(t, slot(), Arc::new(caches)).await;
+    let Some(Outcome::Error(e)) = r.outcome else {
+        panic!("the task ran: {r:?}");
+    };
+    assert_eq!(e.kind(), ErrorKind::Fatal);
+    assert!(
+        e.message.contains("sink.files.path") && e.message.contains("--allowed-paths"),
+        "{}",
+        e.message
+    );
+    assert!(!sink.exists());
 }
 
 /// A sink under a regular file can never be written (ENOTDIR): a fatal

@@ -43,6 +43,7 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
         stores: Default::default(),
         tls: Default::default(),
         token: Default::default(),
+        allowed_paths: None,
     };
     let executor = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
 
@@ -141,6 +142,7 @@ async fn run_returns_promptly_when_no_driver_is_up() {
         stores: Default::default(),
         tls: Default::default(),
         token: Default::default(),
+        allowed_paths: None,
     };
     let run = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -164,6 +166,7 @@ async fn an_invalid_config_is_refused() {
         stores: Default::default(),
         tls: Default::default(),
         token: Default::default(),
+        allowed_paths: None,
     };
     let err = sluice_executor::run(config, CancellationToken::new())
         .await

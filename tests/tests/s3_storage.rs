@@ -158,10 +158,15 @@ async fn bad_s3_settings_fail_at_start_naming_the_cause() {
     );
     assert!(log.contains("InvalidAccessKeyId"), "{log}");
 
-    // A sink in a bucket that does not exist is refused at submit.
+    // A sink in a bucket that does not exist is refused at submit (once
+    // `--allowed-paths` lets it past the default, the checkpoint's bucket).
     let driver = cluster.start_driver_with(DriverOpts {
         checkpoint_root: Some(format!("s3://{BUCKET}/ckpt")),
         env: s3.env(),
+        extra_args: vec![
+            "--allowed-paths".into(),
+            format!("s3://{BUCKET}/,s3://no-such-bucket/"),
+        ],
         ..DriverOpts::default()
     });
     driver.wait_ready(READY_TIMEOUT).await;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sluice_common::storage::Stores;
+use sluice_common::storage::{AllowedPaths, Stores};
 use sluice_proto::{BatchProgress, QueryState, QueryStatus};
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +37,9 @@ pub async fn start_on(
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
     let mut cluster = InProcess::with_stores(shutdown.child_token(), stores.clone());
+    // The executor is confined as the driver is by default: to the
+    // directory that holds the checkpoint root.
+    cluster.confine(AllowedPaths::data_dir_of(root).map_err(anyhow::Error::msg)?);
     cluster.spawn_driver(&inproc::driver_args(listen, None, root, "bench-driver"))?;
     cluster.spawn_executor(
         vec![addr.clone()],

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_common::storage::AllowedPaths;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, cores};
@@ -33,6 +34,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         .with_env(storage.env.clone());
     driver.start()?;
     let mut cluster = InProcess::with_stores(shutdown.child_token(), storage.stores.clone());
+    cluster.confine(AllowedPaths::data_dir_of(root).map_err(anyhow::Error::msg)?);
     cluster.spawn_executor(
         vec![addr.clone()],
         "bench-executor",

@@ -80,9 +80,9 @@ impl Location {
     }
 
     /// The location with `.` dropped and `..` resolved (local paths), as
-    /// `/`-separated components under a root that names the filesystem or
-    /// the bucket.
-    fn components(&self) -> (String, Vec<String>) {
+    /// `/`-separated components under a root that names the filesystem
+    /// (`""`) or the bucket (`s3://bucket`).
+    pub(super) fn components(&self) -> (String, Vec<String>) {
         match self {
             Location::Local(p) => (
                 String::new(),
@@ -168,7 +168,7 @@ pub fn check_sink_location(location: &str) -> Result<(), String> {
 }
 
 /// `path` with `.` dropped and each `..` taking away the component before it.
-fn normalize(path: &std::path::Path) -> PathBuf {
+pub(super) fn normalize(path: &std::path::Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

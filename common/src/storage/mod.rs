@@ -3,9 +3,10 @@
 //! A location is an absolute path or a `file://` URL (a local or shared
 //! filesystem: NFS, a ReadWriteMany volume), or an object store prefix
 //! (`s3://bucket/prefix`, `gs://`, `az://`); see [`Location`] and
-//! [`Stores`]. Writes are durable before they return: on a filesystem
-//! `LocalFileSystem::with_fsync(true)` syncs the file and its directory; an
-//! object store acknowledges a put once it is durable.
+//! [`Stores`]; [`AllowedPaths`] confines the locations a query may name
+//! to an operator's prefixes. Writes are durable before they return: on a
+//! filesystem `LocalFileSystem::with_fsync(true)` syncs the file and its
+//! directory; an object store acknowledges a put once it is durable.
 //!
 //! Invariant (DESIGN.md, 3): every file is written atomically and
 //! create-only. [`Storage::create`] never replaces a file; when the name is
@@ -22,12 +23,14 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use crate::error::{Error, Result};
 use failure::{Refusal, refusal};
 
+mod allowed;
 mod counted;
 pub(crate) mod failure;
 mod location;
 mod read;
 mod stores;
 mod visible;
+pub use allowed::AllowedPaths;
 pub use counted::RequestCounts;
 pub use location::{Location, check_sink_location, locations_overlap, validate_location};
 pub use object_store::path::Path;

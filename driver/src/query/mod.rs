@@ -1,7 +1,7 @@
 //! Queries: submitting, loading from the checkpoint, stopping, and running.
 //!
 //! ```text
-//!  submit ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
+//!  submit ─► paths allowed ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
 //!  (all create-only; `metadata` is written last and marks a complete submit)
 //!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
 //! ```
@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod conflict;
 pub mod ctx;
 pub mod entry;
+pub mod paths;
 pub mod registry;
 pub mod retention;
 pub mod retry;
@@ -272,6 +273,7 @@ pub async fn submit(
         .iter()
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
         .collect();
+    paths::check(&driver.config.allowed_paths, &spec).await?;
     check_sink(&spec, &others, &driver.config.checkpoint_root)?;
     probe_sink(stores, spec.sink_path()).await?;
     let input = crate::source::resolve_schema(stores, &spec.source).await?;
