@@ -43,10 +43,13 @@ pub fn etcd_bin() -> PathBuf {
 /// One etcd member.
 #[derive(Debug)]
 pub struct Etcd {
-    process: Process,
-    name: String,
-    client_port: u16,
-    data_dir: PathBuf,
+    pub(crate) process: Process,
+    pub(crate) name: String,
+    pub(crate) client_port: u16,
+    pub(crate) data_dir: PathBuf,
+    /// A plaintext `--listen-metrics-urls` port for `/health` and
+    /// `/metrics`, when the client port is TLS.
+    pub(crate) metrics_port: Option<u16>,
 }
 
 impl Etcd {
@@ -54,9 +57,23 @@ impl Etcd {
         &self.name
     }
 
-    /// `http://127.0.0.1:<client port>`, what `--etcd` takes.
+    /// `http://127.0.0.1:<client port>` (`https://` when TLS), what
+    /// `--etcd` takes.
     pub fn client_url(&self) -> String {
-        format!("http://{}", self.client_addr())
+        let scheme = if self.metrics_port.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.client_addr())
+    }
+
+    /// Where `/health` and `/metrics` answer in plaintext.
+    fn metrics_addr(&self) -> String {
+        match self.metrics_port {
+            Some(p) => format!("127.0.0.1:{p}"),
+            None => self.client_addr(),
+        }
     }
 
     pub fn client_addr(&self) -> String {
@@ -74,7 +91,7 @@ impl Etcd {
     /// True when `GET /health` on the client port reports healthy (the
     /// member is up and the cluster has a raft leader).
     pub async fn is_healthy(&self) -> bool {
-        match http::get(&self.client_addr(), "/health", Duration::from_secs(1)).await {
+        match http::get(&self.metrics_addr(), "/health", Duration::from_secs(1)).await {
             Ok((200, resp)) => String::from_utf8_lossy(http::body(&resp)).contains("true"),
             _ => false,
         }
@@ -109,7 +126,7 @@ impl Etcd {
     /// Whether this member is the raft leader now (`etcd_server_is_leader`
     /// in its `/metrics`); `None` when it does not answer.
     pub async fn is_raft_leader(&self) -> Option<bool> {
-        let (code, resp) = http::get(&self.client_addr(), "/metrics", Duration::from_secs(2))
+        let (code, resp) = http::get(&self.metrics_addr(), "/metrics", Duration::from_secs(2))
             .await
             .ok()?;
         if code != 200 {
@@ -132,7 +149,7 @@ impl Deref for Etcd {
 /// One or more etcd members forming one etcd cluster.
 #[derive(Debug)]
 pub struct EtcdCluster {
-    members: Vec<Etcd>,
+    pub(crate) members: Vec<Etcd>,
 }
 
 impl EtcdCluster {
@@ -192,6 +209,7 @@ impl EtcdCluster {
                     name: name(i),
                     client_port,
                     data_dir,
+                    metrics_port: None,
                 }
             })
             .collect();

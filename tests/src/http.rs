@@ -44,11 +44,38 @@ pub async fn request(
     path: &str,
     timeout: Duration,
 ) -> std::io::Result<(u16, Vec<u8>)> {
+    request_with(addr, method, path, &[], "", timeout).await
+}
+
+/// `POST path` with a JSON body and extra `headers`.
+pub async fn post_json(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    request_with(addr, "POST", path, headers, body, timeout).await
+}
+
+async fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
     let fut = async {
         let mut stream = TcpStream::connect(addr).await?;
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n\
-             Connection: close\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n{extra}\
+             Connection: close\r\n\r\n{body}",
+            body.len()
         );
         stream.write_all(request.as_bytes()).await?;
         let mut buf = Vec::new();

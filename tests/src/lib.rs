@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod etcd;
+pub mod etcd_tls;
 pub mod ha;
 pub mod http;
 pub mod inputs;
