@@ -284,6 +284,11 @@ impl Client {
 fn connect_reason(e: &dyn std::error::Error, tls: bool) -> String {
     let chain = error_chain(e);
     let lower = chain.to_ascii_lowercase();
+    if tls && lower.contains("certificate expired") {
+        return format!(
+            "{chain} (TLS: the driver's certificate has expired: renew it; the driver reloads it)"
+        );
+    }
     if tls
         && (lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake"))
     {

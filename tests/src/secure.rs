@@ -117,8 +117,9 @@ impl Pki {
         ClientTls::from_flags(Some(self.dir.join("ca.pem")), None, None).expect("client TLS")
     }
 
-    /// Issues a client certificate signed by this CA into `extra/`:
-    /// `expired` makes it one that ended in 2021. Returns (cert, key).
+    /// Issues a certificate signed by this CA into `extra/`, for a client
+    /// or for a server on localhost: `expired` makes it one that ended in
+    /// 2021. Returns (cert, key).
     pub fn issue(&self, name: &str, ou: &str, expired: bool) -> (String, String) {
         let ca_key =
             KeyPair::from_pem(&std::fs::read_to_string(self.dir.join("ca-key.pem")).unwrap())

@@ -83,6 +83,30 @@ async fn plaintext_and_wrong_ca_clients_are_refused() {
         "{e}"
     );
 
+    // A driver whose own certificate has expired.
+    let (old, old_key) = pki.issue("old-driver", "server", true);
+    let stale = cluster.start_driver_with(DriverOpts {
+        extra_args: vec!["--tls-cert".into(), old, "--tls-key".into(), old_key],
+        ..Default::default()
+    });
+    stale.wait_ready(READY_TIMEOUT).await;
+    let err = sluice_tests::Client::secured(stale.addr(), &pki.client_tls(), None)
+        .rpc()
+        .list(sluice_proto::ListQueriesRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    let out = cluster
+        .cli(stale.addr(), &["--tls-ca", &pki.file("ca.pem"), "list"])
+        .await;
+    out.assert_failure();
+    let e = cli_error(&out);
+    assert!(
+        e.contains("invalid peer certificate: certificate expired")
+            && e.contains("the driver's certificate has expired"),
+        "{e}"
+    );
+
     // The right CA and token.
     let mut args: Vec<&str> = admin.iter().map(String::as_str).collect();
     args.push("list");
