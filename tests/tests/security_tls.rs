@@ -85,8 +85,11 @@ async fn plaintext_and_wrong_ca_clients_are_refused() {
 
     // A driver whose own certificate has expired.
     let (old, old_key) = pki.issue("old-driver", "server", true);
+    // (Its own checkpoint root: a second standalone driver on the same one
+    // would take over from the first.)
     let stale = cluster.start_driver_with(DriverOpts {
         extra_args: vec!["--tls-cert".into(), old, "--tls-key".into(), old_key],
+        checkpoint_root: Some(cluster.root().join("stale").display().to_string()),
         ..Default::default()
     });
     stale.wait_ready(READY_TIMEOUT).await;
