@@ -132,10 +132,11 @@ pub async fn run(
     let (tx, rx) = output::channel();
     let runtime = tokio::runtime::Handle::current();
     let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &caches));
-    let files = output::write_files(&sink, rx).await?;
+    let written = output::write_files(&sink, rx).await;
     let produced = producer
         .await
-        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
+    let (files, produced) = output::settle(written, produced)?;
     produced.check(planned)?;
     Ok(TaskOutput {
         rows: produced.rows,

@@ -96,7 +96,7 @@ fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
 pub async fn write_files(
     sink: &FileSink,
     mut rx: mpsc::Receiver<Piece>,
-) -> Result<Vec<SinkFile>, ExecutorError> {
+) -> Result<Written, ExecutorError> {
     let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
     let mut files = Vec::new();
     while let Some(piece) = rx.recv().await {
@@ -125,10 +125,32 @@ pub async fn write_files(
             }
         }
     }
-    if let Some(name) = writers.keys().next() {
-        return Err(ExecutorError::TaskPanicked(format!(
-            "{name} was never finished"
-        )));
+    match writers.into_keys().next() {
+        Some(name) => Ok(Written::Unfinished(name)),
+        None => Ok(Written::Done(files)),
     }
-    Ok(files)
+}
+
+/// What [`write_files`] saw once the channel closed.
+pub enum Written {
+    /// Every part file that began was finished.
+    Done(Vec<SinkFile>),
+    /// The emitter stopped in the middle of this file.
+    Unfinished(Arc<str>),
+}
+
+/// Joins the writer's outcome with the emitter's. A write error wins (the
+/// emitter then only saw the channel close); else the emitter's own error
+/// wins, since it says why the stream stopped mid-file; a file left
+/// unfinished by an emitter that says it succeeded is a bug.
+pub fn settle<T>(
+    written: Result<Written, ExecutorError>,
+    emitted: Result<T, ExecutorError>,
+) -> Result<(Vec<SinkFile>, T), ExecutorError> {
+    match (written?, emitted?) {
+        (Written::Done(files), emitted) => Ok((files, emitted)),
+        (Written::Unfinished(name), _) => Err(ExecutorError::TaskPanicked(format!(
+            "{name} was never finished"
+        ))),
+    }
 }

@@ -303,9 +303,10 @@ pub async fn write(
         }
         emitter.finish()
     });
-    let files = output::write_files(&sink, rx).await?;
-    let rows = emitter
+    let written = output::write_files(&sink, rx).await;
+    let emitted = emitter
         .await
-        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
+    let (files, rows) = output::settle(written, emitted)?;
     Ok((rows, files))
 }
