@@ -59,8 +59,15 @@ enum Use {
     Both,
 }
 
-/// Writes the CA, the certificates and the tokens into `args.dir`.
+/// `sluice certs init`: writes the files and prints the directory.
 pub fn init(args: &InitArgs) -> anyhow::Result<()> {
+    write(args)?;
+    println!("{}", args.dir.display());
+    Ok(())
+}
+
+/// Writes the CA, the certificates and the tokens into `args.dir`.
+pub fn write(args: &InitArgs) -> anyhow::Result<()> {
     if args.days == 0 {
         anyhow::bail!("--days must be at least 1");
     }
@@ -111,7 +118,6 @@ pub fn init(args: &InitArgs) -> anyhow::Result<()> {
         yaml.push_str(&entry(role, role, &token));
     }
     write_new(&dir.join("tokens.yaml"), &yaml, false)?;
-    println!("{}", dir.display());
     Ok(())
 }
 

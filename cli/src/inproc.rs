@@ -73,6 +73,8 @@ pub struct InProcess {
     /// Where the executors' tasks may read and write; `None` does not
     /// confine them (the driver's own list applies at submit).
     allowed: Option<AllowedPaths>,
+    /// The executors' TLS towards the driver; plaintext by default.
+    executor_tls: sluice_common::tls::ClientTls,
 }
 
 impl InProcess {
@@ -88,6 +90,7 @@ impl InProcess {
             tasks: Vec::new(),
             stores,
             allowed: None,
+            executor_tls: Default::default(),
         }
     }
 
@@ -110,6 +113,11 @@ impl InProcess {
         Ok(())
     }
 
+    /// Gives the executors spawned from now on these TLS settings.
+    pub fn secure_executors(&mut self, tls: sluice_common::tls::ClientTls) {
+        self.executor_tls = tls;
+    }
+
     /// Starts an executor attached to `drivers`.
     pub fn spawn_executor(
         &mut self,
@@ -125,7 +133,7 @@ impl InProcess {
             id: id.to_string(),
             max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
             stores: self.stores.clone(),
-            tls: Default::default(),
+            tls: self.executor_tls.clone(),
             token: Default::default(),
             allowed_paths: self.allowed.clone(),
         };

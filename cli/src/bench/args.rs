@@ -121,6 +121,11 @@ pub struct BenchArgs {
         default_value = "target/s3/venv/bin/moto_server"
     )]
     pub moto_bin: String,
+    /// overhead, failover: TLS on the driver's port, mutual TLS for the
+    /// executors and a token for the client (certificates from `sluice
+    /// certs init` in a temporary directory).
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// The number of cores the benchmark can use.

@@ -11,6 +11,7 @@ use sluice_proto::{BatchProgress, QueryState, QueryStatus};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{RUN_LIMIT, UNBOUNDED_RPS};
+use super::secure::BenchTls;
 use crate::client::Client;
 use crate::inproc::{self, InProcess};
 use crate::queries::RateQuery;
@@ -25,13 +26,15 @@ pub async fn start(
     root: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
-    start_on(root, &crate::verify::stores(), shutdown).await
+    start_on(root, &crate::verify::stores(), None, shutdown).await
 }
 
-/// [`start`], with every node opening storage through `stores`.
+/// [`start`], with every node opening storage through `stores`, and with
+/// TLS, mutual TLS and a token when `tls` is given.
 pub async fn start_on(
     root: &str,
     stores: &Stores,
+    tls: Option<&BenchTls>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
     let listen = inproc::free_addr()?;
@@ -40,14 +43,21 @@ pub async fn start_on(
     // The executor is confined as the driver is by default: to the
     // directory that holds the checkpoint root.
     cluster.confine(AllowedPaths::data_dir_of(root).map_err(anyhow::Error::msg)?);
-    cluster.spawn_driver(&inproc::driver_args(listen, None, root, "bench-driver"))?;
+    let mut driver_args = inproc::driver_args(listen, None, root, "bench-driver");
+    let mut client = Client::new(vec![addr.clone()])?;
+    if let Some(tls) = tls {
+        driver_args.extend(tls.driver_args());
+        cluster.secure_executors(tls.executor_tls()?);
+        let (client_tls, token) = tls.client()?;
+        client = client.secured(client_tls, token);
+    }
+    cluster.spawn_driver(&driver_args)?;
     cluster.spawn_executor(
         vec![addr.clone()],
         "bench-executor",
         SLOTS,
         Duration::from_secs(1),
     );
-    let mut client = Client::new(vec![addr])?;
     cluster
         .supervise(queries::wait_for_executors(
             &mut client,

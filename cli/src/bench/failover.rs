@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, cores, workdir};
 use super::child::{ChildProcess, POLL, commit_above};
+use super::secure::BenchTls;
 use crate::client::Client;
 use crate::inproc::{self, free_addr};
 use crate::queries::{self, RateQuery};
@@ -34,6 +35,7 @@ struct Driver {
 
 pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
     let (dir, root, out) = workdir()?;
+    let tls = args.tls.then(BenchTls::new).transpose()?;
     let etcd_bin =
         which("etcd").context("the failover benchmark needs etcd (apt-get install etcd-server)")?;
     let (client_addr, peer_addr) = (free_addr()?, free_addr()?);
@@ -77,6 +79,9 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
             ]
             .map(str::to_string),
         );
+        if let Some(tls) = &tls {
+            a.extend(tls.driver_args());
+        }
         let log = dir.path().join(format!("driver-{i}.log"));
         let mut process = ChildProcess::new(driver_bin.clone(), a, log);
         process.start()?;
@@ -95,6 +100,10 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     ]
     .map(str::to_string)
     .to_vec();
+    let executor_args = match &tls {
+        Some(tls) => [executor_args, tls.executor_args()].concat(),
+        None => executor_args,
+    };
     let mut executor = ChildProcess::new(
         ChildProcess::locate("sluice-executor")?,
         executor_args,
@@ -117,7 +126,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let measured = tokio::select! {
         biased;
         _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
-        r = rounds(args, &q, &addrs, &mut drivers, &commits) => r,
+        r = rounds(args, &q, &addrs, tls.as_ref(), &mut drivers, &commits) => r,
     };
     let (kills, terms) = match measured {
         Ok(m) => m,
@@ -139,6 +148,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let (k, t) = (summary(&kills), summary(&terms));
     let figures = json!({
         "scenario": "failover",
+        "tls": args.tls,
         "cores": cores(),
         "lease_ttl_ms": TTL_MS,
         "drivers": 2,
@@ -160,10 +170,15 @@ async fn rounds(
     args: &BenchArgs,
     q: &RateQuery,
     addrs: &[String],
+    tls: Option<&BenchTls>,
     drivers: &mut [Driver],
     commits: &Path,
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let mut client = Client::new(addrs.to_vec())?;
+    if let Some(tls) = tls {
+        let (client_tls, token) = tls.client()?;
+        client = client.secured(client_tls, token);
+    }
     queries::submit(&mut client, &q.spec_text()).await?;
     commit_above(commits, Some(1)).await?;
     let mut kills = Vec::new();

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, UNBOUNDED_RPS, cores};
 use super::cluster;
+use super::secure::BenchTls;
 use super::storage::BenchStorage;
 use crate::stats::{Summary, round3};
 use crate::verify;
@@ -71,7 +72,9 @@ async fn run(
         shape.rows_per_batch,
         out,
     );
-    let (cluster, client) = cluster::start_on(root, &storage.stores, shutdown).await?;
+    let tls = args.tls.then(BenchTls::new).transpose()?;
+    let (cluster, client) =
+        cluster::start_on(root, &storage.stores, tls.as_ref(), shutdown).await?;
     let before = storage.stores.requests();
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
     let committed = run.status.last_committed_batch + 1;
@@ -89,6 +92,7 @@ async fn run(
     let figures = json!({
         "scenario": shape.scenario,
         "storage": storage.kind.as_str(),
+        "tls": args.tls,
         "cores": cores(),
         "batches": shape.batches,
         "rows_per_batch": shape.rows_per_batch,

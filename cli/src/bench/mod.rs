@@ -28,6 +28,7 @@ mod cluster;
 mod failover;
 mod latency;
 mod recovery;
+mod secure;
 mod sql;
 mod state_check;
 mod state_recovery;
@@ -97,7 +98,7 @@ async fn throughput(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::R
         args.max_rows_per_batch,
         out,
     );
-    let (cluster, client) = cluster::start_on(root, &storage.stores, shutdown).await?;
+    let (cluster, client) = cluster::start_on(root, &storage.stores, None, shutdown).await?;
     let before = storage.stores.requests();
     let run = cluster::run_query(cluster, client, &q.name, &q.spec_text()).await?;
     let batches = run.status.last_committed_batch + 1;
