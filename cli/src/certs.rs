@@ -1,7 +1,7 @@
 //! `sluice certs init DIR` and `sluice token new`: the certificates and
 //! tokens of a secured cluster, for development and tests. Production
 //! clusters get their certificates from a CA such as cert-manager (see
-//! `deploy/k8s/overlays/secure`).
+//! `deploy/k8s/cert-manager` and deploy/README.md).
 //!
 //! ```text
 //!  DIR/ca.pem                      the CA: signs everything below

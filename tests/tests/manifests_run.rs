@@ -4,10 +4,15 @@
 //! rendered manifests (`kubectl kustomize`), on this machine:
 //! `dev_overlay_runs_the_example_query_exactly_once` takes the etcd,
 //! driver, executor and Job containers of the dev overlay and the example
-//! query, with their command, args and environment (ConfigMaps, downward
-//! API and `$(VAR)` resolved), makes cluster names and paths local (see
-//! `sluice_tests::manifests`), and runs them: etcd, two drivers, three
-//! executors, then the submit and verify Jobs' scripts. The query ends
+//! query, with their command, args and environment (ConfigMaps, Secrets,
+//! downward API and `$(VAR)` resolved), makes cluster names and paths local
+//! (see `sluice_tests::manifests`), and runs them: etcd, two drivers, three
+//! executors, then the submit and verify Jobs' scripts. Security is on as
+//! rendered: the Secrets come from the real `sluice certs init` and the
+//! `kubectl create secret` commands of deploy/README.md, mounted where the
+//! manifests mount them, so etcd serves TLS with client certificates (peers
+//! too), the drivers serve TLS and check the executors' certificates and
+//! the Jobs' tokens, and reach etcd over TLS. The query ends
 //! FINISHED and exactly-once; the probes answer on the ports and paths
 //! the manifests name; a SIGTERMed leader hands over within its grace
 //! period. A flag the binaries do not accept fails here (clap exits).
@@ -20,16 +25,21 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sluice_common::tls::ClientTls;
 use sluice_tests::bins::{DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    DEV, EXAMPLE, LocalPlan, probe, render, start, start_etcd, submit_and_verify, wait_one_ready,
+    DEV, EXAMPLE, LocalPlan, probe, readme_secrets, render, start, start_etcd, submit_and_verify,
+    wait_one_ready,
 };
 use sluice_tests::{Client, Cluster, QueryState, assert_exactly_once, http};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_overlay_runs_the_example_query_exactly_once() {
     let cluster = Cluster::new("manifests");
-    let manifests = render(DEV).with(render(EXAMPLE));
+    let pki_parent = cluster.root().join("secrets");
+    let manifests = render(DEV)
+        .with(render(EXAMPLE))
+        .with(readme_secrets(&pki_parent));
     let plan = LocalPlan::new(manifests, &cluster.root().join("k8s"), |w| {
         if w.kind == "Job" { 1 } else { w.replicas }
     });
@@ -113,7 +123,22 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
         .map(|(p, _)| p.local_addr(&Value::from("grpc")))
         .collect::<Vec<_>>()
         .join(",");
-    let mut client = Client::new(&drivers_arg);
+    // Plaintext is refused; TLS with the viewer token is served.
+    let pki = pki_parent.join("pki");
+    let viewer = std::fs::read_to_string(pki.join("viewer.token")).unwrap();
+    let tls = ClientTls::from_flags(Some(pki.join("ca.pem")), None, None).unwrap();
+    assert!(
+        Client::new(&drivers_arg).get(&query).await.is_err(),
+        "a plaintext client is served"
+    );
+    assert!(
+        Client::secured(&drivers_arg, &tls, None)
+            .get(&query)
+            .await
+            .is_err(),
+        "a client without a token is served"
+    );
+    let mut client = Client::secured(&drivers_arg, &tls, Some(viewer.trim()));
     let status = client
         .wait_state(&query, QueryState::Finished, Duration::from_secs(10))
         .await;

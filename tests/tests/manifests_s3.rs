@@ -12,7 +12,9 @@
 //!   members, drivers and executors and the example's submit and verify
 //!   Jobs run as processes with their rendered command, args and
 //!   environment (see `sluice_tests::manifests`), against moto's S3 server
-//!   on loopback in place of the bucket: the Secret holds moto's keys, as
+//!   on loopback in place of the bucket, with TLS, mutual TLS, tokens and
+//!   etcd TLS on from the Secrets of deploy/README.md (the real `sluice
+//!   certs init`): the Secret `sluice-s3` holds moto's keys, as
 //!   `kubectl create secret` would, and AWS_ENDPOINT_URL and
 //!   AWS_ALLOW_HTTP point at moto. The query ends FINISHED, the verify
 //!   Job's check passes, the checker reading the sink on S3 finds it
@@ -24,10 +26,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_common::storage::Path as Key;
+use sluice_common::tls::ClientTls;
 use sluice_tests::bins::{DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    EXAMPLE_S3, LocalPlan, Manifests, PodFacts, S3_OVERLAY, Workload, items, render, start,
-    start_etcd, str_at, submit_and_verify, wait_one_ready,
+    EXAMPLE_S3, LocalPlan, Manifests, PodFacts, S3_OVERLAY, Workload, items, placeholder_secrets,
+    readme_secrets, render, start, start_etcd, str_at, submit_and_verify, wait_one_ready,
 };
 use sluice_tests::{Client, Cluster, QueryState, S3, assert_exactly_once_at};
 
@@ -53,7 +56,11 @@ fn env_of(m: &Manifests, c: &Value) -> BTreeMap<String, String> {
         namespace: "sluice".into(),
         ip: "10.1.2.3".into(),
     };
-    m.container_env(c, &facts).into_iter().collect()
+    m.clone()
+        .with(placeholder_secrets())
+        .container_env(c, &facts)
+        .into_iter()
+        .collect()
 }
 
 /// No claim, no volume that names one, nothing at /data, no Secret.
@@ -155,9 +162,11 @@ fn moto_secret(s3: &S3) -> Manifests {
 async fn s3_overlay_runs_the_example_query_exactly_once() {
     let cluster = Cluster::new("manifests-s3");
     let s3 = S3::start(&cluster, "moto", false).await;
+    let pki_parent = cluster.root().join("secrets");
     let manifests = render(S3_OVERLAY)
         .with(render(EXAMPLE_S3))
-        .with(moto_secret(&s3));
+        .with(moto_secret(&s3))
+        .with(readme_secrets(&pki_parent));
     let plan = LocalPlan::new(manifests, &cluster.root().join("k8s"), |w| {
         if w.kind == "Job" { 1 } else { w.replicas }
     });
@@ -235,7 +244,10 @@ async fn s3_overlay_runs_the_example_query_exactly_once() {
         .map(|(p, _)| p.local_addr(&Value::from("grpc")))
         .collect::<Vec<_>>()
         .join(",");
-    let status = Client::new(&drivers_arg)
+    let pki = pki_parent.join("pki");
+    let viewer = std::fs::read_to_string(pki.join("viewer.token")).unwrap();
+    let tls = ClientTls::from_flags(Some(pki.join("ca.pem")), None, None).unwrap();
+    let status = Client::secured(&drivers_arg, &tls, Some(viewer.trim()))
         .wait_state(&query, QueryState::Finished, Duration::from_secs(10))
         .await;
     assert!(status.error.is_empty(), "{status:#?}");

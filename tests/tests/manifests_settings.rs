@@ -15,8 +15,8 @@ use serde_json::Value;
 use sluice_tests::Cluster;
 use sluice_tests::bins::{CLI, DRIVER, EXECUTOR, bin};
 use sluice_tests::manifests::{
-    DEV, LocalPlan, Manifests, OVERLAYS, QUERIES, Workload, help_env_vars, items, render,
-    repo_root, str_at,
+    DEV, LocalPlan, Manifests, OVERLAYS, QUERIES, Workload, help_env_vars, items, readme_secrets,
+    render, repo_root, str_at,
 };
 
 /// The variable `sluice_common::telemetry` reads besides the flags.
@@ -181,9 +181,12 @@ fn a_flag_or_root_the_driver_does_not_accept_stops_it() {
     let cluster = Cluster::new("manifests-reject");
     // Planned (so that names resolve), not started: both fail before they
     // would reach etcd.
-    let plan = LocalPlan::new(render(DEV), &cluster.root().join("k8s"), |w| {
-        u32::from(w.name == "sluice-driver" || w.name == "etcd")
-    });
+    let secrets = readme_secrets(&cluster.root().join("secrets"));
+    let plan = LocalPlan::new(
+        render(DEV).with(secrets),
+        &cluster.root().join("k8s"),
+        |w| u32::from(w.name == "sluice-driver" || w.name == "etcd"),
+    );
     let pod = plan.pods_of("sluice-driver")[0];
     let cmd = plan.command(pod, pod.workload.container("driver"));
 

@@ -10,8 +10,8 @@ use serde_json::Value;
 use sluice_common::spec::QuerySpec;
 use sluice_tests::bins::{CLI, DRIVER, EXECUTOR};
 use sluice_tests::manifests::{
-    DEV, EXAMPLE_S3, Manifests, OVERLAYS, PodFacts, QUERIES, S3_OVERLAY, Workload, items, render,
-    repo_root, str_at,
+    DEV, EXAMPLE_S3, Manifests, OVERLAYS, PodFacts, QUERIES, S3_OVERLAY, Workload, items,
+    placeholder_secrets, render, repo_root, str_at,
 };
 
 /// Pod facts for static checks.
@@ -24,7 +24,11 @@ fn facts() -> PodFacts {
 }
 
 fn env_of(m: &Manifests, c: &Value) -> BTreeMap<String, String> {
-    m.container_env(c, &facts()).into_iter().collect()
+    m.clone()
+        .with(placeholder_secrets())
+        .container_env(c, &facts())
+        .into_iter()
+        .collect()
 }
 
 fn port_of(addr: &str) -> u16 {
@@ -155,7 +159,7 @@ fn probes_ports_and_services_agree_with_the_driver_settings() {
         let endpoints: Vec<String> = env["SLUICE_ETCD"].split(',').map(str::to_string).collect();
         let expected: Vec<String> = members
             .iter()
-            .map(|m| format!("http://{m}.etcd:2379"))
+            .map(|m| format!("https://{m}.etcd:2379"))
             .collect();
         assert_eq!(endpoints, expected, "{dir}: SLUICE_ETCD vs the members");
         assert_eq!(etcd.service_name.as_deref(), Some("etcd"));

@@ -17,8 +17,12 @@
 //!   a temporary root (a PersistentVolumeClaim is one directory shared by
 //!   every pod that mounts it), ConfigMap volumes become files, and the pod
 //!   IP is 127.0.0.1. An address that maps to nothing is a test failure.
+//!   A Secret volume becomes files too, from a Secret the test adds.
 //!   `plan` holds the pods and what to run, `volumes` and `routes` build
 //!   the mounts and the DNS names, `localize` rewrites paths and addresses.
+//! - [`readme_secrets`] makes the Secrets the way deploy/README.md says:
+//!   the real `sluice certs init`, then one Secret per documented
+//!   `kubectl create secret` (`secrets`).
 //! - `run` starts the planned pods as processes of a
 //!   [`Cluster`](crate::Cluster), runs a Job's script, and probes a pod.
 
@@ -28,6 +32,7 @@ mod localize;
 mod plan;
 mod routes;
 mod run;
+mod secrets;
 mod volumes;
 mod workload;
 
@@ -40,4 +45,7 @@ pub use localize::{localize_addrs, localize_paths};
 pub use plan::{LocalCommand, LocalPlan, LocalPod};
 pub use routes::dns_names;
 pub use run::{Running, probe, run_job, start, start_etcd, submit_and_verify, wait_one_ready};
+pub use secrets::{
+    SECRETS_README, SecretCommand, documented_secrets, placeholder_secrets, readme_secrets,
+};
 pub use workload::Workload;

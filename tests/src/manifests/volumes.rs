@@ -1,5 +1,6 @@
 //! Volumes of a [`LocalPlan`]: PersistentVolumeClaims, claim templates,
-//! emptyDirs and ConfigMaps, each a directory under the plan's root.
+//! emptyDirs, ConfigMaps and Secrets, each a directory under the plan's
+//! root.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -86,6 +87,24 @@ impl LocalPlan {
                                 let text = localize_paths(&text, &self.shared);
                                 std::fs::write(pod_dir.join(key), text)
                                     .expect("write configMap file");
+                            }
+                            pod_dir
+                        }
+                        // A Secret: its keys as files, as the kubelet
+                        // writes them (a test adds the Secret).
+                        Some(v) if v.pointer("/secret").is_some() => {
+                            let name = str_at(v, "/secret/secretName");
+                            let data = self.manifests.secret(name).unwrap_or_else(|| {
+                                assert!(
+                                    v["secret"]["optional"] == true,
+                                    "{}: no Secret {name} for volume {vol}, and it is not optional",
+                                    w.name
+                                );
+                                Default::default()
+                            });
+                            std::fs::create_dir_all(&pod_dir).expect("create secret dir");
+                            for (key, text) in data {
+                                std::fs::write(pod_dir.join(key), text).expect("write secret file");
                             }
                             pod_dir
                         }
