@@ -106,6 +106,10 @@ async fn every_shape_and_format_commits_what_datafusion_computes_in_one_piece() 
     let input: Vec<_> = (0..FILES).map(|n| rows(n, ROWS)).collect();
     // The first batch's plan: its two files, cut into more tasks than files.
     for (name, _, _) in QUERIES {
+        // Each query plans its first batch on its own schedule.
+        client
+            .wait_committed(name, 0, Duration::from_secs(60))
+            .await;
         let path = sluice_tests::query_dir(&cluster.checkpoint_root(), name)
             .join("offsets/00000000000000000000");
         let plan: serde_json::Value =
