@@ -173,37 +173,7 @@ impl EtcdCluster {
                 std::fs::create_dir_all(&data_dir).expect("create etcd data dir");
                 let client = format!("http://127.0.0.1:{client_port}");
                 let peer = format!("http://127.0.0.1:{peer_port}");
-                let args: Vec<String> = [
-                    "--name",
-                    &name(i),
-                    "--data-dir",
-                    &data_dir.display().to_string(),
-                    "--listen-client-urls",
-                    &client,
-                    "--advertise-client-urls",
-                    &client,
-                    "--listen-peer-urls",
-                    &peer,
-                    "--initial-advertise-peer-urls",
-                    &peer,
-                    "--initial-cluster",
-                    &initial,
-                    "--initial-cluster-state",
-                    "new",
-                    "--initial-cluster-token",
-                    &token,
-                    "--heartbeat-interval",
-                    "100",
-                    "--election-timeout",
-                    "1000",
-                    "--logger",
-                    "zap",
-                    "--log-level",
-                    "info",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+                let args = member_args(&name(i), &data_dir, &client, &peer, &initial, &token);
                 Etcd {
                     process: cluster.spawn(&name(i), &bin, args),
                     name: name(i),
@@ -260,4 +230,47 @@ impl EtcdCluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// The flags of one member of a new cluster, serving clients on `client`
+/// (an `http://` or `https://` URL) and its peers on `peer`.
+pub(crate) fn member_args(
+    name: &str,
+    data_dir: &Path,
+    client: &str,
+    peer: &str,
+    initial_cluster: &str,
+    token: &str,
+) -> Vec<String> {
+    [
+        "--name",
+        name,
+        "--data-dir",
+        &data_dir.display().to_string(),
+        "--listen-client-urls",
+        client,
+        "--advertise-client-urls",
+        client,
+        "--listen-peer-urls",
+        peer,
+        "--initial-advertise-peer-urls",
+        peer,
+        "--initial-cluster",
+        initial_cluster,
+        "--initial-cluster-state",
+        "new",
+        "--initial-cluster-token",
+        token,
+        "--heartbeat-interval",
+        "100",
+        "--election-timeout",
+        "1000",
+        "--logger",
+        "zap",
+        "--log-level",
+        "info",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }

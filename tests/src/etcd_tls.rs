@@ -17,7 +17,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 
 use crate::cluster::Cluster;
-use crate::etcd::{ETCD_READY_TIMEOUT, Etcd, EtcdCluster, etcd_bin};
+use crate::etcd::{ETCD_READY_TIMEOUT, Etcd, EtcdCluster, etcd_bin, member_args};
 use crate::http;
 use crate::ports::free_port;
 use crate::secure::Pki;
@@ -66,36 +66,9 @@ impl EtcdCluster {
         let data_dir = cluster.root().join("etcd").join("etcd-0");
         std::fs::create_dir_all(&data_dir).expect("create etcd data dir");
         let peer = format!("http://127.0.0.1:{peer_port}");
-        let base = |client: &str| -> Vec<String> {
-            let data = data_dir.display().to_string();
-            [
-                "--name",
-                "etcd-0",
-                "--data-dir",
-                &data,
-                "--listen-client-urls",
-                client,
-                "--advertise-client-urls",
-                client,
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-                "--initial-cluster",
-                &format!("etcd-0={peer}"),
-                "--initial-cluster-state",
-                "new",
-                "--heartbeat-interval",
-                "100",
-                "--election-timeout",
-                "1000",
-                "--logger",
-                "zap",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-        };
+        let initial = format!("etcd-0={peer}");
+        let token = format!("sluice-test-{}-{client_port}", std::process::id());
+        let base = |client: &str| member_args("etcd-0", &data_dir, client, &peer, &initial, &token);
         let user = if auth {
             let plain = format!("http://127.0.0.1:{client_port}");
             let setup = Etcd {
