@@ -7,6 +7,7 @@
 //!   stopped         exists once the user has stopped it        create-only
 //!   offsets/<N>     the plan of batch N                        create-only
 //!   commits/<N>     what batch N committed                     create-only
+//!   progress/<N>    the progress batch N reported              create-only
 //!   sources/rate    the rate source's start time               create-only
 //!   sources/schema  the input schema, fixed at submit           create-only
 //!   sources/tables  each static table's schema, fixed at submit create-only
@@ -19,6 +20,7 @@
 //! every decode error names the file.
 
 mod offsets;
+mod progress;
 
 use crate::storage::Path;
 use bytes::Bytes;
@@ -29,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
 pub use offsets::{FileRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
+pub use progress::{PROGRESS_RETAINED, PhaseDurations, ProgressRecord};
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -168,6 +171,13 @@ impl Checkpoint {
     }
 }
 
+/// What [`QueryCheckpoint::recent_progress`] found.
+#[derive(Debug, Default)]
+pub struct RecentProgress {
+    pub records: Vec<ProgressRecord>,
+    pub damaged: Vec<Error>,
+}
+
 /// The files of one query.
 #[derive(Clone, Debug)]
 pub struct QueryCheckpoint {
@@ -231,13 +241,13 @@ impl QueryCheckpoint {
         self.read(&format!("commits/{}", padded(batch))).await
     }
 
-    /// The highest batch id under `offsets` or `commits`. A name that is not
+    /// The highest batch id under `offsets`, `commits` or `progress`. A name that is not
     /// a batch id is damage, reported by file name.
     pub async fn latest(&self, log: &str) -> Result<Option<u64>> {
         Ok(self.batches(log).await?.last().copied())
     }
 
-    /// Every batch id under `offsets` or `commits`, ascending.
+    /// Every batch id under `offsets`, `commits` or `progress`, ascending.
     pub async fn batches(&self, log: &str) -> Result<Vec<u64>> {
         let files = self.storage.list_files(&self.path(log)).await?;
         let mut ids = Vec::with_capacity(files.len());
@@ -253,20 +263,68 @@ impl QueryCheckpoint {
         Ok(ids)
     }
 
+    /// Stores batch `record.batch_id`'s progress; a record already there
+    /// (the same batch, reported by a driver before this one) stays.
+    pub async fn write_progress(&self, record: &ProgressRecord) -> Result<()> {
+        self.create(&format!("progress/{}", padded(record.batch_id)), record)
+            .await
+            .map(|_| ())
+    }
+
+    /// The progress of the last `limit` batches that stored one, oldest
+    /// first, and the damaged records among them (each names its file). A
+    /// storage error fails the call.
+    pub async fn recent_progress(&self, limit: usize) -> Result<RecentProgress> {
+        use futures::StreamExt;
+        let ids = self.batches("progress").await?;
+        let from = ids.len().saturating_sub(limit);
+        let reads = ids.into_iter().skip(from).map(|n| {
+            let qc = self.clone();
+            async move {
+                let rel = format!("progress/{}", padded(n));
+                qc.read::<ProgressRecord>(&rel).await
+            }
+        });
+        let mut reads = futures::stream::iter(reads).buffered(16);
+        let mut recent = RecentProgress::default();
+        while let Some(read) = reads.next().await {
+            match read {
+                Ok(Some(record)) => recent.records.push(record),
+                // Purged between the listing and the read: older than
+                // what is kept.
+                Ok(None) => {}
+                Err(e @ Error::Corrupt { .. }) => recent.damaged.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(recent)
+    }
+
     /// Deletes `offsets/N` and `commits/N` for every N below `keep_from`.
     /// Only committed batches are ever passed here.
     pub async fn purge_before(&self, keep_from: u64) -> Result<usize> {
         let mut removed = 0;
         for log in ["commits", "offsets"] {
-            for n in self.batches(log).await? {
-                if n >= keep_from {
-                    break;
-                }
-                self.storage
-                    .delete(&self.path(&format!("{log}/{}", padded(n))))
-                    .await?;
-                removed += 1;
+            removed += self.purge_log_before(log, keep_from).await?;
+        }
+        Ok(removed)
+    }
+
+    /// Deletes `progress/N` for every N below `keep_from`.
+    pub async fn purge_progress_before(&self, keep_from: u64) -> Result<usize> {
+        self.purge_log_before("progress", keep_from).await
+    }
+
+    async fn purge_log_before(&self, log: &str, keep_from: u64) -> Result<usize> {
+        let mut removed = 0;
+        for n in self.batches(log).await? {
+            if n >= keep_from {
+                break;
             }
+            self.storage
+                .delete(&self.path(&format!("{log}/{}", padded(n))))
+                .await?;
+            removed += 1;
         }
         Ok(removed)
     }

@@ -22,6 +22,10 @@ pub struct QueryApi {
     pub driver: Arc<Driver>,
 }
 
+/// How long a progress call waits for a new leader to read the history
+/// back before it sends what there is.
+const HISTORY_WAIT: Duration = Duration::from_secs(10);
+
 type ProgressStream = Pin<Box<dyn Stream<Item = Result<pb::BatchProgress, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -124,6 +128,14 @@ impl QueryService for QueryApi {
         let term = self.driver.ready_term()?;
         let req = request.into_inner();
         let entry = term.queries.find(&req.query)?;
+        // A new leader reads the history back in the background; a client
+        // waits for it, up to a bound, and then gets what is there.
+        if tokio::time::timeout(HISTORY_WAIT, entry.restored())
+            .await
+            .is_err()
+        {
+            tracing::warn!(query = %entry.name, "progress history not restored yet; sending what is there");
+        }
         let (past, mut live) = entry.progress();
         let mut state = entry.watch();
         let (tx, rx) = mpsc::channel(64);

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    CommitRecord, FileLogEntry, FileRange, OffsetRecord, QueryMetadata, RateSourceMeta,
-    SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile, TableSchema, TablesRecord,
-    decode, encode, padded,
+    CommitRecord, FileLogEntry, FileRange, OffsetRecord, PhaseDurations, ProgressRecord,
+    QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile,
+    TableSchema, TablesRecord, decode, encode, padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -43,6 +43,7 @@ impl Used for OffsetRecord {
 }
 
 impl Used for CommitRecord {}
+impl Used for ProgressRecord {}
 impl Used for QueryMetadata {}
 impl Used for EpochClaim {}
 impl Used for FileLogEntry {}
@@ -171,6 +172,34 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 max_event_time_ms: Some(9),
             }),
             decoded::<CommitRecord>,
+        ),
+        (
+            q(&format!("progress/{}", padded(7))),
+            bytes(&ProgressRecord {
+                version: 1,
+                batch_id: 7,
+                epoch: 2,
+                num_input_rows: 150,
+                input_rows_per_second: 1234.5678,
+                processed_rows_per_second: 0.1,
+                duration_ms: PhaseDurations {
+                    latest_offset: 1,
+                    wal_commit: 2,
+                    execution: 3,
+                    sink_commit: 4,
+                    commit: 5,
+                    total: 15,
+                    map: 1,
+                    reduce: 2,
+                },
+                timestamp_ms: 1_700_000_000_000,
+                bad_records: 1,
+                state_rows_total: 10,
+                state_bytes: 1024,
+                watermark_ms: Some(1_699_999_000_000),
+                rows_dropped_by_watermark: 3,
+            }),
+            decoded::<ProgressRecord>,
         ),
         (
             q("metadata"),

@@ -11,7 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{CommitRecord, OffsetRecord, RECORD_VERSION, padded};
+use sluice_common::checkpoint::{
+    CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION, padded,
+};
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
@@ -182,6 +184,11 @@ pub async fn execute(
         .with_label_values(&[&ctx.entry.name])
         .inc_by(rows);
     m.batch_seconds.observe(total.as_secs_f64());
+    // Durable before it is published: what a client saw, a new leader
+    // serves too (see `history.rs`).
+    let record = ProgressRecord::from_proto(&progress);
+    ctx.storage("write progress", || ctx.qc.write_progress(&record))
+        .await?;
     debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
     ctx.entry.record(progress, offsets.source.end_value());
     Ok(Executed {

@@ -1,9 +1,14 @@
 //! One query as the leader sees it: its identity, its spec, its state (only
 //! changed through [`QueryState::can_become`]), and its recent progress.
+//!
+//! The progress history holds the last [`PROGRESS_RETAINED`] batches: those
+//! this leader committed, after those read back from `progress/` (see
+//! `history.rs`). Until that read is done, [`QueryEntry::restored`] waits.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use sluice_common::checkpoint::PROGRESS_RETAINED;
 use sluice_common::spec::QuerySpec;
 use sluice_proto as pb;
 use tokio::sync::{broadcast, watch};
@@ -11,9 +16,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::lifecycle::QueryState;
-
-/// Progress entries kept per query for `sluice progress`.
-const PROGRESS_HISTORY: usize = 100;
 
 /// The changing part of a query.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +37,8 @@ pub struct QueryEntry {
     view: watch::Sender<QueryView>,
     history: Mutex<VecDeque<pb::BatchProgress>>,
     progress: broadcast::Sender<pb::BatchProgress>,
+    /// True once the stored history is in `history`.
+    restored: watch::Sender<bool>,
 }
 
 impl QueryEntry {
@@ -61,6 +65,7 @@ impl QueryEntry {
             view: watch::Sender::new(view),
             history: Mutex::new(VecDeque::new()),
             progress: broadcast::channel(256).0,
+            restored: watch::Sender::new(false),
         }
     }
 
@@ -135,12 +140,39 @@ impl QueryEntry {
             v.error.clear();
         });
         let mut h = self.history();
-        if h.len() == PROGRESS_HISTORY {
+        if h.len() == PROGRESS_RETAINED {
             h.pop_front();
         }
         h.push_back(progress.clone());
         drop(h);
         let _ = self.progress.send(progress);
+    }
+
+    /// Puts the stored history before what this leader recorded: the
+    /// records of batches older than the first recorded one, up to
+    /// [`PROGRESS_RETAINED`] in all. `stored` is oldest first.
+    pub fn restore(&self, stored: Vec<pb::BatchProgress>) {
+        let mut h = self.history();
+        let first_live = h.front().map(|p| p.batch_id);
+        let older = stored
+            .into_iter()
+            .rev()
+            .filter(|p| first_live.is_none_or(|f| p.batch_id < f));
+        for p in older {
+            if h.len() == PROGRESS_RETAINED {
+                break;
+            }
+            h.push_front(p);
+        }
+        drop(h);
+        self.restored.send_replace(true);
+    }
+
+    /// Waits until the stored history is restored.
+    pub async fn restored(&self) {
+        let mut rx = self.restored.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     /// The recent progress and a subscription to what comes next.
@@ -169,5 +201,71 @@ impl QueryEntry {
             committed_rows: v.committed_rows,
             latest_progress: latest,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> QueryEntry {
+        QueryEntry::new(
+            "id".into(),
+            "q".into(),
+            None,
+            1,
+            QueryState::Running,
+            CancellationToken::new(),
+        )
+    }
+
+    fn batch(id: u64) -> pb::BatchProgress {
+        pb::BatchProgress {
+            batch_id: id,
+            ..Default::default()
+        }
+    }
+
+    fn ids(e: &QueryEntry) -> Vec<u64> {
+        e.progress_after(None).iter().map(|p| p.batch_id).collect()
+    }
+
+    #[test]
+    fn the_stored_history_goes_before_what_was_recorded_since() {
+        let e = entry();
+        e.record(batch(5), 0);
+        e.record(batch(6), 0);
+        // The store has 5 too: the batch this leader re-recorded wins.
+        e.restore((0..=5).map(batch).collect());
+        assert_eq!(ids(&e), [0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn the_history_is_capped_keeping_the_newest() {
+        let e = entry();
+        e.record(batch(2000), 0);
+        e.restore((0..2000).map(batch).collect());
+        let got = ids(&e);
+        assert_eq!(got.len(), PROGRESS_RETAINED);
+        assert_eq!(got.first(), Some(&1001));
+        assert_eq!(got.last(), Some(&2000));
+        e.record(batch(2001), 0);
+        assert_eq!(ids(&e).first(), Some(&1002));
+    }
+
+    #[tokio::test]
+    async fn restored_waits_for_the_stored_history() {
+        let e = std::sync::Arc::new(entry());
+        let waiting = tokio::spawn({
+            let e = e.clone();
+            async move { e.restored().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        e.restore(Vec::new());
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("restored() returns once restored")
+            .unwrap();
     }
 }

@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod conflict;
 pub mod ctx;
 pub mod entry;
+pub mod history;
 pub mod paths;
 pub mod registry;
 pub mod retention;
@@ -90,6 +91,11 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
         };
         let entry = Arc::new(entry);
         term.queries.insert(entry.clone());
+        if entry.spec.is_some() {
+            history::spawn_restore(term, entry.clone(), qc);
+        } else {
+            entry.restore(Vec::new());
+        }
         if entry.state() == QueryState::Running {
             runner::spawn(driver.clone(), term.clone(), entry);
         }
@@ -315,6 +321,8 @@ pub async fn submit(
         QueryState::Running,
         term.cancel.child_token(),
     ));
+    // A new query has no history to read back.
+    entry.restore(Vec::new());
     term.queries.insert(entry.clone());
     runner::spawn(driver.clone(), term.clone(), entry.clone());
     Ok(entry)

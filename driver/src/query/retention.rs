@@ -2,6 +2,7 @@
 //! the background every ten batches, never on a batch's critical path.
 //!
 //! - `offsets/N` and `commits/N` older than the last `retain_batches`;
+//! - `progress/N` older than the last `PROGRESS_RETAINED` batches;
 //! - state files that no version from the oldest retained batch on needs
 //!   to be rebuilt (see `sluice_common::state::expired`);
 //! - shuffle files of committed batches that a crash left behind;
@@ -12,6 +13,7 @@
 //!   compacted manifest and the deltas after it, and list again when a file
 //!   they listed is gone.
 
+use sluice_common::checkpoint::PROGRESS_RETAINED;
 use sluice_common::sink::FileSink;
 use sluice_common::sink::manifest::compacts_at;
 use tracing::{debug, warn};
@@ -39,6 +41,12 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
             && let Err(e) = qc.purge_before(keep_from).await
         {
             warn!(error = %e, keep_from, "purging old batches failed; will try again later");
+        }
+        let progress_from = (committed + 1).saturating_sub(PROGRESS_RETAINED as u64);
+        if progress_from > 0
+            && let Err(e) = qc.purge_progress_before(progress_from).await
+        {
+            warn!(error = %e, progress_from, "purging old progress failed; will try again later");
         }
         let Some(stateful) = stateful else { return };
         let purged = async {

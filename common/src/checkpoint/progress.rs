@@ -1,0 +1,216 @@
+//! `progress/<N>`: the progress batch N reported, so that a driver that
+//! becomes leader serves the same history as the one before it.
+//!
+//! ```text
+//!  batch N: ... commits/N ─► progress/N ─► published (sluice progress, UI)
+//!  new leader: list progress/ ─► read the last PROGRESS_RETAINED ─► history
+//! ```
+//! Invariant: a record is published only after its `progress/N` is durable,
+//! so that what a client saw before a failover is there after it. A driver
+//! that stops between `commits/N` and `progress/N` leaves batch N out of the
+//! history, and nothing else.
+
+use serde::{Deserialize, Serialize};
+use sluice_proto as pb;
+
+/// Progress records a query keeps: in memory on the leader and on storage.
+pub const PROGRESS_RETAINED: usize = 1000;
+
+/// One batch's progress, as stored. The query's id and name are the
+/// checkpoint's own, and are not repeated here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressRecord {
+    pub version: u32,
+    pub batch_id: u64,
+    pub epoch: u64,
+    pub num_input_rows: u64,
+    pub input_rows_per_second: f64,
+    pub processed_rows_per_second: f64,
+    pub duration_ms: PhaseDurations,
+    pub timestamp_ms: i64,
+    #[serde(default)]
+    pub bad_records: u64,
+    #[serde(default)]
+    pub state_rows_total: u64,
+    #[serde(default)]
+    pub state_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_ms: Option<i64>,
+    #[serde(default)]
+    pub rows_dropped_by_watermark: u64,
+}
+
+/// Milliseconds each phase of a batch took (see `pb::Durations`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseDurations {
+    pub latest_offset: u64,
+    pub wal_commit: u64,
+    pub execution: u64,
+    pub sink_commit: u64,
+    pub commit: u64,
+    pub total: u64,
+    #[serde(default)]
+    pub map: u64,
+    #[serde(default)]
+    pub reduce: u64,
+}
+
+impl ProgressRecord {
+    pub fn from_proto(p: &pb::BatchProgress) -> Self {
+        let d = p.duration_ms.unwrap_or_default();
+        ProgressRecord {
+            version: super::RECORD_VERSION,
+            batch_id: p.batch_id,
+            epoch: p.epoch,
+            num_input_rows: p.num_input_rows,
+            input_rows_per_second: p.input_rows_per_second,
+            processed_rows_per_second: p.processed_rows_per_second,
+            duration_ms: PhaseDurations {
+                latest_offset: d.latest_offset,
+                wal_commit: d.wal_commit,
+                execution: d.execution,
+                sink_commit: d.sink_commit,
+                commit: d.commit,
+                total: d.total,
+                map: d.map,
+                reduce: d.reduce,
+            },
+            timestamp_ms: p.timestamp_ms,
+            bad_records: p.bad_records,
+            state_rows_total: p.state_rows_total,
+            state_bytes: p.state_bytes,
+            watermark_ms: p.watermark_ms,
+            rows_dropped_by_watermark: p.rows_dropped_by_watermark,
+        }
+    }
+
+    /// The record as the query `id` (`name`) publishes it.
+    pub fn to_proto(&self, id: &str, name: &str) -> pb::BatchProgress {
+        let d = self.duration_ms;
+        pb::BatchProgress {
+            id: id.to_string(),
+            name: name.to_string(),
+            batch_id: self.batch_id,
+            num_input_rows: self.num_input_rows,
+            input_rows_per_second: self.input_rows_per_second,
+            processed_rows_per_second: self.processed_rows_per_second,
+            duration_ms: Some(pb::Durations {
+                latest_offset: d.latest_offset,
+                wal_commit: d.wal_commit,
+                execution: d.execution,
+                sink_commit: d.sink_commit,
+                commit: d.commit,
+                total: d.total,
+                map: d.map,
+                reduce: d.reduce,
+            }),
+            timestamp_ms: self.timestamp_ms,
+            epoch: self.epoch,
+            skipped_before: 0,
+            bad_records: self.bad_records,
+            state_rows_total: self.state_rows_total,
+            state_bytes: self.state_bytes,
+            watermark_ms: self.watermark_ms,
+            rows_dropped_by_watermark: self.rows_dropped_by_watermark,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_gives_back_the_progress_it_was_made_from() {
+        let p = pb::BatchProgress {
+            id: "id-1".into(),
+            name: "q".into(),
+            batch_id: 7,
+            num_input_rows: 1000,
+            input_rows_per_second: 123.5,
+            processed_rows_per_second: 4567.25,
+            duration_ms: Some(pb::Durations {
+                latest_offset: 1,
+                wal_commit: 2,
+                execution: 30,
+                sink_commit: 4,
+                commit: 5,
+                total: 42,
+                map: 10,
+                reduce: 20,
+            }),
+            timestamp_ms: 1_700_000_000_000,
+            epoch: 3,
+            skipped_before: 0,
+            bad_records: 2,
+            state_rows_total: 50,
+            state_bytes: 4096,
+            watermark_ms: Some(1_699_999_990_000),
+            rows_dropped_by_watermark: 6,
+        };
+        let record = ProgressRecord::from_proto(&p);
+        let json = serde_json::to_vec(&record).unwrap();
+        let back: ProgressRecord = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.to_proto("id-1", "q"), p);
+    }
+
+    #[test]
+    fn a_query_without_a_watermark_stores_none() {
+        let record = ProgressRecord::from_proto(&pb::BatchProgress::default());
+        let json = String::from_utf8(serde_json::to_vec(&record).unwrap()).unwrap();
+        assert!(!json.contains("watermark_ms"), "{json}");
+        let back: ProgressRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.watermark_ms, None);
+    }
+
+    #[tokio::test]
+    async fn the_recent_records_are_read_back_and_old_ones_purged() {
+        use crate::checkpoint::{Checkpoint, padded};
+        use crate::storage::Stores;
+
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
+        let q = cp.query("q");
+        for n in 0..6u64 {
+            let p = pb::BatchProgress {
+                batch_id: n,
+                num_input_rows: n * 10,
+                ..Default::default()
+            };
+            q.write_progress(&ProgressRecord::from_proto(&p))
+                .await
+                .unwrap();
+        }
+        // A second report of a batch leaves the first in place.
+        let again = pb::BatchProgress {
+            batch_id: 5,
+            num_input_rows: 999,
+            ..Default::default()
+        };
+        q.write_progress(&ProgressRecord::from_proto(&again))
+            .await
+            .unwrap();
+        std::fs::write(
+            dir.path().join("queries/q/progress").join(padded(4)),
+            b"{trunc",
+        )
+        .unwrap();
+
+        let recent = q.recent_progress(3).await.unwrap();
+        let got: Vec<(u64, u64)> = recent
+            .records
+            .iter()
+            .map(|r| (r.batch_id, r.num_input_rows))
+            .collect();
+        assert_eq!(got, [(3, 30), (5, 50)]);
+        assert_eq!(recent.damaged.len(), 1);
+        let damaged = recent.damaged[0].to_string();
+        assert!(damaged.contains(&padded(4)), "{damaged}");
+
+        assert_eq!(q.purge_progress_before(3).await.unwrap(), 3);
+        assert_eq!(q.batches("progress").await.unwrap(), [3, 4, 5]);
+        // The other logs are not touched by it, nor it by theirs.
+        assert_eq!(q.purge_before(10).await.unwrap(), 0);
+        assert_eq!(q.batches("progress").await.unwrap(), [3, 4, 5]);
+    }
+}
