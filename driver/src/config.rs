@@ -15,6 +15,11 @@ use crate::error::DriverError;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "sluice-driver", version, about)]
 pub struct Cli {
+    /// Log lines as `text`, or as `json`: one object a line with the
+    /// event's fields and every span's (query, batch, partition, attempt,
+    /// epoch).
+    #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    pub log_format: sluice_common::telemetry::LogFormat,
     /// gRPC listen address.
     #[arg(long, env = "SLUICE_LISTEN", default_value = "0.0.0.0:7070")]
     pub listen: SocketAddr,

@@ -8,8 +8,9 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    sluice_common::telemetry::init();
-    let config = DriverConfig::try_from(Cli::parse())?;
+    let cli = Cli::parse();
+    sluice_common::telemetry::init(cli.log_format);
+    let config = DriverConfig::try_from(cli)?;
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(sluice_common::shutdown::cancel_on_signal(shutdown.clone()));
     let result = sluice_driver::run(config, shutdown).await;

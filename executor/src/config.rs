@@ -22,6 +22,11 @@ use crate::error::ExecutorError;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "sluice-executor", version, about)]
 pub struct Cli {
+    /// Log lines as `text`, or as `json`: one object a line with the
+    /// event's fields and every span's (query, batch, partition, attempt,
+    /// epoch).
+    #[arg(long, env = "SLUICE_LOG_FORMAT", default_value = "text")]
+    pub log_format: sluice_common::telemetry::LogFormat,
     /// Driver addresses, comma-separated (`host:port` or `http://host:port`).
     /// Standbys redirect to the leader.
     #[arg(long, env = "SLUICE_DRIVER", value_delimiter = ',', required = true)]

@@ -6,7 +6,7 @@
 
 use sluice_common::checkpoint::OffsetRecord;
 use sluice_proto as pb;
-use tracing::warn;
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::ctx::Ctx;
 use super::retry::{Failures, Next, after_failure};
@@ -54,6 +54,8 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
     };
     loop {
         let task_id = format!("{}/{}/{prefix}{p}/{attempt}", ctx.entry.id, task.batch_id);
+        // The executor's span of this attempt names the same task id.
+        let span = info_span!("task", task = %task_id, partition = p, attempt);
         let attempt_task = pb::TaskAssignment {
             task_id: task_id.clone(),
             attempt,
@@ -63,10 +65,25 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
             scheduler: &ctx.term.scheduler,
             task_id: Some(task_id),
         };
-        let outcome = ctx.term.scheduler.run_task(attempt_task).await;
+        let outcome = ctx
+            .term
+            .scheduler
+            .run_task(attempt_task)
+            .instrument(span.clone())
+            .await;
         guard.task_id = None;
         let (kind, message) = match outcome {
             TaskOutcome::Done(out) => {
+                // In scope, not as `parent:`: log lines list the spans
+                // entered, and the task's belongs among them.
+                span.in_scope(|| {
+                    debug!(
+                        input_rows = out.input_rows,
+                        rows = out.rows,
+                        duration_ms = out.duration_ms,
+                        "task done"
+                    );
+                });
                 if failures != Failures::default() {
                     ctx.entry.set_error(String::new());
                 }

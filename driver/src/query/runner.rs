@@ -150,7 +150,9 @@ async fn drive(
             },
         };
         last_start = Some(timings.started);
-        let done = batch::execute(&ctx, source, &offsets, timings, clock).await?;
+        let done = batch::execute(&ctx, source, &offsets, timings, clock)
+            .instrument(info_span!("batch", batch = offsets.batch_id))
+            .await?;
         let rows = done.input_rows;
         clock = clock.after(offsets.watermark_ms, done.max_event_time_ms);
         next = offsets.batch_id + 1;
