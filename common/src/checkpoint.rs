@@ -22,6 +22,9 @@
 mod offsets;
 mod progress;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::storage::Path;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -31,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
 pub use offsets::{FileRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
-pub use progress::{PROGRESS_RETAINED, PhaseDurations, ProgressRecord};
+pub use progress::{PROGRESS_RETAINED, PhaseDurations, ProgressRecord, RecentProgress};
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -140,6 +143,8 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Bytes> {
 #[derive(Clone, Debug)]
 pub struct Checkpoint {
     storage: Storage,
+    /// Bytes of records written through this root and its queries.
+    written: Arc<AtomicU64>,
 }
 
 impl Checkpoint {
@@ -150,6 +155,7 @@ impl Checkpoint {
 
     pub fn open(stores: &Stores, location: &str) -> Result<Self> {
         Ok(Checkpoint {
+            written: Arc::default(),
             storage: stores.open(location)?,
         })
     }
@@ -163,19 +169,18 @@ impl Checkpoint {
         self.storage.list_dirs(&Path::from("queries")).await
     }
 
+    /// Bytes of the records this process created through this root.
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
     pub fn query(&self, name: &str) -> QueryCheckpoint {
         QueryCheckpoint {
+            written: self.written.clone(),
             storage: self.storage.clone(),
             dir: Path::from_iter(["queries", name]),
         }
     }
-}
-
-/// What [`QueryCheckpoint::recent_progress`] found.
-#[derive(Debug, Default)]
-pub struct RecentProgress {
-    pub records: Vec<ProgressRecord>,
-    pub damaged: Vec<Error>,
 }
 
 /// The files of one query.
@@ -183,6 +188,7 @@ pub struct RecentProgress {
 pub struct QueryCheckpoint {
     storage: Storage,
     dir: Path,
+    written: Arc<AtomicU64>,
 }
 
 impl QueryCheckpoint {
@@ -211,8 +217,13 @@ impl QueryCheckpoint {
         T: Serialize + DeserializeOwned + Clone,
     {
         let path = self.path(rel);
-        match self.storage.create(&path, encode(value)?).await? {
-            Created::New => Ok((value.clone(), true)),
+        let bytes = encode(value)?;
+        let len = bytes.len() as u64;
+        match self.storage.create(&path, bytes).await? {
+            Created::New => {
+                self.written.fetch_add(len, Ordering::Relaxed);
+                Ok((value.clone(), true))
+            }
             Created::Existing(b) => Ok((decode(&b, &self.storage.describe(&path))?, false)),
         }
     }
@@ -263,43 +274,6 @@ impl QueryCheckpoint {
         Ok(ids)
     }
 
-    /// Stores batch `record.batch_id`'s progress; a record already there
-    /// (the same batch, reported by a driver before this one) stays.
-    pub async fn write_progress(&self, record: &ProgressRecord) -> Result<()> {
-        self.create(&format!("progress/{}", padded(record.batch_id)), record)
-            .await
-            .map(|_| ())
-    }
-
-    /// The progress of the last `limit` batches that stored one, oldest
-    /// first, and the damaged records among them (each names its file). A
-    /// storage error fails the call.
-    pub async fn recent_progress(&self, limit: usize) -> Result<RecentProgress> {
-        use futures::StreamExt;
-        let ids = self.batches("progress").await?;
-        let from = ids.len().saturating_sub(limit);
-        let reads = ids.into_iter().skip(from).map(|n| {
-            let qc = self.clone();
-            async move {
-                let rel = format!("progress/{}", padded(n));
-                qc.read::<ProgressRecord>(&rel).await
-            }
-        });
-        let mut reads = futures::stream::iter(reads).buffered(16);
-        let mut recent = RecentProgress::default();
-        while let Some(read) = reads.next().await {
-            match read {
-                Ok(Some(record)) => recent.records.push(record),
-                // Purged between the listing and the read: older than
-                // what is kept.
-                Ok(None) => {}
-                Err(e @ Error::Corrupt { .. }) => recent.damaged.push(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(recent)
-    }
-
     /// Deletes `offsets/N` and `commits/N` for every N below `keep_from`.
     /// Only committed batches are ever passed here.
     pub async fn purge_before(&self, keep_from: u64) -> Result<usize> {
@@ -308,11 +282,6 @@ impl QueryCheckpoint {
             removed += self.purge_log_before(log, keep_from).await?;
         }
         Ok(removed)
-    }
-
-    /// Deletes `progress/N` for every N below `keep_from`.
-    pub async fn purge_progress_before(&self, keep_from: u64) -> Result<usize> {
-        self.purge_log_before("progress", keep_from).await
     }
 
     async fn purge_log_before(&self, log: &str, keep_from: u64) -> Result<usize> {

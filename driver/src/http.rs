@@ -46,11 +46,22 @@ async fn metrics(State(driver): State<Arc<Driver>>) -> impl IntoResponse {
     for s in QueryState::ALL {
         m.queries.with_label_values(&[s.as_str()]).set(0);
     }
+    // Only the queries this driver leads now have a state.
+    m.query_state.reset();
+    m.lease_age_seconds.set(0.0);
     if let Ok(term) = driver.ready_term() {
         for q in term.queries.list() {
-            m.queries.with_label_values(&[q.state().as_str()]).inc();
+            let state = q.state().as_str();
+            m.queries.with_label_values(&[state]).inc();
+            m.query_state.with_label_values(&[&q.name, state]).set(1);
+        }
+        if let Some(lease) = term.leadership.lease() {
+            m.lease_age_seconds.set(lease.age().as_secs_f64());
         }
     }
+    let written = driver.checkpoint.bytes_written();
+    m.checkpoint_bytes
+        .inc_by(written.saturating_sub(m.checkpoint_bytes.get()));
     let content_type = [(
         axum::http::header::CONTENT_TYPE,
         "text/plain; version=0.0.4",

@@ -13,6 +13,9 @@
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
+use super::{QueryCheckpoint, padded};
+use crate::error::{Error, Result};
+
 /// Progress records a query keeps: in memory on the leader and on storage.
 pub const PROGRESS_RETAINED: usize = 1000;
 
@@ -113,6 +116,57 @@ impl ProgressRecord {
             watermark_ms: self.watermark_ms,
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
         }
+    }
+}
+
+/// What [`QueryCheckpoint::recent_progress`] found.
+#[derive(Debug, Default)]
+pub struct RecentProgress {
+    pub records: Vec<ProgressRecord>,
+    pub damaged: Vec<Error>,
+}
+
+impl QueryCheckpoint {
+    /// Stores batch `record.batch_id`'s progress; a record already there
+    /// (the same batch, reported by a driver before this one) stays.
+    pub async fn write_progress(&self, record: &ProgressRecord) -> Result<()> {
+        self.create(&format!("progress/{}", padded(record.batch_id)), record)
+            .await
+            .map(|_| ())
+    }
+
+    /// The progress of the last `limit` batches that stored one, oldest
+    /// first, and the damaged records among them (each names its file). A
+    /// storage error fails the call.
+    pub async fn recent_progress(&self, limit: usize) -> Result<RecentProgress> {
+        use futures::StreamExt;
+        let ids = self.batches("progress").await?;
+        let from = ids.len().saturating_sub(limit);
+        let reads = ids.into_iter().skip(from).map(|n| {
+            let qc = self.clone();
+            async move {
+                let rel = format!("progress/{}", padded(n));
+                qc.read::<ProgressRecord>(&rel).await
+            }
+        });
+        let mut reads = futures::stream::iter(reads).buffered(16);
+        let mut recent = RecentProgress::default();
+        while let Some(read) = reads.next().await {
+            match read {
+                Ok(Some(record)) => recent.records.push(record),
+                // Purged between the listing and the read: older than
+                // what is kept.
+                Ok(None) => {}
+                Err(e @ Error::Corrupt { .. }) => recent.damaged.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(recent)
+    }
+
+    /// Deletes `progress/N` for every N below `keep_from`.
+    pub async fn purge_progress_before(&self, keep_from: u64) -> Result<usize> {
+        self.purge_log_before("progress", keep_from).await
     }
 }
 

@@ -253,8 +253,11 @@ impl Actor {
                 _ = tick.tick() => self.expire(),
             }
             self.dispatch();
+            self.publish_gauges();
         }
         self.metrics.executors.set(0);
+        self.metrics.slots.set(0);
+        self.metrics.slots_in_use.set(0);
         debug!(epoch = self.epoch, "scheduler stopped");
     }
 
@@ -385,6 +388,7 @@ impl Actor {
             return;
         };
         warn!(executor = %e.id, reason, running = e.running.len(), "executor lost");
+        self.metrics.executors_lost.inc();
         for task_id in e.running {
             if let Some(run) = self.running.remove(&task_id) {
                 let _ = run.reply.send(TaskOutcome::Lost(format!(
@@ -394,6 +398,16 @@ impl Actor {
             }
         }
         self.metrics.executors.set(self.executors.len() as i64);
+    }
+
+    /// The executors, their slots and the slots in use, as they are now.
+    fn publish_gauges(&self) {
+        let m = &self.metrics;
+        m.executors.set(self.executors.len() as i64);
+        let slots: u64 = self.executors.values().map(|e| u64::from(e.slots)).sum();
+        let busy: usize = self.executors.values().map(|e| e.running.len()).sum();
+        m.slots.set(slots as i64);
+        m.slots_in_use.set(busy as i64);
     }
 
     fn withdraw(&mut self, task_id: &str) {

@@ -53,6 +53,12 @@ impl LeaseClock {
         self.resigned.load(Ordering::SeqCst)
     }
 
+    /// Time since the last renewal's request was sent.
+    pub fn age(&self) -> Duration {
+        let last = self.last_renewal.lock().expect("lease clock lock poisoned");
+        last.elapsed()
+    }
+
     pub fn fresh(&self) -> bool {
         if self.is_resigned() {
             return false;

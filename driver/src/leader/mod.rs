@@ -162,7 +162,18 @@ async fn watch_epochs(driver: &Driver, term: &Term) {
 /// API opens once every query is loaded.
 pub async fn begin(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), DriverError> {
     driver.set_role(Role::Leader(term.clone()));
+    driver.metrics.elections_won.inc();
     query::load_all(driver, term).await?;
+    // Every running query found in the checkpoint ran under an earlier
+    // epoch: this term takes it over.
+    if term
+        .queries
+        .list()
+        .iter()
+        .any(|q| q.state() == crate::lifecycle::QueryState::Running)
+    {
+        driver.metrics.failovers.inc();
+    }
     term.loaded.store(true, Ordering::Release);
     Ok(())
 }

@@ -47,12 +47,18 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     let p = task.partition;
-    let (stage, prefix) = if task.stage == pb::Stage::Reduce as i32 {
-        ("reduce partition", "r")
+    let (stage, prefix, stage_label) = if task.stage == pb::Stage::Reduce as i32 {
+        ("reduce partition", "r", "reduce")
     } else {
-        ("partition", "")
+        ("partition", "", "map")
     };
+    let m = &ctx.driver.metrics;
+    let labels = [ctx.entry.name.as_str(), stage_label];
     loop {
+        m.task_attempts.with_label_values(&labels).inc();
+        if attempt > 0 {
+            m.task_retries.with_label_values(&labels).inc();
+        }
         let task_id = format!("{}/{}/{prefix}{p}/{attempt}", ctx.entry.id, task.batch_id);
         // The executor's span of this attempt names the same task id.
         let span = info_span!("task", task = %task_id, partition = p, attempt);
@@ -74,6 +80,9 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
         guard.task_id = None;
         let (kind, message) = match outcome {
             TaskOutcome::Done(out) => {
+                m.task_seconds
+                    .with_label_values(&labels)
+                    .observe(out.duration_ms as f64 / 1000.0);
                 // In scope, not as `parent:`: log lines list the spans
                 // entered, and the task's belongs among them.
                 span.in_scope(|| {
@@ -92,11 +101,9 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
             TaskOutcome::Lost(reason) => (None, reason),
             TaskOutcome::Failed(e) => (Some(e.kind()), e.message),
         };
-        let label = kind.map_or("lost", |k| k.as_str_name());
-        ctx.driver
-            .metrics
-            .task_failures
-            .with_label_values(&[label])
+        let label = crate::metrics::failure_kind(kind);
+        m.task_failures
+            .with_label_values(&[&ctx.entry.name, label])
             .inc();
         let what = format!(
             "batch {} {stage} {p} attempt {attempt}: {message}",

@@ -103,6 +103,7 @@ pub async fn execute(
         })
         .collect();
     let rows: u64 = files.iter().map(|f| f.rows).sum();
+    let sink_bytes: u64 = files.iter().map(|f| f.bytes).sum();
     let sink = ctx.sink()?;
     // An executor's word is checked: the manifest lists only files that
     // exist with the size that was reported.
@@ -176,19 +177,14 @@ pub async fn execute(
         watermark_ms: offsets.watermark_ms,
         rows_dropped_by_watermark: dropped,
     };
-    let m = &ctx.driver.metrics;
-    m.batches_committed
-        .with_label_values(&[&ctx.entry.name])
-        .inc();
-    m.rows_committed
-        .with_label_values(&[&ctx.entry.name])
-        .inc_by(rows);
-    m.batch_seconds.observe(total.as_secs_f64());
     // Durable before it is published: what a client saw, a new leader
     // serves too (see `history.rs`).
     let record = ProgressRecord::from_proto(&progress);
     ctx.storage("write progress", || ctx.qc.write_progress(&record))
         .await?;
+    ctx.driver
+        .metrics
+        .batch_committed(&ctx.entry.name, &progress, rows, sink_bytes);
     debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
     ctx.entry.record(progress, offsets.source.end_value());
     Ok(Executed {

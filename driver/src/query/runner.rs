@@ -79,6 +79,7 @@ async fn drive(
         .clone()
         .ok_or_else(|| DriverError::Internal("query has no spec".into()))?;
     let qc = driver.checkpoint.query(&entry.name);
+    driver.metrics.query_started(&entry.name);
     let plan = pb::TaskPlan {
         sql: spec.sql().to_string(),
         input_schema: Vec::new(),
