@@ -171,4 +171,36 @@ async fn every_metric_is_exported_and_the_counters_match_the_checkpoint() {
     );
     let last = commits.last().unwrap();
     assert!(value(&s, "sluice_watermark_ms", &[q]) > 0.0, "{last}");
+
+    // The Grafana dashboard in deploy/ plots only series the driver exports.
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/grafana/sluice-dashboard.json"),
+    )
+    .expect("deploy/grafana/sluice-dashboard.json");
+    let panels: Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    assert!(panels["panels"].as_array().is_some_and(|p| p.len() >= 10));
+    let used = dashboard_series(&dashboard);
+    assert!(used.len() >= 20, "{used:?}");
+    for name in &used {
+        assert!(
+            s.contains_key(name),
+            "the dashboard plots {name}, which /metrics lacks"
+        );
+    }
+}
+
+/// Every `sluice_*` series name a dashboard's queries name.
+fn dashboard_series(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("sluice_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
 }
