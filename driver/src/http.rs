@@ -1,6 +1,6 @@
-//! The HTTP endpoints: `/healthz` (the process is up), `/readyz` (200 only
-//! on the leader, so that a Kubernetes Service routes to the leader alone)
-//! and `/metrics` (Prometheus text format).
+//! The HTTP port: `/healthz` (the process is up), `/readyz` (200 only on
+//! the leader, so that a Kubernetes Service routes to the leader alone),
+//! `/metrics` (Prometheus text format) and the web UI (see [`crate::ui`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,22 +10,23 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::state::Driver;
+use crate::ui::Ui;
 
-pub async fn serve(
-    addr: SocketAddr,
-    driver: Arc<Driver>,
-    shutdown: CancellationToken,
-) -> Result<(), DriverError> {
-    let app = Router::new()
+/// Serves until the UI's shutdown token is cancelled. The UI's event
+/// streams end on the same token, so the graceful shutdown does not wait
+/// for open pages.
+pub async fn serve(addr: SocketAddr, ui: Arc<Ui>) -> Result<(), DriverError> {
+    let shutdown = ui.shutdown.clone();
+    let probes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(driver);
+        .with_state(ui.driver.clone());
+    let app = probes.merge(crate::ui::routes(ui));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())

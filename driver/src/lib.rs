@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  run ─┬─ gRPC server (server.rs: QueryService, ClusterService, health, reflection)
-//!       ├─ HTTP server (/healthz, /readyz, /metrics)
+//!       ├─ HTTP server (http.rs: /healthz, /readyz, /metrics; ui/: the web UI)
 //!       └─ leadership ─► Term { scheduler, query runners }
 //! ```
 //! Every task is owned: the servers by `run`, the rest by the term's
@@ -27,6 +27,7 @@ mod server;
 pub mod source;
 pub mod state;
 pub mod tls;
+pub mod ui;
 pub mod watermark;
 
 use std::sync::Arc;
@@ -61,11 +62,22 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
     let cancel = shutdown.child_token();
     let mut components: JoinSet<(&'static str, Result<(), DriverError>)> = JoinSet::new();
 
-    let grpc = server::grpc(driver.clone(), cancel.clone(), &mut components).await?;
+    let tokens = server::tokens(&driver.config)?;
+    let grpc = server::grpc(
+        driver.clone(),
+        tokens.clone(),
+        cancel.clone(),
+        &mut components,
+    )
+    .await?;
     components.spawn(async move { ("grpc", grpc.await) });
     if let Some(addr) = driver.config.http {
-        let (d, c) = (driver.clone(), cancel.clone());
-        components.spawn(async move { ("http", http::serve(addr, d, c).await) });
+        let ui = Arc::new(ui::Ui {
+            driver: driver.clone(),
+            tokens,
+            shutdown: cancel.clone(),
+        });
+        components.spawn(async move { ("http", http::serve(addr, ui).await) });
     }
     let (d, c) = (driver.clone(), cancel.clone());
     components.spawn(async move { ("leadership", leader::run(d, c).await) });

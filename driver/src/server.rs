@@ -30,18 +30,13 @@ const MAX_CLUSTER_MESSAGE_BYTES: usize = 16 << 20;
 /// Streams one connection may have open at once.
 const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
-/// Binds the gRPC port and returns the future that serves it. The TLS
-/// accept loop and the reload watcher join `components`.
-pub(crate) async fn grpc(
-    driver: Arc<Driver>,
-    cancel: CancellationToken,
-    components: &mut JoinSet<(&'static str, Result<(), DriverError>)>,
-) -> Result<impl Future<Output = Result<(), DriverError>> + use<>, DriverError> {
-    let listener = tokio::net::TcpListener::bind(driver.config.listen).await?;
-    let driver_addr = listener.local_addr()?;
-    let security = &driver.config.security;
-    let keys = security.tls.as_ref().map(|t| t.watch()).transpose()?;
-    let tokens = security
+/// `--auth-tokens`, loaded and then reloaded as the file changes: shared by
+/// the gRPC port and the web UI.
+pub(crate) fn tokens(
+    config: &config::DriverConfig,
+) -> Result<Option<Arc<reload::Watched<auth::tokens::Tokens>>>, DriverError> {
+    config
+        .security
         .auth_tokens
         .as_ref()
         .map(|path| {
@@ -50,7 +45,21 @@ pub(crate) async fn grpc(
                 auth::tokens::Tokens::load(&p)
             })
         })
-        .transpose()?;
+        .transpose()
+}
+
+/// Binds the gRPC port and returns the future that serves it. The TLS
+/// accept loop and the reload watcher join `components`.
+pub(crate) async fn grpc(
+    driver: Arc<Driver>,
+    tokens: Option<Arc<reload::Watched<auth::tokens::Tokens>>>,
+    cancel: CancellationToken,
+    components: &mut JoinSet<(&'static str, Result<(), DriverError>)>,
+) -> Result<impl Future<Output = Result<(), DriverError>> + use<>, DriverError> {
+    let listener = tokio::net::TcpListener::bind(driver.config.listen).await?;
+    let driver_addr = listener.local_addr()?;
+    let security = &driver.config.security;
+    let keys = security.tls.as_ref().map(|t| t.watch()).transpose()?;
     let client_ca = security.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     let auth = auth::layer::Auth::new(tokens.clone(), keys.clone(), client_ca);
     announce_security(&driver.config.security, auth.policy());

@@ -26,7 +26,22 @@ use crate::query::registry::Queries;
 pub enum Role {
     Starting,
     Leader(Arc<Term>),
-    Standby { leader: Option<String> },
+    /// Following the leader at `leader` (its gRPC address), whose web UI
+    /// is at `leader_ui`, when known.
+    Standby {
+        leader: Option<String>,
+        leader_ui: Option<String>,
+    },
+}
+
+impl Role {
+    /// A standby that does not know the leader.
+    pub fn standby() -> Role {
+        Role::Standby {
+            leader: None,
+            leader_ui: None,
+        }
+    }
 }
 
 pub struct Driver {
@@ -46,11 +61,16 @@ impl Driver {
         }
     }
 
+    /// What this driver is doing now.
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
+    }
+
     /// The current term, or `NotLeader` with the leader's address if known.
     pub fn term(&self) -> Result<Arc<Term>, DriverError> {
         match &*self.role.borrow() {
             Role::Leader(t) if !t.cancel.is_cancelled() => Ok(t.clone()),
-            Role::Standby { leader } => Err(DriverError::NotLeader {
+            Role::Standby { leader, .. } => Err(DriverError::NotLeader {
                 leader: leader.clone(),
             }),
             _ => Err(DriverError::NotLeader { leader: None }),

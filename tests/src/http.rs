@@ -47,6 +47,16 @@ pub async fn request(
     request_with(addr, method, path, &[], "", timeout).await
 }
 
+/// `GET path` with extra `headers`.
+pub async fn get_with(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    request_with(addr, "GET", path, headers, "", timeout).await
+}
+
 /// `POST path` with a JSON body and extra `headers`.
 pub async fn post_json(
     addr: &str,

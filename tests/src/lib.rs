@@ -7,6 +7,7 @@
 //! `cargo build --workspace --bins && cargo test -p sluice-tests`.
 
 pub mod bins;
+pub mod browser;
 pub mod check;
 pub mod cli;
 pub mod client;

@@ -40,7 +40,7 @@ pub async fn run(
     cfg: ElectionConfig,
     cancel: CancellationToken,
 ) -> Result<(), DriverError> {
-    driver.set_role(Role::Standby { leader: None });
+    driver.set_role(Role::standby());
     let mut failures = 0u32;
     // Leases of ended sessions whose revoke has not succeeded yet.
     let mut stale_leases: Vec<i64> = Vec::new();
@@ -49,7 +49,7 @@ pub async fn run(
         match session(&driver, &cfg, &cancel, &mut stale_leases).await {
             Ok(()) => break,
             Err(e) => {
-                driver.set_role(Role::Standby { leader: None });
+                driver.set_role(Role::standby());
                 // A session that lasted a while was a success: start over.
                 if started.elapsed() > cfg.lease_ttl * 5 {
                     failures = 0;
@@ -118,8 +118,11 @@ async fn session(
     // instead: shutdown, a lost lease or an overdue renewal (checked every
     // TTL/10 below) drops it.
     let mut campaign_client = client.clone();
-    let advertise = driver.config.advertise.clone();
-    let campaign = campaign_client.campaign(name.as_str(), advertise, lease_id);
+    let value = super::value::election_value(
+        &driver.config.advertise,
+        driver.config.http_advertise.as_deref(),
+    );
+    let campaign = campaign_client.campaign(name.as_str(), value, lease_id);
     tokio::pin!(campaign);
     let mut tick = tokio::time::interval(ttl / 10);
     let leader_key: LeaderKey = loop {
@@ -173,7 +176,7 @@ async fn session(
             let resign = etcd_client::ResignOptions::new().with_leader(leader_key);
             let resigned = within(ttl, client.resign(Some(resign))).await;
             term.cancel.cancel();
-            driver.set_role(Role::Standby { leader: None });
+            driver.set_role(Role::standby());
             let _ = revoke_all(&mut client, stale_leases, ttl).await;
             info!(
                 epoch,
@@ -186,7 +189,7 @@ async fn session(
         Some(e) => {
             // Stop dispatching and committing before anything else.
             term.cancel.cancel();
-            driver.set_role(Role::Standby { leader: None });
+            driver.set_role(Role::standby());
             warn!(epoch, error = %e, "stepping down");
             term.shutdown().await;
             Err(e)
@@ -289,18 +292,20 @@ async fn watch_leader(
     driver: Arc<Driver>,
     cancel: CancellationToken,
 ) {
-    let mut known: Option<String> = None;
+    let mut known: Option<(String, Option<String>)> = None;
     loop {
         let leader = match within(Duration::from_secs(1), client.leader(name.as_str())).await {
             Ok(resp) => resp
                 .kv()
                 .and_then(|kv| kv.value_str().ok())
-                .map(str::to_string),
+                .map(super::value::parse_election_value),
             Err(_) => None,
         };
         if leader != known && !driver.is_leader() {
+            let (grpc, ui) = leader.clone().unzip();
             driver.set_role(Role::Standby {
-                leader: leader.clone(),
+                leader: grpc,
+                leader_ui: ui.flatten(),
             });
             known = leader;
         }

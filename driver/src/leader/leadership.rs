@@ -101,8 +101,8 @@ impl Leadership {
             .kvs()
             .iter()
             .filter_map(|kv| kv.value_str().ok())
-            .filter(|a| *a != own)
-            .map(str::to_string)
+            .map(|v| super::value::parse_election_value(v).0)
+            .filter(|a| a != own)
             .collect())
     }
 }

@@ -13,6 +13,7 @@
 pub mod etcd;
 pub mod leadership;
 pub mod lease;
+mod value;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -110,7 +111,10 @@ async fn lead_once(driver: &Arc<Driver>, cancel: &CancellationToken) -> Result<(
         return Err(DriverError::Cancelled);
     };
     let leader = Some(claim.advertise.clone()).filter(|a| !a.is_empty());
-    driver.set_role(Role::Standby { leader });
+    driver.set_role(Role::Standby {
+        leader,
+        leader_ui: None,
+    });
     term.shutdown().await;
     error!(
         epoch,

@@ -39,6 +39,18 @@ pub struct QueryEntry {
     progress: broadcast::Sender<pb::BatchProgress>,
     /// True once the stored history is in `history`.
     restored: watch::Sender<bool>,
+    /// The last [`ERRORS_RETAINED`] errors this leader saw, oldest first.
+    errors: Mutex<VecDeque<RecentError>>,
+}
+
+/// Errors a query keeps for the UI.
+pub const ERRORS_RETAINED: usize = 20;
+
+/// An error the query reported, and when (ms since the Unix epoch).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecentError {
+    pub at_ms: i64,
+    pub message: String,
 }
 
 impl QueryEntry {
@@ -66,6 +78,7 @@ impl QueryEntry {
             history: Mutex::new(VecDeque::new()),
             progress: broadcast::channel(256).0,
             restored: watch::Sender::new(false),
+            errors: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -91,6 +104,7 @@ impl QueryEntry {
             info!(query = %self.name, from = v.state.as_str(), to = next.as_str(), "query state");
             v.state = next;
             if let Some(e) = error {
+                self.note_error(&e);
                 v.error = e;
             }
             moved = true;
@@ -105,9 +119,32 @@ impl QueryEntry {
             if v.error == error || v.state.is_terminal() {
                 return false;
             }
+            self.note_error(&error);
             v.error = error;
             true
         });
+    }
+
+    /// Keeps a non-empty error in the recent errors. A poisoned lock is a
+    /// bug: panic.
+    fn note_error(&self, message: &str) {
+        if message.is_empty() {
+            return;
+        }
+        let mut errors = self.errors.lock().expect("recent errors lock poisoned");
+        if errors.len() == ERRORS_RETAINED {
+            errors.pop_front();
+        }
+        errors.push_back(RecentError {
+            at_ms: sluice_common::time::now_ms(),
+            message: message.to_string(),
+        });
+    }
+
+    /// The recent errors, oldest first.
+    pub fn recent_errors(&self) -> Vec<RecentError> {
+        let errors = self.errors.lock().expect("recent errors lock poisoned");
+        errors.iter().cloned().collect()
     }
 
     /// Records where recovery found the query.
@@ -130,6 +167,11 @@ impl QueryEntry {
             .filter(|p| batch.is_none_or(|b| p.batch_id > b))
             .cloned()
             .collect()
+    }
+
+    /// The progress of the last batch recorded.
+    pub fn last_progress(&self) -> Option<pb::BatchProgress> {
+        self.history().back().cloned()
     }
 
     /// Records a committed batch.

@@ -1,0 +1,92 @@
+// Sluice UI charts: the per-query charts over progress records, drawn by
+// uPlot. Each chart keeps at most MAX_POINTS batches; `update` redraws
+// from the records the page holds.
+"use strict";
+
+const SluiceCharts = (() => {
+  const MAX_POINTS = 1000;
+  const PHASES = ["latest_offset", "wal_commit", "execution", "sink_commit", "commit"];
+  const PHASE_COLORS = ["#8e6bd8", "#e39b2d", "#2a6fdb", "#2aa876", "#d9534f"];
+
+  // The chart's size inside its box (less the box's padding and border).
+  function size(el) {
+    const box = el.getBoundingClientRect().width || 600;
+    return { width: Math.max(320, Math.floor(box) - 20), height: 220 };
+  }
+
+  function lineSeries(label, color) {
+    return { label, stroke: color, width: 2, points: { show: false } };
+  }
+
+  // A time-axis line chart of `columns(records)`.
+  function lines(el, title, series, columns) {
+    const opts = Object.assign(size(el), {
+      title,
+      series: [{}].concat(series),
+      scales: { y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max)] } },
+      legend: { live: true },
+    });
+    const u = new uPlot(opts, [[], ...series.map(() => [])], el);
+    return {
+      plot: u,
+      update(records) {
+        const xs = records.map((r) => r.timestamp_ms / 1000);
+        u.setData([xs, ...columns(records)]);
+      },
+    };
+  }
+
+  // Batch duration stacked by phase: each series is the running sum of the
+  // phases below it, with a band filling between neighbours; the legend
+  // shows each phase's own milliseconds.
+  function phases(el) {
+    let raw = PHASES.map(() => []);
+    const bars = uPlot.paths.bars({ size: [0.8, 24] });
+    const bands = PHASES.slice(1).map((_, k) => ({ series: [k + 2, k + 1] }));
+    const opts = Object.assign(size(el), {
+      title: "Batch duration by phase (ms)",
+      scales: { x: { time: false }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+      axes: [{ label: "batch" }, {}],
+      bands,
+      series: [{ label: "batch" }].concat(PHASES.map((p, k) => ({
+        label: p,
+        stroke: PHASE_COLORS[k],
+        fill: PHASE_COLORS[k] + "cc",
+        paths: bars,
+        points: { show: false },
+        value: (u, v, si, i) => (i == null || raw[si - 1][i] == null ? "--" : raw[si - 1][i]),
+      }))),
+    });
+    const u = new uPlot(opts, [[], ...PHASES.map(() => [])], el);
+    return {
+      plot: u,
+      update(records) {
+        raw = PHASES.map((p) => records.map((r) => r.duration_ms[p]));
+        const acc = records.map(() => 0);
+        const stacked = raw.map((col) => col.map((v, i) => (acc[i] += v)));
+        u.setData([records.map((r) => r.batch_id), ...stacked]);
+      },
+    };
+  }
+
+  function create(kind, el) {
+    switch (kind) {
+      case "rates":
+        return lines(el, "Rows per second",
+          [lineSeries("input rows/s", "#2a6fdb"), lineSeries("processed rows/s", "#2aa876")],
+          (rs) => [rs.map((r) => r.input_rows_per_second), rs.map((r) => r.processed_rows_per_second)]);
+      case "phases":
+        return phases(el);
+      case "state":
+        return lines(el, "State rows", [lineSeries("state rows", "#8e6bd8")],
+          (rs) => [rs.map((r) => r.state_rows_total)]);
+      case "watermark":
+        return lines(el, "Watermark lag (s)", [lineSeries("lag s", "#d9534f")],
+          (rs) => [rs.map((r) => (r.watermark_ms == null ? null : (r.timestamp_ms - r.watermark_ms) / 1000))]);
+      default:
+        throw new Error("unknown chart " + kind);
+    }
+  }
+
+  return { create, size, MAX_POINTS };
+})();

@@ -1,0 +1,290 @@
+//! The web UI in a real browser (Debian's headless Chromium): an HA
+//! cluster (1 etcd member, 2 drivers, 1 executor) runs a stateful windowed
+//! query with a watermark and a stateless query of 1100 tiny batches.
+//!
+//! - the query page's charts hold points from real batches, and the
+//!   figures it shows are those of the checkpoint's `progress/N` and
+//!   `offsets/N`;
+//! - the page updates without a reload;
+//! - the queries and cluster pages show the queries, the leader, its
+//!   epoch, the standby and the executor;
+//! - the standby's page says it is a standby and links to the leader's UI;
+//! - the admin stop button stops the query;
+//! - a chart holds the last 1000 batches of the long query.
+//!
+//! Screenshots of every page go to `$CARGO_TARGET_TMPDIR/web_ui/`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_tests::browser::Browser;
+use sluice_tests::ha::Ha;
+use sluice_tests::spec::Spec;
+use sluice_tests::stateful::WINDOWS;
+use sluice_tests::{Cluster, QueryState, query_dir};
+
+const QUERY: &str = "windows";
+const MANY: &str = "many";
+const MANY_BATCHES: u64 = 1100;
+const WAIT: Duration = Duration::from_secs(60);
+
+fn shots() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("web_ui")
+}
+
+/// A checkpoint record of `query`: `log/N` as JSON.
+fn record(root: &Path, query: &str, log: &str, batch: u64) -> Value {
+    let path = query_dir(root, query)
+        .join(log)
+        .join(format!("{batch:020}"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// "12,345" as shown on the page.
+fn number(text: &str) -> u64 {
+    text.replace(',', "")
+        .parse()
+        .unwrap_or_else(|e| panic!("not a number: {text:?}: {e}"))
+}
+
+/// The rows of the rate source that `offsets/N` planned.
+fn planned_rows(plan: &Value) -> u64 {
+    let rate = &plan["source"]["rate"];
+    rate["end_value"].as_u64().unwrap() - rate["start_value"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_ui_shows_live_charts_that_match_the_checkpoint() {
+    let cluster = Cluster::new("web-ui");
+    let ha = Ha::start(&cluster, 1, 2, 1).await;
+    let leader = &ha.drivers[ha.leader];
+    let standby = &ha.drivers[1 - ha.leader];
+    let mut client = cluster.client(&ha.list);
+    let windows = Spec::new(QUERY, &cluster.sink_path(QUERY))
+        .partitions(4)
+        .rows_per_second(2000)
+        .max_rows_per_batch(4000)
+        .interval_ms(250)
+        .sql(WINDOWS)
+        .with("watermark: {column: timestamp_ms, delay_ms: 200}")
+        .with("state_partitions: 4")
+        .with("output_mode: append");
+    client
+        .submit(&windows.to_yaml())
+        .await
+        .expect("submit windows");
+    let many = Spec::new(MANY, &cluster.sink_path(MANY))
+        .partitions(1)
+        .rows_per_second(1_000_000)
+        .total_rows(MANY_BATCHES * 10)
+        .max_rows_per_batch(10)
+        .interval_ms(0);
+    client.submit(&many.to_yaml()).await.expect("submit many");
+    // The cluster as the API reports it, once the executor has attached.
+    let deadline = std::time::Instant::now() + WAIT;
+    let info = loop {
+        let info = client.cluster_info().await.expect("cluster info");
+        if !info.executors.is_empty() && !info.standbys.is_empty() {
+            break info;
+        }
+        assert!(std::time::Instant::now() < deadline, "{info:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    let root = cluster.checkpoint_root();
+    let leader_ui = format!("http://{}", leader.http_addr());
+    let standby_ui = format!("http://{}", standby.http_addr());
+    let dir = shots();
+    let browse = tokio::task::spawn_blocking(move || {
+        let b = Browser::start();
+
+        // The query page: charts from real batches, figures from the checkpoint.
+        b.goto(&format!("{leader_ui}/#/query/{QUERY}"));
+        b.run("window.__sameDocument = true");
+        b.wait_for("4 batches charted", "sluiceUi.points.rates >= 4", WAIT);
+        b.wait_for("the phases chart", "sluiceUi.points.phases >= 4", WAIT);
+        b.wait_for(
+            "state rows shown",
+            "sluiceUi.records.some(r => r.state_rows_total > 0)",
+            WAIT,
+        );
+        let shown: Vec<Value> = b
+            .eval("[...document.querySelectorAll('#q-progress tbody tr')].map(tr => ({ batch: tr.dataset.batch, cells: [...tr.children].map(td => td.textContent) }))")
+            .as_array()
+            .cloned()
+            .unwrap();
+        assert!(shown.len() >= 4, "{shown:?}");
+        for row in &shown {
+            let batch: u64 = row["batch"].as_str().unwrap().parse().unwrap();
+            let cells: Vec<&str> = row["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            let progress = record(&root, QUERY, "progress", batch);
+            let plan = record(&root, QUERY, "offsets", batch);
+            assert_eq!(
+                number(cells[3]),
+                progress["num_input_rows"].as_u64().unwrap(),
+                "batch {batch}: {cells:?}"
+            );
+            assert_eq!(
+                number(cells[3]),
+                planned_rows(&plan),
+                "batch {batch}: {cells:?}"
+            );
+            assert_eq!(
+                number(cells[1]),
+                progress["epoch"].as_u64().unwrap(),
+                "batch {batch}"
+            );
+            assert_eq!(
+                number(cells[7]),
+                progress["state_rows_total"].as_u64().unwrap(),
+                "batch {batch}"
+            );
+            assert_eq!(
+                cells[6],
+                format!("{} ms", progress["duration_ms"]["total"]),
+                "batch {batch}"
+            );
+        }
+        let newest: u64 = shown[0]["batch"].as_str().unwrap().parse().unwrap();
+        let charted = b.eval("sluiceUi.records.map(r => r.batch_id)");
+        let charted: Vec<u64> = serde_json::from_value(charted).unwrap();
+        assert_eq!(
+            charted,
+            (0..charted.len() as u64).collect::<Vec<_>>(),
+            "every batch from 0 on"
+        );
+        assert!(
+            b.text("#q-sql").contains("window(timestamp_ms"),
+            "{}",
+            b.text("#q-sql")
+        );
+        assert!(
+            b.text("#q-spec").contains("name: windows"),
+            "{}",
+            b.text("#q-spec")
+        );
+        assert_eq!(
+            b.eval("document.getElementById('chart-watermark').hidden"),
+            Value::Bool(false)
+        );
+        assert_eq!(b.text("#q-state"), "RUNNING");
+
+        // Live: newer batches arrive in the same document.
+        let later = format!(
+            "Number(document.getElementById('q-last-batch').textContent) >= {}",
+            newest + 3
+        );
+        b.wait_for("the page shows newer batches", &later, WAIT);
+        assert_eq!(b.eval("window.__sameDocument === true && performance.getEntriesByType('navigation').length === 1"), Value::Bool(true), "no reload");
+        assert!(b.eval("sluiceUi.points.rates").as_u64().unwrap() >= 7);
+        b.wait_for(
+            "the stop button (admin)",
+            "!document.getElementById('stop').hidden",
+            WAIT,
+        );
+        b.screenshot(&dir.join("query.png"));
+
+        // The queries page.
+        b.run("location.hash = '#/'");
+        b.wait_for(
+            "the queries table",
+            &format!("document.querySelector('tr[data-query=\"{MANY}\"]') !== null"),
+            WAIT,
+        );
+        let state = b.text(&format!("tr[data-query=\"{QUERY}\"] td.state"));
+        assert_eq!(state, "RUNNING");
+        let last = number(&b.text(&format!("tr[data-query=\"{QUERY}\"] td.last-batch")));
+        assert!(last >= newest + 3, "{last}");
+        b.screenshot(&dir.join("queries.png"));
+
+        // The cluster page.
+        b.run("location.hash = '#/cluster'");
+        b.wait_for(
+            "the executors table",
+            "document.querySelector('tr[data-executor]') !== null",
+            WAIT,
+        );
+        assert_eq!(b.text("#c-leader"), info.leader);
+        assert_eq!(number(&b.text("#c-epoch")), info.epoch);
+        assert_eq!(b.text("#c-standbys"), info.standbys.join(""));
+        assert_eq!(info.standbys.len(), 1, "{info:?}");
+        let e = &info.executors[0];
+        assert_eq!(
+            b.text(&format!("tr[data-executor=\"{}\"] td.slots", e.id)),
+            e.slots.to_string()
+        );
+        assert!(
+            b.text(&format!("tr[data-executor=\"{}\"] td.heartbeat", e.id))
+                .ends_with('s')
+        );
+        b.screenshot(&dir.join("cluster.png"));
+
+        // The long query: a chart keeps its last 1000 batches.
+        b.run(&format!("location.hash = '#/query/{MANY}'"));
+        b.wait_for(
+            "the long query finished",
+            "document.getElementById('q-state').textContent === 'FINISHED'",
+            Duration::from_secs(240),
+        );
+        b.wait_for(
+            "1000 points",
+            "sluiceUi.points.rates === 1000 && sluiceUi.points.phases === 1000",
+            WAIT,
+        );
+        let first = b.eval("sluiceUi.records[0].batch_id").as_u64().unwrap();
+        assert_eq!(first, MANY_BATCHES - 1000, "the last 1000 batches");
+        println!(
+            "1000-batch charts drawn in {} ms",
+            b.eval("sluiceUi.renderMs")
+        );
+        assert!(
+            b.eval("document.getElementById('stop').hidden")
+                .as_bool()
+                .unwrap(),
+            "no stop button on a finished query"
+        );
+        b.screenshot(&dir.join("query-1000.png"));
+
+        // The stop button.
+        b.run(&format!("location.hash = '#/query/{QUERY}'"));
+        b.wait_for(
+            "the stop button",
+            "!document.getElementById('stop').hidden",
+            WAIT,
+        );
+        b.run("window.confirm = () => true; document.getElementById('stop').click()");
+        b.wait_for(
+            "stopped",
+            "document.getElementById('q-state').textContent === 'STOPPED'",
+            WAIT,
+        );
+
+        // The standby's page links to the leader.
+        let b2 = Browser::start();
+        b2.goto(&format!("{standby_ui}/"));
+        b2.wait_for(
+            "the standby banner",
+            "!document.getElementById('standby-banner').hidden",
+            WAIT,
+        );
+        let href = b2.wait_for(
+            "the leader link",
+            "document.getElementById('leader-link')?.getAttribute('href')",
+            WAIT,
+        );
+        assert_eq!(href, Value::String(format!("{leader_ui}/")));
+        assert_eq!(b2.text("#role-badge"), "standby");
+        b2.screenshot(&dir.join("standby.png"));
+    });
+    browse.await.expect("the browser checks");
+    let status = client.get(QUERY).await.expect("status");
+    assert_eq!(status.state, QueryState::Stopped as i32, "{status:?}");
+    println!("screenshots in {}", shots().display());
+}
