@@ -10,6 +10,7 @@ mod commands;
 #[cfg(test)]
 mod fake_driver;
 mod inproc;
+mod live;
 mod local;
 mod output;
 mod progress;

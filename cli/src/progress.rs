@@ -1,7 +1,9 @@
-//! The Progress stream: the `progress` command, and the live view that
-//! `local` and `bench` reuse. With `follow`, a broken stream (a driver
+//! The Progress stream: the `progress` command (with `--follow` on a
+//! terminal, the live view of `live.rs`), and the stream that `local` and
+//! `bench` reuse. With `follow`, a broken stream (a driver
 //! restart or failover) is reopened and batches already seen are skipped.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use sluice_proto::{BatchProgress, ProgressRequest, QueryStatus};
@@ -10,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{CliError, Client};
 use crate::commands::get;
+use crate::live::{self, Live, Screen};
 use crate::output;
 use crate::output::wait_exit_code;
 
@@ -162,7 +165,25 @@ pub async fn command(
     json: bool,
 ) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
-    let outcome = stream(client, query, follow, &shutdown, |p| print_batch(p, json)).await?;
+    let outcome = if follow && !json && std::io::stdout().is_terminal() {
+        // A terminal: one block, redrawn in place.
+        let mut live = Live::default();
+        let mut screen = Screen::new(std::io::stdout());
+        let mut failed = None;
+        let outcome = stream(client, query, follow, &shutdown, |p| {
+            live.push(p);
+            if let Err(e) = screen.draw(&live.render(live::width())) {
+                failed.get_or_insert(e);
+            }
+        })
+        .await?;
+        if let Some(e) = failed {
+            return Err(anyhow::anyhow!("cannot write to the terminal: {e}"));
+        }
+        outcome
+    } else {
+        stream(client, query, follow, &shutdown, |p| print_batch(p, json)).await?
+    };
     if let Outcome::Terminal(state) = outcome {
         eprintln!("query {query} is {}", output::state_name(state));
     }
