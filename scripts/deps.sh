@@ -10,8 +10,10 @@
 #                           kubectl, which renders the Kubernetes manifests,
 #                           and kubernetes-validate
 #   scripts/deps.sh test    build + tools + etcd (the HA and chaos tests),
-#                           chromium (the web UI's browser tests) and
-#                           the pinned venv target/s3/venv
+#                           chromium (the web UI's browser tests),
+#                           unshare, ip and nft (a chaos test firewalls a
+#                           driver's port in a network namespace of its own),
+#                           and the pinned venv target/s3/venv
 #                           (tests/requirements-s3.txt): moto's S3 server
 #
 # Every check tries the real thing (compile and link a C file, compile a
@@ -70,6 +72,19 @@ check_chromium() {
     'data:text/html,<p id=ok>rendered</p>' 2>/dev/null | grep -q 'id="ok"'
 }
 
+# A network namespace with its loopback up and an nftables rule that drops
+# one port: what the firewalled-leader chaos test builds (root only).
+check_netns() {
+  unshare --net -- sh -c 'ip link set lo up && nft -f - && nft list ruleset | grep -q "dport 9 drop"' <<'EOF' >/dev/null 2>&1
+table inet sluice_check {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    tcp dport 9 drop
+  }
+}
+EOF
+}
+
 check_python() {
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1
 }
@@ -110,6 +125,8 @@ fi
 if [ "$mode" = test ]; then
   add_check "etcd (etcd --version runs)" check_etcd "etcd-server"
   add_check "chromium (renders a page headless)" check_chromium "chromium"
+  add_check "a network namespace with an nftables rule (unshare, ip, nft)" check_netns \
+    "util-linux iproute2 nftables"
 fi
 
 missing=()

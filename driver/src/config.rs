@@ -67,6 +67,15 @@ pub struct Cli {
     /// Leader lease TTL; etcd grants whole seconds, at least about 2 s.
     #[arg(long, env = "SLUICE_LEASE_TTL_MS", default_value_t = 3000)]
     pub lease_ttl_ms: u64,
+    /// A standby watches the leader's process: when its stream breaks and its
+    /// port refuses connections, the standby revokes the leader's lease and
+    /// takes over at once. Off: standbys wait for the lease to expire.
+    #[arg(long, env = "SLUICE_FAST_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fast_failover: bool,
+    /// Tests only: when this file appears, a standby revokes the leader's
+    /// lease as if the leader were dead (once per file).
+    #[arg(long, env = "SLUICE_TEST_REVOKE_TRIGGER", hide = true)]
+    pub test_revoke_trigger: Option<PathBuf>,
     /// TLS certificate (PEM, with its chain) of the gRPC port; reloaded when
     /// the file changes. Without it the port is plaintext.
     #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
@@ -172,6 +181,11 @@ pub struct ElectionConfig {
     pub tls: ClientTls,
     /// etcd's authentication: user and password.
     pub user: Option<(String, Secret)>,
+    /// Standbys detect a dead leader process and revoke its lease.
+    pub fast_failover: bool,
+    /// Tests only: a file whose appearance makes a standby revoke the lease
+    /// of a live leader.
+    pub test_revoke_trigger: Option<PathBuf>,
 }
 
 impl ElectionConfig {
@@ -292,6 +306,8 @@ impl TryFrom<Cli> for DriverConfig {
                 lease_ttl: Duration::from_millis(cli.lease_ttl_ms),
                 tls,
                 user,
+                fast_failover: cli.fast_failover,
+                test_revoke_trigger: cli.test_revoke_trigger,
             })
         };
         let security = SecurityConfig {

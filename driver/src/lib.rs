@@ -2,7 +2,7 @@
 //! the micro-batch runner.
 //!
 //! ```text
-//!  run ─┬─ gRPC server (server.rs: QueryService, ClusterService, health, reflection)
+//!  run ─┬─ gRPC server (server.rs: QueryService, ClusterService, PeerService, health, reflection)
 //!       ├─ HTTP server (http.rs: /healthz, /readyz, /metrics; ui/: the web UI)
 //!       └─ leadership ─► Term { scheduler, query runners }
 //! ```
@@ -19,6 +19,7 @@ pub mod http;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod peer;
 pub mod planner;
 pub mod query;
 pub mod recovery;

@@ -8,8 +8,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use sluice_proto as pb;
 
@@ -32,6 +32,11 @@ pub fn failure_kind(kind: Option<pb::ErrorKind>) -> &'static str {
 }
 
 const FAILURE_KINDS: [&str; 5] = ["lost", "retryable", "storage", "fatal", "stale_epoch"];
+
+/// Why a standby became leader: the leader's lease expired, its process
+/// was found gone (its port refused connections) and its lease revoked,
+/// or it resigned (a SIGTERM handover).
+pub const TAKEOVER_CAUSES: [&str; 3] = ["lease_expired", "leader_refused", "resigned"];
 
 /// Every metric the driver exports. Cheap to clone.
 #[derive(Clone)]
@@ -60,6 +65,9 @@ pub struct Metrics {
     pub executors_lost: IntCounter,
     pub elections_won: IntCounter,
     pub failovers: IntCounter,
+    pub takeovers: IntCounterVec,
+    pub death_detection_seconds: Histogram,
+    pub fast_failover_armed: IntGauge,
     pub checkpoint_bytes: IntCounter,
     pub lease_age_seconds: Gauge,
     pub is_leader: IntGauge,
@@ -104,6 +112,12 @@ impl Define {
     fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, DriverError> {
         let g = IntGauge::new(name, help).map_err(failed(name))?;
         self.add(name, g)
+    }
+
+    fn histogram(&self, name: &str, help: &str) -> Result<Histogram, DriverError> {
+        let opts = HistogramOpts::new(name, help).buckets(self.buckets.clone());
+        let h = Histogram::with_opts(opts).map_err(failed(name))?;
+        self.add(name, h)
     }
 
     fn histograms(
@@ -173,6 +187,25 @@ impl Metrics {
             failovers: d.counter(
                 "failovers_total",
                 "Terms that took over running queries from an earlier epoch (a failover or a restart)",
+            )?,
+            takeovers: {
+                let t = d.counters(
+                    "takeovers_total",
+                    "Terms this driver began by taking over from another leader, by cause",
+                    &["cause"],
+                )?;
+                for cause in TAKEOVER_CAUSES {
+                    t.with_label_values(&[cause]);
+                }
+                t
+            },
+            death_detection_seconds: d.histogram(
+                "leader_death_detection_seconds",
+                "From the break of the leader's stream to the refusal that confirmed its process gone",
+            )?,
+            fast_failover_armed: d.gauge(
+                "fast_failover_armed",
+                "1 on a standby that holds a stream to the leader it saw in the election",
             )?,
             checkpoint_bytes: d.counter(
                 "checkpoint_bytes_written_total",

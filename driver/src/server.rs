@@ -1,4 +1,6 @@
-//! The driver's gRPC port: its services, limits, TLS and auth layer.
+//! The driver's gRPC port: its services (QueryService for users,
+//! ClusterService for executors, PeerService for standby drivers, health,
+//! reflection), limits, TLS and auth layer.
 //!
 //! ```text
 //!  TcpListener ─┬─ plaintext: TcpIncoming (no Nagle)        ─┐
@@ -11,13 +13,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use sluice_proto::cluster_service_server::ClusterServiceServer;
+use sluice_proto::peer_service_server::PeerServiceServer;
 use sluice_proto::query_service_server::QueryServiceServer;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::state::Driver;
-use crate::{DriverError, api, auth, cluster, config, reload, tls};
+use crate::{DriverError, api, auth, cluster, config, peer, reload, tls};
 
 /// The largest request QueryService decodes: a little above the largest
 /// valid spec ([`sluice_common::spec::MAX_SPEC_BYTES`]), so that a spec just
@@ -91,6 +94,9 @@ pub(crate) async fn grpc(
             })
             .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
+        .add_service(PeerServiceServer::new(peer::PeerApi {
+            driver: driver.clone(),
+        }))
         .add_service(
             ClusterServiceServer::new(cluster::service::ClusterApi { driver })
                 .max_decoding_message_size(MAX_CLUSTER_MESSAGE_BYTES),

@@ -23,9 +23,15 @@ pub const TTL_MS: u64 = 2000;
 /// Starts a driver that campaigns through `etcd` with [`TTL_MS`]. It logs
 /// each committed batch (a DEBUG line), which the chaos tests read.
 pub fn start_ha_driver(cluster: &Cluster, etcd: &EtcdCluster) -> Driver {
+    start_ha_driver_with(cluster, etcd, Vec::new())
+}
+
+/// [`start_ha_driver`] with more flags.
+pub fn start_ha_driver_with(cluster: &Cluster, etcd: &EtcdCluster, args: Vec<String>) -> Driver {
     cluster.start_driver_with(DriverOpts {
         etcd: etcd.endpoints(),
         lease_ttl_ms: Some(TTL_MS),
+        extra_args: args,
         env: vec![(
             "RUST_LOG".into(),
             "info,sluice_driver::query::batch=debug".into(),
@@ -49,9 +55,21 @@ impl Ha {
     /// Starts an etcd cluster of `members`, waits for its health, starts
     /// `drivers` drivers, waits for one leader, then starts `executors`.
     pub async fn start(cluster: &Cluster, members: usize, drivers: usize, executors: usize) -> Ha {
+        Ha::start_with(cluster, members, drivers, executors, &[]).await
+    }
+
+    /// [`Ha::start`] with more flags for every driver.
+    pub async fn start_with(
+        cluster: &Cluster,
+        members: usize,
+        drivers: usize,
+        executors: usize,
+        driver_args: &[&str],
+    ) -> Ha {
         let etcd = EtcdCluster::start_healthy(cluster, members).await;
+        let args: Vec<String> = driver_args.iter().map(|a| a.to_string()).collect();
         let drivers: Vec<Driver> = (0..drivers)
-            .map(|_| start_ha_driver(cluster, &etcd))
+            .map(|_| start_ha_driver_with(cluster, &etcd, args.clone()))
             .collect();
         let leader = wait_leader(&drivers, READY_TIMEOUT).await;
         let list = driver_list(&drivers);

@@ -18,6 +18,7 @@ pub mod ha;
 pub mod http;
 pub mod inputs;
 pub mod manifests;
+pub mod netns;
 pub mod node;
 pub mod oracle;
 pub mod ports;

@@ -94,6 +94,25 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// The value of one series of `/metrics`, named with its labels as the
+    /// exposition prints them (`sluice_takeovers_total{cause="resigned"}`).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.trim().parse().expect("a metric value is a number"))
+    }
+
+    /// The takeovers this driver counted, by cause.
+    pub async fn takeovers(&self, cause: &str) -> f64 {
+        let series = format!("sluice_takeovers_total{{cause=\"{cause}\"}}");
+        self.metric(&series)
+            .await
+            .unwrap_or_else(|| panic!("{series} is exported"))
+    }
+}
+
 impl Deref for Driver {
     type Target = Process;
     fn deref(&self) -> &Process {

@@ -5,6 +5,12 @@
 //! and the old leader's log shows no commit. The query finishes
 //! exactly-once with commit epochs that never decrease.
 //!
+//! A paused process still holds its port (the kernel accepts connections
+//! into its backlog) and its streams stay open: the standby must not revoke
+//! its lease early. The takeover waits for the lease (at least 2/3 of the
+//! TTL after the SIGSTOP, when the leader's last renewal could have been)
+//! and is counted as `lease_expired`.
+//!
 //! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -47,6 +53,11 @@ async fn paused_leader_is_fenced_after_sigcont() {
         ms_between(paused_at, takeover.written),
         takeover.batch,
         takeover.epoch
+    );
+    let takeover_ms = ms_between(paused_at, takeover.written);
+    assert!(
+        takeover_ms >= (TTL_MS * 2 / 3) as i64,
+        "the standby took over {takeover_ms} ms after the SIGSTOP, before the lease could expire"
     );
     tokio::time::sleep(pause.saturating_sub(t0.elapsed())).await;
     eprintln!("SIGCONT after {:?}", t0.elapsed());
@@ -103,6 +114,17 @@ async fn paused_leader_is_fenced_after_sigcont() {
     let (addr, new_epoch) = leader_and_epoch(&mut client).await;
     assert_ne!(addr, old.addr(), "the leadership moved");
     assert!(new_epoch > old_epoch);
+    let new_leader = &ha.drivers[ready[0]];
+    assert_eq!(new_leader.takeovers("lease_expired").await, 1.0);
+    for d in &ha.drivers {
+        assert_eq!(d.takeovers("leader_refused").await, 0.0, "no early revoke");
+        let log = std::fs::read_to_string(d.log_path()).unwrap_or_default();
+        assert!(
+            !log.contains("the leader's process is gone"),
+            "{} revoked the lease of a paused leader",
+            d.name()
+        );
+    }
 
     let epochs = finish_and_check(
         &mut client,

@@ -1,5 +1,7 @@
 //! Chaos: a seeded random schedule of SIGKILL, SIGTERM and SIGSTOP/SIGCONT
-//! against 2–3 drivers (TTL 2000 ms) and 2–4 executors on one etcd, under
+//! against 2–3 drivers (TTL 2000 ms) and 2–4 executors on one etcd, and of
+//! wrong revokes (a standby revokes the lease of a live leader, through the
+//! drivers' test hook), under
 //! a bounded rate query sized to last the whole run. Each victim is
 //! restarted (or resumed) after a random delay; at least one driver and
 //! one executor stay up, except for a rare full outage of one kind. At the
@@ -29,6 +31,8 @@ enum Fault {
     Kill,
     Term,
     Pause,
+    /// A standby revokes the live leader's lease (no node goes down).
+    WrongRevoke,
 }
 
 /// One driver or executor under chaos.
@@ -83,13 +87,19 @@ async fn random_schedule_keeps_exactly_once() {
     let started = Instant::now();
     let cluster = Cluster::new("chaos-random");
     let etcd = EtcdCluster::start_healthy(&cluster, 1).await;
+    let trigger = cluster.root().join("revoke-the-leader");
     let drivers: Vec<_> = (0..n_drivers)
         .map(|_| {
             cluster.start_driver_with(DriverOpts {
                 etcd: etcd.endpoints(),
                 lease_ttl_ms: Some(TTL_MS),
                 // Keep every record, so the epoch order covers the whole run.
-                extra_args: vec!["--retain-batches".into(), "1000000".into()],
+                extra_args: vec![
+                    "--retain-batches".into(),
+                    "1000000".into(),
+                    "--test-revoke-trigger".into(),
+                    trigger.display().to_string(),
+                ],
                 ..DriverOpts::default()
             })
         })
@@ -144,7 +154,16 @@ async fn random_schedule_keeps_exactly_once() {
                 node.process.restart();
             }
         }
-        if now >= next_fault {
+        if now >= next_fault && rng.chance(0.1) {
+            next_fault = now + rng.millis(300, 2500);
+            // Taken by whichever standby watches the leader (none while
+            // every standby is down: the file then waits for one).
+            if !trigger.exists() {
+                std::fs::write(&trigger, b"").expect("create the trigger file");
+                *counts.entry(("driver", Fault::WrongRevoke)).or_default() += 1;
+                log("WrongRevoke of the leader by a standby".into());
+            }
+        } else if now >= next_fault {
             next_fault = now + rng.millis(300, 2500);
             let mut i = rng.between(0, nodes.len() as u64 - 1) as usize;
             let leader_now = match ready_drivers(&drivers).await.as_slice() {
@@ -178,6 +197,7 @@ async fn random_schedule_keeps_exactly_once() {
                     }
                     Fault::Term => node.process.term(),
                     Fault::Pause => node.process.pause(),
+                    Fault::WrongRevoke => unreachable!("never picked for a node"),
                 }
                 node.down = Some((fault, now + delay));
                 *counts.entry((node.kind(), fault)).or_default() += 1;

@@ -4,6 +4,11 @@
 //! signal → the first commit of a newer epoch, by polling the query's
 //! `commits/` directory. The signalled driver is restarted as a standby
 //! before the next round. Every child process is killed on exit.
+//!
+//! ```text
+//!  cluster 1: --fast-failover true   SIGKILL ×kills, SIGTERM ×handovers
+//!  cluster 2: --fast-failover false  SIGKILL ×kills (the lease decides)
+//! ```
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -34,6 +39,59 @@ struct Driver {
 }
 
 pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
+    let fast = measure(args, shutdown, true, args.kills, args.handovers).await?;
+    let lease = measure(args, shutdown, false, args.kills, 0).await?;
+    let summary = |v: &[f64]| Summary::of(v).map_or(Value::Null, |s| s.to_json());
+    let ms = |v: &[f64]| v.iter().map(|m| round3(*m)).collect::<Vec<_>>();
+    let (k, t, l) = (
+        summary(&fast.kills),
+        summary(&fast.terms),
+        summary(&lease.kills),
+    );
+    let figures = json!({
+        "scenario": "failover",
+        "tls": args.tls,
+        "cores": cores(),
+        "lease_ttl_ms": TTL_MS,
+        "drivers": 2,
+        "executors": 1,
+        "trigger_ms": TRIGGER_MS,
+        "poll_ms": POLL.as_millis(),
+        "kill_to_commit_ms": ms(&fast.kills),
+        "kill_median_ms": k["median"],
+        "kill_p99_ms": k["p99"],
+        "kill_max_ms": k["max"],
+        "kill_lease_only_to_commit_ms": ms(&lease.kills),
+        "kill_lease_only_median_ms": l["median"],
+        "kill_lease_only_p99_ms": l["p99"],
+        "kill_lease_only_max_ms": l["max"],
+        "sigterm_to_commit_ms": ms(&fast.terms),
+        "sigterm_median_ms": t["median"],
+        "sigterm_max_ms": t["max"],
+        "verify": verify::report_json(&fast.report),
+        "verify_lease_only": verify::report_json(&lease.report),
+    });
+    let code = verify::exit_code(&fast.report).max(verify::exit_code(&lease.report));
+    Ok((figures, code))
+}
+
+const TRIGGER_MS: u64 = 100;
+
+/// What one cluster measured.
+struct Measured {
+    kills: Vec<f64>,
+    terms: Vec<f64>,
+    report: sluice_common::verify::Report,
+}
+
+/// Runs one cluster, its drivers with `--fast-failover <fast>`.
+async fn measure(
+    args: &BenchArgs,
+    shutdown: &CancellationToken,
+    fast: bool,
+    kills: u32,
+    handovers: u32,
+) -> anyhow::Result<Measured> {
     let (dir, root, out) = workdir()?;
     let tls = args.tls.then(BenchTls::new).transpose()?;
     let etcd_bin =
@@ -76,6 +134,8 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
                 "bench",
                 "--lease-ttl-ms",
                 &TTL_MS.to_string(),
+                "--fast-failover",
+                &fast.to_string(),
             ]
             .map(str::to_string),
         );
@@ -116,7 +176,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         partitions: args.partitions.unwrap_or(4),
         rows_per_second: 100_000,
         total_rows: None,
-        trigger_ms: 100,
+        trigger_ms: TRIGGER_MS,
         max_rows_per_batch: None,
         sink: out.clone(),
         sql: None,
@@ -126,7 +186,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let measured = tokio::select! {
         biased;
         _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
-        r = rounds(args, &q, &addrs, tls.as_ref(), &mut drivers, &commits) => r,
+        r = rounds((kills, handovers), &q, &addrs, tls.as_ref(), &mut drivers, &commits) => r,
     };
     let (kills, terms) = match measured {
         Ok(m) => m,
@@ -144,30 +204,16 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     }
     etcd.kill()?;
     let report = verify::check(&out, None).await?;
-    let summary = |v: &[f64]| Summary::of(v).map_or(Value::Null, |s| s.to_json());
-    let (k, t) = (summary(&kills), summary(&terms));
-    let figures = json!({
-        "scenario": "failover",
-        "tls": args.tls,
-        "cores": cores(),
-        "lease_ttl_ms": TTL_MS,
-        "drivers": 2,
-        "executors": 1,
-        "trigger_ms": q.trigger_ms,
-        "poll_ms": POLL.as_millis(),
-        "kill_to_commit_ms": kills.iter().map(|m| round3(*m)).collect::<Vec<_>>(),
-        "kill_median_ms": k["median"],
-        "kill_max_ms": k["max"],
-        "sigterm_to_commit_ms": terms.iter().map(|m| round3(*m)).collect::<Vec<_>>(),
-        "sigterm_median_ms": t["median"],
-        "sigterm_max_ms": t["max"],
-        "verify": verify::report_json(&report),
-    });
-    Ok((figures, verify::exit_code(&report)))
+    Ok(Measured {
+        kills,
+        terms,
+        report,
+    })
 }
 
+/// (SIGKILL rounds, SIGTERM rounds).
 async fn rounds(
-    args: &BenchArgs,
+    (n_kills, n_terms): (u32, u32),
     q: &RateQuery,
     addrs: &[String],
     tls: Option<&BenchTls>,
@@ -184,8 +230,8 @@ async fn rounds(
     let mut kills = Vec::new();
     let mut terms = Vec::new();
     for (signal, n, out) in [
-        (Signal::SIGKILL, args.kills, &mut kills),
-        (Signal::SIGTERM, args.handovers, &mut terms),
+        (Signal::SIGKILL, n_kills, &mut kills),
+        (Signal::SIGTERM, n_terms, &mut terms),
     ] {
         for round in 0..n {
             let leader = find_leader(drivers).await?;

@@ -66,7 +66,8 @@ impl fmt::Display for Role {
 /// What a gRPC method needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Health checks and reflection: open, so that probes and grpcurl work.
+    /// Health checks and reflection, so that probes and grpcurl work, and
+    /// the drivers' PeerService, whose stream grants nothing: open.
     Open,
     /// A QueryService call.
     Api(Role),
@@ -81,7 +82,8 @@ pub fn need(path: &str) -> Need {
     match service {
         "grpc.health.v1.Health"
         | "grpc.reflection.v1.ServerReflection"
-        | "grpc.reflection.v1alpha.ServerReflection" => Need::Open,
+        | "grpc.reflection.v1alpha.ServerReflection"
+        | "sluice.v1.PeerService" => Need::Open,
         "sluice.v1.ClusterService" => Need::Cluster,
         "sluice.v1.QueryService" => match method {
             "Get" | "List" | "Wait" | "Progress" | "Cluster" => Need::Api(Role::Viewer),

@@ -57,6 +57,7 @@ fn the_table() {
         );
     }
     assert_eq!(need(ATTACH), Need::Cluster);
+    assert_eq!(need("/sluice.v1.PeerService/WatchTerm"), Need::Open);
     // Anything unknown needs admin.
     assert_eq!(need("/sluice.v1.QueryService/Drop"), Need::Api(Role::Admin));
     assert_eq!(need("/other.Svc/X"), Need::Api(Role::Admin));

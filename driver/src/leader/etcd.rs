@@ -21,10 +21,12 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, LeaderKey};
 use sluice_common::backoff::Backoff;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::begin;
+use super::detect::{Detector, Seen, count_takeover};
 use super::leadership::{ETCD_DEADLINE, Leadership, etcd_error, within};
 use super::lease::LeaseClock;
 use crate::config::ElectionConfig;
@@ -105,12 +107,26 @@ async fn session(
         clock.clone(),
         session.clone(),
     ));
+    let (seen_tx, seen) = watch::channel(None);
     let hints = tokio::spawn(watch_leader(
         client.clone(),
         name.clone(),
         driver.clone(),
+        seen_tx,
         session.clone(),
     ));
+    let (observed_tx, observed) = watch::channel(None);
+    let detecting = session.child_token();
+    let detector = Detector {
+        client: client.clone(),
+        election: name.clone(),
+        driver: driver.clone(),
+        revoke: cfg.fast_failover,
+        trigger: cfg.test_revoke_trigger.clone(),
+        seen,
+        observed: observed_tx,
+    };
+    tokio::spawn(detector.run(detecting.clone()));
     info!(lease = lease_id, ttl_ms = ttl.as_millis() as u64, election = %name, "campaigning");
 
     // The one etcd call without a fixed deadline: a campaign waits, by
@@ -147,6 +163,12 @@ async fn session(
     hints.abort();
 
     let epoch = leader_key.rev() as u64;
+    tokio::spawn(count_takeover(
+        observed,
+        driver.metrics.clone(),
+        epoch,
+        detecting,
+    ));
     let leadership = Leadership::elected(client.clone(), name.clone(), clock.clone());
     // Not a child of the shutdown token: on SIGTERM the term first stops
     // committing (the lease is marked resigned), then resigns, and only then
@@ -285,22 +307,40 @@ async fn keep_alive(
     }
 }
 
-/// While standing by, keeps the leader's address for the `sluice-leader` hint.
+/// While standing by, keeps the leader's address for the `sluice-leader`
+/// hint, and tells the detector which term leads.
 async fn watch_leader(
     mut client: Client,
     name: String,
     driver: Arc<Driver>,
+    seen: watch::Sender<Option<Seen>>,
     cancel: CancellationToken,
 ) {
     let mut known: Option<(String, Option<String>)> = None;
     loop {
-        let leader = match within(Duration::from_secs(1), client.leader(name.as_str())).await {
-            Ok(resp) => resp
-                .kv()
-                .and_then(|kv| kv.value_str().ok())
-                .map(super::value::parse_election_value),
+        let kv = match within(Duration::from_secs(1), client.leader(name.as_str())).await {
+            Ok(mut resp) => resp.take_kv(),
             Err(_) => None,
         };
+        let leader = kv
+            .as_ref()
+            .and_then(|kv| kv.value_str().ok())
+            .map(super::value::parse_election_value);
+        let term = kv
+            .as_ref()
+            .zip(leader.as_ref())
+            .map(|(kv, (grpc, _))| Seen {
+                epoch: kv.create_revision() as u64,
+                lease: kv.lease(),
+                grpc: grpc.clone(),
+            });
+        seen.send_if_modified(|s| {
+            let changed = *s != term;
+            if changed {
+                s.clone_from(&term);
+            }
+            changed
+        });
         if leader != known && !driver.is_leader() {
             let (grpc, ui) = leader.clone().unzip();
             driver.set_role(Role::Standby {

@@ -10,9 +10,11 @@
 //! Either way, leading means owning one [`Term`]; losing the leadership
 //! cancels it.
 
+pub mod detect;
 pub mod etcd;
 pub mod leadership;
 pub mod lease;
+pub mod probe;
 mod value;
 
 use std::sync::Arc;
