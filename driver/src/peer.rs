@@ -1,8 +1,8 @@
 //! `PeerService`: what a standby watches on the leader. `WatchTerm` sends
 //! the leader's epoch when it opens, then holds the stream open for as long
 //! as the term lasts. A term that ends while the process lives on sends one
-//! last event, `ending` (with `resigned` for a handover), and closes the
-//! stream. A stream that breaks without it means the process or its
+//! last event, `ending` (with `resigned` for a handover, sent as the resign
+//! begins), and closes the stream. A stream that breaks without it means the process or its
 //! connection went away: the standby then probes the port (see
 //! `leader::detect`).
 //!
@@ -20,6 +20,7 @@ use sluice_proto as pb;
 use sluice_proto::peer_service_server::PeerService;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::state::Driver;
@@ -51,11 +52,17 @@ impl PeerService for PeerApi {
         tx.try_send(Ok(first.clone()))
             .expect("a new channel of two has room");
         let (cancel, lease) = (term.cancel.clone(), term.leadership.lease());
+        // A resign is announced before it reaches etcd, so that the
+        // standby knows the cause before it is elected.
+        let resigning = lease
+            .as_ref()
+            .map_or_else(CancellationToken::new, |l| l.resigning());
         tracing::debug!(epoch = term.epoch, watcher = %watcher, "a standby watches this term");
         term.tasks.spawn(async move {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {}
+                _ = resigning.cancelled() => {}
                 _ = tx.closed() => return,
             }
             let last = pb::TermEvent {

@@ -2,7 +2,9 @@
 //! the standby must commit within 1 s of the signal (printed as
 //! `handover_ms`), and the old leader exits cleanly within a few seconds.
 //! Done twice (A → B, then B → the restarted A); the query finishes
-//! exactly-once with commit epochs that never decrease.
+//! exactly-once with commit epochs that never decrease. Each new leader
+//! counts its takeover as `resigned`: the old leader announced the resign
+//! on the standby's stream before it reached etcd.
 //!
 //! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
 
@@ -85,6 +87,19 @@ async fn sigterm_hands_over_within_1s() {
             next.epoch, new_epoch,
             "the new leader's epoch is in the commit"
         );
+        // The leader announced its resign on the standby's stream.
+        let counted = std::time::Instant::now();
+        let taker = &ha.drivers[new_leader];
+        while taker.takeovers("resigned").await < 1.0 {
+            assert!(
+                counted.elapsed() < Duration::from_secs(5),
+                "round {round}: the takeover is counted as a resign"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for cause in ["leader_refused", "lease_expired"] {
+            assert_eq!(taker.takeovers(cause).await, 0.0, "round {round}: {cause}");
+        }
         // The old leader comes back as a standby for the next round.
         old.restart();
         leader = new_leader;

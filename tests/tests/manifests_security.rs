@@ -165,6 +165,8 @@ fn network_policies_admit_only_the_intended_peers() {
         assert_eq!(jobs.len(), 6, "{dir}: the Jobs of three queries");
         let mut clients = jobs.clone();
         clients.insert("sluice-executor".into());
+        // A standby watches the leader's process on its gRPC port.
+        clients.insert("sluice-driver".into());
         let any: BTreeSet<String> = ["*".to_string()].into();
 
         let driver = m.workload("sluice-driver");

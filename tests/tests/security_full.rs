@@ -1,9 +1,11 @@
 //! Everything on: TLS on the drivers' port, mutual TLS for executors,
 //! tokens for the API, etcd over TLS with client-certificate auth and
 //! etcd's own authentication (a user limited to `/sluice/`). The leader is
-//! SIGKILLed while a batch is in flight; the standby takes over through the
-//! secured etcd, and the query finishes exactly-once with commit epochs
-//! that never decrease.
+//! SIGKILLed while a batch is in flight; the standby, whose stream to the
+//! leader runs over TLS, sees it break and the port refuse, revokes the
+//! lease through the secured etcd and takes over (counted as
+//! `leader_refused`), and the query finishes exactly-once with commit
+//! epochs that never decrease.
 
 use std::time::Duration;
 
@@ -75,6 +77,11 @@ async fn a_secured_cluster_fails_over_exactly_once() {
         .await
         .expect("the standby commits under a higher epoch");
     let new_leader = wait_leader_except(&drivers, Some(leader), Duration::from_secs(10)).await;
+    assert_eq!(
+        drivers[new_leader].takeovers("leader_refused").await,
+        1.0,
+        "the standby detected the dead leader over its TLS stream"
+    );
     eprintln!(
         "failover: batch {} committed at epoch {} by {}",
         next.batch,

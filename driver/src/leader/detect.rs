@@ -28,7 +28,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
-use sluice_common::backoff::Backoff;
 use sluice_proto as pb;
 use sluice_proto::peer_service_client::PeerServiceClient;
 use tokio::sync::watch;
@@ -38,76 +37,8 @@ use tracing::{debug, info, warn};
 
 use super::leadership::{ETCD_DEADLINE, within};
 use super::probe::{self, Evidence, Verdict};
+use super::takeover::{End, Next, Observed, REOPEN, Seen, next};
 use crate::state::Driver;
-
-/// The leader as the election shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    /// The leader key's create revision: the leader's epoch.
-    pub epoch: u64,
-    /// The lease that holds the leader key.
-    pub lease: i64,
-    /// The leader's advertised gRPC address.
-    pub grpc: String,
-}
-
-/// How the watched term ended, as far as this standby saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The leader said so, and that it resigned (a SIGTERM handover).
-    Resigned,
-    /// The leader said its term ended without a resign (it lost its lease).
-    Ended,
-    /// The stream broke and the port refused: this standby revoked the lease.
-    Refused,
-}
-
-/// The last term this standby watched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Observed {
-    pub epoch: u64,
-    pub end: Option<End>,
-}
-
-/// Why this driver's new term began, from what it observed of the one
-/// before: `None` when it saw no earlier leader (a fresh cluster).
-pub fn cause(previous: Option<Observed>) -> Option<&'static str> {
-    let previous = previous?;
-    Some(match previous.end {
-        Some(End::Refused) => "leader_refused",
-        Some(End::Resigned) => "resigned",
-        // The leader vanished from etcd without our revoke and without a
-        // resign: its lease ran out (or another standby revoked it, which
-        // also ends in the key's deletion by etcd).
-        Some(End::Ended) | None => "lease_expired",
-    })
-}
-
-/// What to do once the stream to the leader is gone and the port probed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Revoke the watched lease: the process is gone.
-    Revoke,
-    /// Open the stream again after this pause.
-    Reopen(Duration),
-}
-
-/// The pause before reopening when the port accepts connections (a restart
-/// on the same address, a term still starting).
-const REOPEN: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
-/// The pause after an inconclusive probe: the lease decides meanwhile.
-const RETRY_INCONCLUSIVE: Backoff =
-    Backoff::new(Duration::from_millis(250), Duration::from_secs(2));
-
-/// The decision after the probes. `revoke` is false when fast failover is
-/// off (the stream is then only watched for the takeover's cause).
-pub fn next(verdict: Verdict, revoke: bool, failures: u32) -> Next {
-    match verdict {
-        Verdict::Dead if revoke => Next::Revoke,
-        Verdict::Dead | Verdict::Alive => Next::Reopen(REOPEN.delay(failures)),
-        Verdict::Inconclusive(_) => Next::Reopen(RETRY_INCONCLUSIVE.delay(failures)),
-    }
-}
 
 /// How long a new stream may take to open.
 const OPEN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -141,13 +72,6 @@ enum Stop {
 impl Detector {
     /// Follows each leader the election shows until `cancel` fires.
     pub async fn run(mut self, cancel: CancellationToken) {
-        if self.driver.config.security.tls.is_some() {
-            warn!(
-                "fast failover needs a plaintext gRPC port between drivers; with TLS on it, \
-                 a dead leader is replaced when its lease expires"
-            );
-            self.revoke = false;
-        }
         loop {
             let leader = self.seen.borrow_and_update().clone();
             let own = &self.driver.config.advertise;
@@ -352,8 +276,19 @@ impl Detector {
         let request = pb::WatchTermRequest {
             driver_id: self.driver.config.id.clone(),
         };
+        // The drivers share one setting: a TLS port here means TLS there.
+        let tls = self.driver.config.security.tls.is_some();
         let call = async {
-            let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+            let channel = if tls {
+                let config = crate::tls::peer::client_config();
+                let connect = tower::service_fn(move |_: http::Uri| {
+                    crate::tls::peer::connect(addr, config.clone())
+                });
+                endpoint.connect_with_connector(connect).await
+            } else {
+                endpoint.connect().await
+            };
+            let channel = channel.map_err(|e| e.to_string())?;
             let mut client = PeerServiceClient::new(channel);
             let response = client
                 .watch_term(request)
@@ -404,68 +339,5 @@ impl Detector {
             );
         }
         revoked
-    }
-}
-
-/// How long a new leader waits for its detector to learn how the previous
-/// term ended (a resign's last event can arrive just after the election).
-const SETTLE: Duration = Duration::from_millis(200);
-
-/// Counts the takeover that began `epoch` by its cause, once the previous
-/// term's end is known or [`SETTLE`] has passed, then stops the detector.
-/// Off the takeover's path: the new term runs meanwhile.
-pub async fn count_takeover(
-    mut observed: watch::Receiver<Option<Observed>>,
-    metrics: crate::metrics::Metrics,
-    epoch: u64,
-    detector: CancellationToken,
-) {
-    let _stop = detector.drop_guard();
-    let known = |o: &Option<Observed>| o.is_none_or(|o| o.end.is_some());
-    let _ = tokio::time::timeout(SETTLE, observed.wait_for(known)).await;
-    let previous = *observed.borrow();
-    if let Some(cause) = cause(previous) {
-        metrics.takeovers.with_label_values(&[cause]).inc();
-        info!(
-            epoch,
-            previous_epoch = previous.map_or(0, |p| p.epoch),
-            cause,
-            "took over from the previous leader"
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::ErrorKind;
-
-    #[test]
-    fn the_cause_follows_what_the_standby_saw() {
-        let seen = |end| Some(Observed { epoch: 7, end });
-        assert_eq!(cause(None), None);
-        assert_eq!(cause(seen(None)), Some("lease_expired"));
-        assert_eq!(cause(seen(Some(End::Ended))), Some("lease_expired"));
-        assert_eq!(cause(seen(Some(End::Resigned))), Some("resigned"));
-        assert_eq!(cause(seen(Some(End::Refused))), Some("leader_refused"));
-    }
-
-    #[test]
-    fn only_a_dead_verdict_with_revoking_on_revokes() {
-        assert_eq!(next(Verdict::Dead, true, 0), Next::Revoke);
-        assert_eq!(next(Verdict::Dead, false, 0), Next::Reopen(REOPEN.first));
-        assert_eq!(next(Verdict::Alive, true, 0), Next::Reopen(REOPEN.first));
-        for kind in [
-            ErrorKind::TimedOut,
-            ErrorKind::HostUnreachable,
-            ErrorKind::NetworkUnreachable,
-        ] {
-            assert!(matches!(
-                next(Verdict::Inconclusive(kind), true, 3),
-                Next::Reopen(_)
-            ));
-        }
-        // Reopening a port that keeps accepting backs off, and is capped.
-        assert_eq!(next(Verdict::Alive, true, 30), Next::Reopen(REOPEN.cap));
     }
 }

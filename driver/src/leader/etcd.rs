@@ -26,9 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::begin;
-use super::detect::{Detector, Seen, count_takeover};
+use super::detect::Detector;
 use super::leadership::{ETCD_DEADLINE, Leadership, etcd_error, within};
 use super::lease::LeaseClock;
+use super::takeover::{Seen, count_takeover};
 use crate::config::ElectionConfig;
 use crate::error::DriverError;
 use crate::state::{Driver, Role, Term};

@@ -11,6 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 /// True while a lease renewed at `last` is safely alive at `now`.
 pub fn is_fresh(last: Instant, now: Instant, ttl: Duration) -> bool {
     now.saturating_duration_since(last) < ttl * 2 / 3
@@ -23,6 +25,9 @@ pub struct LeaseClock {
     /// Set when the leader gives the lease up (SIGTERM): from then on it
     /// counts as stale, whatever the renewals say.
     resigned: AtomicBool,
+    /// Cancelled by [`LeaseClock::resign`], before the resign reaches etcd:
+    /// the standbys' streams hear of the handover first.
+    resigning: CancellationToken,
 }
 
 impl LeaseClock {
@@ -31,6 +36,7 @@ impl LeaseClock {
             ttl,
             last_renewal: Mutex::new(granted_at),
             resigned: AtomicBool::new(false),
+            resigning: CancellationToken::new(),
         }
     }
 
@@ -47,6 +53,12 @@ impl LeaseClock {
     /// Gives the lease up: [`LeaseClock::fresh`] is false from now on.
     pub fn resign(&self) {
         self.resigned.store(true, Ordering::SeqCst);
+        self.resigning.cancel();
+    }
+
+    /// Cancelled once the leader gives the lease up.
+    pub fn resigning(&self) -> CancellationToken {
+        self.resigning.clone()
     }
 
     pub fn is_resigned(&self) -> bool {

@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod leadership;
 pub mod lease;
 pub mod probe;
+pub mod takeover;
 mod value;
 
 use std::sync::Arc;

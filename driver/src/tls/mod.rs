@@ -18,6 +18,7 @@
 //! did not pass.
 
 pub mod incoming;
+pub mod peer;
 mod verify;
 
 use std::path::PathBuf;
