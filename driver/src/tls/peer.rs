@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio::net::TcpStream;
@@ -24,11 +23,12 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use super::provider;
+use super::verify::Signatures;
 
 /// Accepts any server certificate, but still checks the handshake's
 /// signatures (the server holds the key of what it presented).
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
+struct Unchecked(Signatures);
 
 impl ServerCertVerifier for Unchecked {
     fn verify_server_cert(
@@ -48,12 +48,7 @@ impl ServerCertVerifier for Unchecked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        self.0.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -62,16 +57,11 @@ impl ServerCertVerifier for Unchecked {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
+        self.0.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.0.schemes()
     }
 }
 
@@ -81,7 +71,7 @@ pub fn client_config() -> Arc<ClientConfig> {
         .with_safe_default_protocol_versions()
         .expect("the ring provider supports the default TLS versions")
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Unchecked(provider())))
+        .with_custom_certificate_verifier(Arc::new(Unchecked(Signatures(provider()))))
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     Arc::new(config)

@@ -36,13 +36,51 @@ impl ResolvesServerCert for Resolver {
 /// the client holds its key), but leaves the chain to
 /// [`Keys::check_client`].
 #[derive(Debug)]
-pub(super) struct Deferred {
-    provider: Arc<CryptoProvider>,
-}
+pub(super) struct Deferred(Signatures);
 
 impl Deferred {
     pub fn new(provider: Arc<CryptoProvider>) -> Self {
-        Deferred { provider }
+        Deferred(Signatures(provider))
+    }
+}
+
+/// Checks a handshake's signatures (that the peer holds the key of the
+/// certificate it presented) with the provider's algorithms: the one check
+/// every verifier here makes, whatever it decides about the chain.
+#[derive(Debug)]
+pub(super) struct Signatures(pub Arc<CryptoProvider>);
+
+impl Signatures {
+    pub fn tls12(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    pub fn tls13(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    pub fn schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -71,12 +109,7 @@ impl ClientCertVerifier for Deferred {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.0.tls12(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -85,18 +118,11 @@ impl ClientCertVerifier for Deferred {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.0.tls13(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.0.schemes()
     }
 }
 
