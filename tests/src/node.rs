@@ -104,6 +104,20 @@ impl Driver {
             .map(|v| v.trim().parse().expect("a metric value is a number"))
     }
 
+    /// Waits until this standby holds its stream to the leader (the gauge
+    /// `sluice_fast_failover_armed`), and so would hear of a resign.
+    pub async fn wait_armed(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.metric("sluice_fast_failover_armed").await != Some(1.0) {
+            assert!(
+                Instant::now() < deadline,
+                "{} holds no stream to the leader after {timeout:?}",
+                self.name()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The takeovers this driver counted, by cause.
     pub async fn takeovers(&self, cause: &str) -> f64 {
         let series = format!("sluice_takeovers_total{{cause=\"{cause}\"}}");

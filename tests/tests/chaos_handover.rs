@@ -47,6 +47,11 @@ async fn sigterm_hands_over_within_1s() {
         let (addr, old_epoch) = leader_and_epoch(&mut client).await;
         assert_eq!(addr, ha.drivers[leader].addr(), "the Cluster RPC agrees");
         let old = &ha.drivers[leader];
+        // The resign is announced on the standby's stream: wait for it (a
+        // term only a few batches old may not be watched yet).
+        ha.drivers[1 - leader]
+            .wait_armed(Duration::from_secs(10))
+            .await;
         let termed_at = SystemTime::now();
         old.term();
         let next = watch

@@ -33,6 +33,11 @@ async fn leader_killed_standby_revokes_and_commits_within_the_ttl() {
         "the leader's epoch is in its commits"
     );
 
+    // The standby holds its stream to the leader (a leader killed in the
+    // first moments of its term, before that, is left to the lease).
+    ha.drivers[1 - leader]
+        .wait_armed(Duration::from_secs(10))
+        .await;
     // Kill during a batch: its offsets record is written, its commit not.
     let in_flight = wait_batch_in_flight(&root, QUERY, Duration::from_secs(5)).await;
     let killed_at = SystemTime::now();

@@ -35,6 +35,11 @@ async fn paused_leader_is_fenced_after_sigcont() {
     let (addr, old_epoch) = leader_and_epoch(&mut client).await;
     assert_eq!(addr, old.addr(), "the Cluster RPC agrees");
 
+    // The standby's stream to the leader is open, and must not lead to a
+    // revoke while the leader is paused.
+    ha.drivers[1 - ha.leader]
+        .wait_armed(Duration::from_secs(10))
+        .await;
     let pause = Duration::from_millis(TTL_MS + 2000);
     let paused_at = SystemTime::now();
     let t0 = Instant::now();

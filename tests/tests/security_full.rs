@@ -70,6 +70,9 @@ async fn a_secured_cluster_fails_over_exactly_once() {
         .await
         .expect("commits/2 within 30 s");
 
+    drivers[1 - leader]
+        .wait_armed(Duration::from_secs(10))
+        .await;
     assert!(wait_batch_in_flight(&root, QUERY, Duration::from_secs(5)).await);
     drivers[leader].kill();
     let next = watch
