@@ -76,6 +76,16 @@ struct Attach {
 }
 
 /// A handle to the scheduler actor.
+/// Why an executor was not attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachRefused {
+    /// Another process holds the id (see [`identity`]): the executor stops.
+    Conflict(String),
+    /// The scheduler stopped: its term is ending. Not the executor's fault:
+    /// it tries again, and finds the next leader.
+    Stopped,
+}
+
 #[derive(Clone)]
 pub struct Scheduler {
     tx: mpsc::UnboundedSender<Event>,
@@ -169,7 +179,7 @@ impl Scheduler {
         slots: u32,
         incarnation: u64,
         tx: ExecutorTx,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, AttachRefused> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         let event = Event::Attached(Attach {
@@ -181,12 +191,13 @@ impl Scheduler {
             reply,
         });
         if self.tx.send(event).is_err() {
-            return Err("the scheduler stopped".into());
+            return Err(AttachRefused::Stopped);
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err("the scheduler stopped".into()))?;
-        Ok(key)
+        match answer.await {
+            Ok(Ok(())) => Ok(key),
+            Ok(Err(conflict)) => Err(AttachRefused::Conflict(conflict)),
+            Err(_) => Err(AttachRefused::Stopped),
+        }
     }
 
     pub fn heartbeat(&self, key: u64) {

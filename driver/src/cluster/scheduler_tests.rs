@@ -1,14 +1,14 @@
 //! The scheduler actor, driven through its handle with in-memory executor
 //! channels: no sockets.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_proto as pb;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::scheduler::{Scheduler, TaskOutcome};
+use super::scheduler::{AttachRefused, Scheduler, TaskOutcome};
 use crate::metrics::Metrics;
 
 const EPOCH: u64 = 7;
@@ -180,7 +180,6 @@ async fn queued_tasks_wait_for_an_executor() {
 async fn nothing_is_dispatched_on_a_stale_lease() {
     use crate::leader::lease::LeaseClock;
     use std::sync::Arc;
-    use std::time::Instant;
     let cancel = CancellationToken::new();
     let ttl = Duration::from_secs(3);
     let granted = Instant::now()
@@ -227,7 +226,11 @@ async fn a_newer_process_replaces_an_older_one_with_its_id_once() {
     assert!(status.message().contains("replaced"), "{status:?}");
     // The older process comes back: refused, and the newer keeps the id.
     let (again_tx, _again_rx) = mpsc::channel(16);
-    let refused = s.attach("dup".into(), 1, 10, again_tx).await.unwrap_err();
+    let AttachRefused::Conflict(refused) =
+        s.attach("dup".into(), 1, 10, again_tx).await.unwrap_err()
+    else {
+        panic!("a conflict");
+    };
     assert!(
         refused.contains("refused") && refused.contains("dup"),
         "{refused}"
@@ -236,4 +239,24 @@ async fn a_newer_process_replaces_an_older_one_with_its_id_once() {
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].incarnation, 20);
     assert!(list[0].conflict.contains("two processes"), "{list:?}");
+}
+
+#[tokio::test]
+async fn a_hello_to_a_stopped_scheduler_is_not_a_conflict() {
+    let (s, cancel) = scheduler(Duration::from_secs(5));
+    cancel.cancel();
+    // The actor may take a moment to stop; then every hello is refused as
+    // `Stopped` (retryable), never as a conflict (which stops an executor).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for n in 0u64.. {
+        let (tx, _rx) = mpsc::channel(16);
+        match s.attach(format!("e{n}"), 1, 1, tx).await {
+            Err(refused) => {
+                assert_eq!(refused, AttachRefused::Stopped);
+                break;
+            }
+            Ok(_) => assert!(Instant::now() < deadline, "the scheduler never stopped"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

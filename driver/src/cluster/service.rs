@@ -23,6 +23,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
+use super::scheduler::AttachRefused;
 use crate::error::DriverError;
 use crate::state::Driver;
 
@@ -80,7 +81,12 @@ impl ClusterService for ClusterApi {
                 tx,
             )
             .await
-            .map_err(DriverError::FailedPrecondition)?;
+            .map_err(|refused| match refused {
+                AttachRefused::Conflict(msg) => DriverError::FailedPrecondition(msg),
+                // The term ends under this hello: retryable, unlike a
+                // conflict, which tells the executor to stop.
+                AttachRefused::Stopped => DriverError::Deposed { epoch: term.epoch },
+            })?;
         let scheduler = term.scheduler.clone();
         let cancel = term.cancel.clone();
         term.tasks.spawn(async move {
