@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sluice_tests::Cluster;
 use sluice_tests::ha::{Ha, leader_and_epoch, wait_leader_except};
-use sluice_tests::http;
 
 const QUERY: &str = "history";
 const TOTAL: u64 = 12_000;
@@ -104,27 +103,19 @@ async fn progress_history_survives_a_leader_kill() {
 
     let new_leader =
         wait_leader_except(&ha.drivers, Some(ha.leader), Duration::from_secs(10)).await;
-    let http = ha.drivers[new_leader].http_addr();
-    assert_eq!(metric(http, "sluice_leader_elections_won_total").await, 1.0);
-    assert_eq!(metric(http, "sluice_failovers_total").await, 1.0);
-    assert_eq!(metric(http, "sluice_is_leader").await, 1.0);
-    let lease_age = metric(http, "sluice_leader_lease_age_seconds").await;
+    let leader = &ha.drivers[new_leader];
+    let metric = |name: &'static str| async move {
+        leader
+            .metric(name)
+            .await
+            .unwrap_or_else(|| panic!("{name} is exported"))
+    };
+    assert_eq!(metric("sluice_leader_elections_won_total").await, 1.0);
+    assert_eq!(metric("sluice_failovers_total").await, 1.0);
+    assert_eq!(metric("sluice_is_leader").await, 1.0);
+    let lease_age = metric("sluice_leader_lease_age_seconds").await;
     assert!(
         lease_age > 0.0 && lease_age < 2.0,
         "renewed within the TTL: {lease_age}"
     );
-}
-
-/// The value of the unlabelled series `name` in `/metrics` at `addr`.
-async fn metric(addr: &str, name: &str) -> f64 {
-    let (code, response) = http::get(addr, "/metrics", Duration::from_secs(10))
-        .await
-        .expect("GET /metrics");
-    assert_eq!(code, 200);
-    let text = String::from_utf8_lossy(http::body(&response)).to_string();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} missing in {text}"))
-        .parse()
-        .unwrap()
 }
