@@ -13,8 +13,12 @@
 #                           chromium (the web UI's browser tests),
 #                           unshare, ip and nft (a chaos test firewalls a
 #                           driver's port in a network namespace of its own),
-#                           and the pinned venv target/s3/venv
-#                           (tests/requirements-s3.txt): moto's S3 server
+#                           the pinned venv target/s3/venv
+#                           (tests/requirements-s3.txt): moto's S3 server,
+#                           and tansu 0.6.0 from crates.io, the Kafka
+#                           source's test broker, built once into
+#                           ~/.cache/sluice/tansu-0.6.0 (about 10 minutes on
+#                           2 cores; skipped with SLUICE_SKIP_TANSU=1)
 #
 # Every check tries the real thing (compile and link a C file, compile a
 # .proto that imports descriptor.proto, run etcd and kubectl, render a page
@@ -183,4 +187,18 @@ if [ "$mode" = test ]; then
   pinned_venv "$venv" "$requirements"
   "$venv/bin/moto_server" --help >/dev/null 2>&1 ||
     fail "moto_server from $requirements does not run ($venv/bin/moto_server --help)"
+fi
+
+# --- the Kafka broker of the Kafka source's tests (crates.io, pinned) ----------
+
+# Built once, outside the clone, so a new clone does not build it again.
+if [ "$mode" = test ] && [ "${SLUICE_SKIP_TANSU:-}" != 1 ]; then
+  tansu_root=$HOME/.cache/sluice/tansu-0.6.0
+  if ! "$tansu_root/bin/tansu" --version 2>/dev/null | grep -q '^tansu 0.6.0'; then
+    echo "deps.sh: building tansu 0.6.0 (the Kafka tests' broker) into $tansu_root: about 10 minutes" >&2
+    cargo install tansu --version 0.6.0 --locked --features libsql --root "$tansu_root" --quiet ||
+      fail "cargo install tansu --version 0.6.0 --locked --features libsql"
+  fi
+  "$tansu_root/bin/tansu" --version 2>/dev/null | grep -q '^tansu 0.6.0' ||
+    fail "tansu 0.6.0 at $tansu_root does not run"
 fi

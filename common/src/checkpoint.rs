@@ -33,8 +33,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
-pub use offsets::{FileRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
-pub use progress::{PROGRESS_RETAINED, PhaseDurations, ProgressRecord, RecentProgress};
+pub use offsets::{FileRange, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
+pub use progress::{
+    PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord, RecentProgress,
+};
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -113,6 +115,24 @@ pub struct CommitRecord {
     /// this one, from which the next batch's watermark follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_event_time_ms: Option<i64>,
+}
+
+/// `sources/kafka`: where a Kafka query starts in each partition, resolved
+/// from `starting_offsets` when it was submitted. It is read only while the
+/// query has no batch: after that, a batch starts where the last one ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaStartRecord {
+    pub version: u32,
+    pub epoch: u64,
+    pub partitions: Vec<KafkaStart>,
+}
+
+/// One partition's starting offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaStart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// The rate source's fixed start, so that a replay produces the same bytes.

@@ -35,6 +35,23 @@ pub enum Error {
     /// Data could not be encoded or decoded.
     #[error("encoding error: {0}")]
     Encoding(String),
+
+    /// A call to a Kafka cluster failed: a broker that cannot be reached
+    /// or answers with a transient error (retryable), or a topic or
+    /// partition that does not exist (not).
+    #[error("kafka at {servers}: {what}: {reason}")]
+    Kafka {
+        servers: String,
+        what: String,
+        reason: String,
+        retryable: bool,
+    },
+
+    /// Records a batch planned to read are gone from their partition
+    /// (retention deleted them, or the topic was recreated), and the
+    /// source says `fail_on_data_loss: true`.
+    #[error("data loss: {0}")]
+    DataLoss(String),
 }
 
 impl Error {
@@ -49,6 +66,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Storage { source, .. } => !is_permanent(source),
+            Error::Kafka { retryable, .. } => *retryable,
             _ => false,
         }
     }

@@ -1,11 +1,12 @@
 //! Shared building blocks of Sluice: the query spec, storage through
-//! `object_store`, the checkpoint logs, the rate source, the file sink, the
+//! `object_store`, the checkpoint logs, the Kafka client, the rate source, the file sink, the
 //! exactly-once checker, errors and telemetry.
 
 pub mod backoff;
 pub mod checkpoint;
 pub mod epochs;
 pub mod error;
+pub mod kafka;
 pub mod parquet_meta;
 pub mod rate;
 pub mod shutdown;

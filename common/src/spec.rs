@@ -3,6 +3,7 @@
 //! checks every range and names the field that is out of it.
 
 mod files;
+mod kafka;
 mod state;
 mod tables;
 mod text;
@@ -14,6 +15,10 @@ use crate::error::{Error, Result};
 pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
+};
+pub use kafka::{
+    EARLIEST, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST, MAX_RECORDS_PER_PARTITION,
+    StartingOffsets, kafka_schema,
 };
 pub use state::{
     DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec, MAX_STATE_PARTITIONS,
@@ -71,6 +76,7 @@ pub const DEFAULT_SQL: &str = "SELECT * FROM input";
 pub enum SourceSpec {
     Rate(RateSpec),
     Files(FileSourceSpec),
+    Kafka(KafkaSourceSpec),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +177,7 @@ impl QuerySpec {
                 }
             }
             SourceSpec::Files(f) => f.validate("source.files")?,
+            SourceSpec::Kafka(k) => k.validate("source.kafka")?,
         }
         if self.trigger.interval_ms > MAX_INTERVAL_MS {
             return Err(Error::invalid(
@@ -242,7 +249,7 @@ impl QuerySpec {
     pub fn rate(&self) -> Option<&RateSpec> {
         match &self.source {
             SourceSpec::Rate(r) => Some(r),
-            SourceSpec::Files(_) => None,
+            SourceSpec::Files(_) | SourceSpec::Kafka(_) => None,
         }
     }
 
@@ -359,6 +366,7 @@ impl SourceSpec {
                 total_rows: r.total_rows,
             }),
             SourceSpec::Files(f) => pb::source::Kind::Files(f.into()),
+            SourceSpec::Kafka(k) => pb::source::Kind::Kafka(k.into()),
         };
         pb::Source { kind: Some(kind) }
     }
@@ -371,9 +379,10 @@ impl SourceSpec {
                 total_rows: r.total_rows,
             })),
             Some(pb::source::Kind::Files(f)) => Ok(SourceSpec::Files(f.try_into()?)),
+            Some(pb::source::Kind::Kafka(k)) => Ok(SourceSpec::Kafka(k.try_into()?)),
             None => Err(Error::invalid(
                 "source",
-                "missing; expected `rate` or `files`",
+                "missing; expected `rate`, `files` or `kafka`",
             )),
         }
     }

@@ -15,9 +15,8 @@ use sluice_common::storage::{AllowedPaths, Stores};
 use sluice_proto::TablePlan;
 use sluice_sql::Table;
 
-use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::source::{SourceReader, files::FilesReader};
+use crate::source::{ReadCounters, SourceReader, files::FilesReader};
 use crate::state::States;
 
 /// Loaded tables kept (the most recently used).
@@ -131,7 +130,8 @@ pub async fn tables(caches: &Caches, plans: &[TablePlan]) -> Result<Vec<Table>, 
                     schema.clone(),
                     caches.storage.clone(),
                 )?);
-                let rows: Vec<RecordBatch> = reader.read(Counter::default()).try_collect().await?;
+                let rows: Vec<RecordBatch> =
+                    reader.read(ReadCounters::default()).try_collect().await?;
                 let rows = Arc::new(rows);
                 caches.keep_table(key, rows.clone());
                 rows

@@ -23,7 +23,7 @@ use crate::input::Input;
 use crate::late::LateFilter;
 use crate::output::{self, Emitter};
 use crate::sink::parts::Layout;
-use crate::source::{self, SourceReader};
+use crate::source::{self, ReadCounters, SourceReader};
 
 /// What one map task does, validated.
 pub struct TaskPlan {
@@ -144,6 +144,7 @@ pub async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,
+        records_lost: produced.records_lost,
         rows_dropped_by_watermark: produced.dropped,
         max_event_time_ms: produced.max_event_time_ms,
         ..Default::default()
@@ -155,6 +156,7 @@ pub(crate) struct Produced {
     pub input_rows: u64,
     pub rows: u64,
     pub bad_records: u64,
+    pub records_lost: u64,
     /// Input rows older than the watermark, dropped.
     pub dropped: u64,
     pub max_event_time_ms: Option<i64>,
@@ -178,7 +180,7 @@ impl Produced {
 pub(crate) struct Opened {
     pub read: crate::counter::Counter,
     pub failure: crate::input::Failure,
-    pub bad_records: crate::counter::Counter,
+    pub counters: ReadCounters,
     pub tables: Vec<sluice_sql::Table>,
     pub late: Option<LateFilter>,
 }
@@ -189,7 +191,8 @@ impl Opened {
         Produced {
             rows,
             input_rows: self.read.get(),
-            bad_records: self.bad_records.get(),
+            bad_records: self.counters.bad_records.get(),
+            records_lost: self.counters.records_lost.get(),
             dropped: self.late.as_ref().map_or(0, |l| l.dropped.get()),
             max_event_time_ms: self.late.as_ref().and_then(LateFilter::max_event_time_ms),
         }
@@ -204,13 +207,13 @@ pub(crate) fn open_input(
     caches: &Caches,
 ) -> Result<(Input, Opened), ExecutorError> {
     let tables = runtime.block_on(crate::cache::tables(caches, tables))?;
-    let bad_records = crate::counter::Counter::default();
-    let input = Input::new(source.read(bad_records.clone()), late.clone());
+    let counters = ReadCounters::default();
+    let input = Input::new(source.read(counters.clone()), late.clone());
     let opened = Opened {
         late,
         read: input.read.clone(),
         failure: input.failure.clone(),
-        bad_records,
+        counters,
         tables,
     };
     Ok((input, opened))

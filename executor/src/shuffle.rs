@@ -63,6 +63,7 @@ pub async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,
+        records_lost: produced.records_lost,
         rows_dropped_by_watermark: produced.dropped,
         max_event_time_ms: produced.max_event_time_ms,
         shuffle: ranges,

@@ -51,6 +51,9 @@ pub fn error_kind(err: &sluice_common::Error) -> ErrorKind {
     match err {
         E::Storage { .. } if err.is_retryable() => ErrorKind::Storage,
         E::Storage { .. } => ErrorKind::Fatal,
+        // A broker that is down is waited for, as storage is.
+        E::Kafka { .. } if err.is_retryable() => ErrorKind::Storage,
+        E::Kafka { .. } | E::DataLoss(_) => ErrorKind::Fatal,
         E::Conflict { .. }
         | E::Corrupt { .. }
         | E::InvalidSpec { .. }

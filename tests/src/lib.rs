@@ -17,6 +17,7 @@ pub mod etcd_tls;
 pub mod ha;
 pub mod http;
 pub mod inputs;
+pub mod kafka;
 pub mod manifests;
 pub mod netns;
 pub mod node;

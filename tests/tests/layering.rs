@@ -2,7 +2,8 @@
 //!
 //! - no import cycles between the files of a crate;
 //! - each external system has one owner: only `driver/src/leader/` names
-//!   `etcd_client`, only `common/src/storage/` names `object_store`.
+//!   `etcd_client`, only `common/src/storage/` names `object_store`, only
+//!   `common/src/kafka.rs` names `rskafka`.
 //!
 //! Imports are read from the text: `use` trees and `crate::`/`super::`
 //! paths in code. A reference resolves to the deepest file whose module
@@ -312,6 +313,16 @@ fn only_storage_names_object_store() {
     assert!(
         hits.is_empty(),
         "object_store named outside common/src/storage/:\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn only_the_kafka_module_names_rskafka() {
+    let hits = names_outside("rskafka", "common/src/kafka.rs");
+    assert!(
+        hits.is_empty(),
+        "rskafka named outside common/src/kafka.rs:\n{}",
         hits.join("\n")
     );
 }

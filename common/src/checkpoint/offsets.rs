@@ -46,6 +46,9 @@ pub struct TableFile {
 /// For the file source, the batch reads `files` (the files numbered
 /// `[start_seq, end_seq)` in the order the source took them), cut into
 /// `tasks`: task `p` reads the ranges `tasks[p]`.
+///
+/// For the Kafka source, the batch reads the offsets `[start, end)` of
+/// every partition it lists (every partition known when it was planned).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", try_from = "Unchecked")]
 pub enum SourceOffsets {
@@ -59,6 +62,39 @@ pub enum SourceOffsets {
         files: Vec<SourceFile>,
         tasks: Vec<Vec<FileRange>>,
     },
+    Kafka {
+        partitions: Vec<KafkaRange>,
+    },
+}
+
+/// What one batch reads of one topic partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaRange {
+    pub topic: String,
+    pub partition: i32,
+    /// The first offset read.
+    pub start: i64,
+    /// The offset after the last one read.
+    pub end: i64,
+    /// The partition's latest offset when the batch was planned (its lag
+    /// is `latest - end`).
+    pub latest: i64,
+    /// Set when the range does not start where the previous batch of the
+    /// partition ended, which is that end (`fail_on_data_loss: false`):
+    /// below `start`, the offsets between were gone (retention deleted
+    /// them); above it, the partition went back (it was recreated or
+    /// truncated) and the batch starts at its earliest offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_end: Option<i64>,
+}
+
+impl KafkaRange {
+    /// The records known to be lost before this range: the offsets
+    /// between the previous batch's end and `start`.
+    pub fn lost(&self) -> u64 {
+        self.previous_end
+            .map_or(0, |p| u64::try_from(self.start - p).unwrap_or(0))
+    }
 }
 
 /// A source file as a batch plans to read it.
@@ -84,6 +120,7 @@ impl SourceOffsets {
         match self {
             SourceOffsets::Rate { end_value, .. } => *end_value,
             SourceOffsets::Files { end_seq, .. } => *end_seq,
+            SourceOffsets::Kafka { partitions } => partitions.iter().map(|r| r.end as u64).sum(),
         }
     }
 
@@ -92,6 +129,7 @@ impl SourceOffsets {
         match self {
             SourceOffsets::Rate { start_value, .. } => *start_value,
             SourceOffsets::Files { start_seq, .. } => *start_seq,
+            SourceOffsets::Kafka { partitions } => partitions.iter().map(|r| r.start as u64).sum(),
         }
     }
 
@@ -140,8 +178,34 @@ impl SourceOffsets {
                 }
                 Ok(())
             }
+            SourceOffsets::Kafka { partitions } => check_kafka(partitions),
         }
     }
+}
+
+/// Every range runs forwards from a real offset, says where the previous
+/// batch ended only when it starts elsewhere, and names its partition once.
+fn check_kafka(partitions: &[KafkaRange]) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in partitions {
+        let at = format!("topic {:?} partition {}", r.topic, r.partition);
+        if r.partition < 0 || r.start < 0 || r.start > r.end || r.end > r.latest {
+            return Err(format!(
+                "{at}: offsets {}..{} with latest {} do not make a range",
+                r.start, r.end, r.latest
+            ));
+        }
+        if r.previous_end.is_some_and(|p| p < 0 || p == r.start) {
+            return Err(format!(
+                "{at}: previous_end {:?} with start {}",
+                r.previous_end, r.start
+            ));
+        }
+        if !seen.insert((&r.topic, r.partition)) {
+            return Err(format!("{at} is listed twice"));
+        }
+    }
+    Ok(())
 }
 
 /// [`SourceOffsets`] as stored, before [`SourceOffsets::check`].
@@ -157,6 +221,9 @@ enum Unchecked {
         end_seq: u64,
         files: Vec<SourceFile>,
         tasks: Vec<Vec<FileRange>>,
+    },
+    Kafka {
+        partitions: Vec<KafkaRange>,
     },
 }
 
@@ -183,6 +250,7 @@ impl TryFrom<Unchecked> for SourceOffsets {
                 files,
                 tasks,
             },
+            Unchecked::Kafka { partitions } => SourceOffsets::Kafka { partitions },
         };
         offsets.check()?;
         Ok(offsets)

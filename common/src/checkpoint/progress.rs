@@ -41,6 +41,47 @@ pub struct ProgressRecord {
     pub watermark_ms: Option<i64>,
     #[serde(default)]
     pub rows_dropped_by_watermark: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_lost: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<PartitionProgress>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One Kafka topic partition after a batch (see `pb::PartitionProgress`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionProgress {
+    pub topic: String,
+    pub partition: i32,
+    pub start_offset: i64,
+    pub end_offset: i64,
+    pub latest_offset: i64,
+}
+
+impl PartitionProgress {
+    fn from_proto(p: &pb::PartitionProgress) -> Self {
+        PartitionProgress {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            start_offset: p.start_offset,
+            end_offset: p.end_offset,
+            latest_offset: p.latest_offset,
+        }
+    }
+
+    pub fn to_proto(&self) -> pb::PartitionProgress {
+        pb::PartitionProgress {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            start_offset: self.start_offset,
+            end_offset: self.end_offset,
+            latest_offset: self.latest_offset,
+            lag: self.latest_offset - self.end_offset,
+        }
+    }
 }
 
 /// Milliseconds each phase of a batch took (see `pb::Durations`).
@@ -84,6 +125,12 @@ impl ProgressRecord {
             state_bytes: p.state_bytes,
             watermark_ms: p.watermark_ms,
             rows_dropped_by_watermark: p.rows_dropped_by_watermark,
+            records_lost: p.records_lost,
+            partitions: p
+                .partitions
+                .iter()
+                .map(PartitionProgress::from_proto)
+                .collect(),
         }
     }
 
@@ -115,6 +162,12 @@ impl ProgressRecord {
             state_bytes: self.state_bytes,
             watermark_ms: self.watermark_ms,
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
+            records_lost: self.records_lost,
+            partitions: self
+                .partitions
+                .iter()
+                .map(PartitionProgress::to_proto)
+                .collect(),
         }
     }
 }
@@ -201,6 +254,15 @@ mod tests {
             state_bytes: 4096,
             watermark_ms: Some(1_699_999_990_000),
             rows_dropped_by_watermark: 6,
+            records_lost: 9,
+            partitions: vec![pb::PartitionProgress {
+                topic: "events".into(),
+                partition: 3,
+                start_offset: 10,
+                end_offset: 25,
+                latest_offset: 40,
+                lag: 15,
+            }],
         };
         let record = ProgressRecord::from_proto(&p);
         let json = serde_json::to_vec(&record).unwrap();

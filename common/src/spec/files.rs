@@ -54,6 +54,28 @@ pub enum OnBadRecord {
     Skip,
 }
 
+impl OnBadRecord {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnBadRecord::Fail => "fail",
+            OnBadRecord::Skip => "skip",
+        }
+    }
+
+    /// The setting named `text` (empty: the default), or an error naming
+    /// `field`.
+    pub fn parse(field: &str, text: &str) -> Result<Self> {
+        match text {
+            "" | "fail" => Ok(OnBadRecord::Fail),
+            "skip" => Ok(OnBadRecord::Skip),
+            other => Err(Error::invalid(
+                field,
+                format!("unknown value {other:?}; expected fail or skip"),
+            )),
+        }
+    }
+}
+
 /// One column of a declared schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -311,11 +333,7 @@ impl From<&FileSourceSpec> for pb::FileSource {
             infer: f.infer,
             max_files_per_batch: f.max_files_per_batch,
             csv: f.csv.as_ref().map(Into::into),
-            on_bad_record: match f.on_bad_record {
-                OnBadRecord::Fail => "fail",
-                OnBadRecord::Skip => "skip",
-            }
-            .to_string(),
+            on_bad_record: f.on_bad_record.as_str().to_string(),
             total_files: f.total_files,
         }
     }
@@ -332,16 +350,7 @@ impl TryFrom<&pb::FileSource> for FileSourceSpec {
             infer: f.infer,
             max_files_per_batch: f.max_files_per_batch,
             csv: f.csv.as_ref().map(Into::into),
-            on_bad_record: match f.on_bad_record.as_str() {
-                "" | "fail" => OnBadRecord::Fail,
-                "skip" => OnBadRecord::Skip,
-                other => {
-                    return Err(Error::invalid(
-                        "source.files.on_bad_record",
-                        format!("unknown value {other:?}; expected fail or skip"),
-                    ));
-                }
-            },
+            on_bad_record: OnBadRecord::parse("source.files.on_bad_record", &f.on_bad_record)?,
             total_files: f.total_files,
         })
     }

@@ -11,9 +11,10 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    CommitRecord, FileLogEntry, FileRange, OffsetRecord, PhaseDurations, ProgressRecord,
-    QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile,
-    TableSchema, TablesRecord, decode, encode, padded,
+    CommitRecord, FileLogEntry, FileRange, KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord,
+    PartitionProgress, PhaseDurations, ProgressRecord, QueryMetadata, RateSourceMeta, SchemaRecord,
+    SourceFile, SourceOffsets, StopRecord, TableFile, TableSchema, TablesRecord, decode, encode,
+    padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -38,6 +39,12 @@ impl Used for OffsetRecord {
                 prop_assert!(f.is_some_and(|f| r.start <= r.end && r.end <= f.size));
             }
         }
+        if let SourceOffsets::Kafka { partitions } = s {
+            for r in partitions {
+                prop_assert!(0 <= r.start && r.start <= r.end && r.end <= r.latest);
+                prop_assert!(r.lost() <= r.start as u64);
+            }
+        }
         Ok(())
     }
 }
@@ -51,6 +58,7 @@ impl Used for RateSourceMeta {}
 impl Used for StopRecord {}
 impl Used for SchemaRecord {}
 impl Used for TablesRecord {}
+impl Used for KafkaStartRecord {}
 
 pub type Check = fn(&[u8], &str) -> Result<(), TestCaseError>;
 
@@ -144,6 +152,26 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
         start_value: 100,
         end_value: 250,
     };
+    let kafka = SourceOffsets::Kafka {
+        partitions: vec![
+            KafkaRange {
+                topic: "events".into(),
+                partition: 0,
+                start: 40,
+                end: 90,
+                latest: 120,
+                previous_end: Some(25),
+            },
+            KafkaRange {
+                topic: "events".into(),
+                partition: 1,
+                start: 7,
+                end: 7,
+                latest: 7,
+                previous_end: None,
+            },
+        ],
+    };
     let table_schema = TableSchema {
         schema: schema(),
         dir: "/data".into(),
@@ -159,6 +187,24 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             q(&format!("offsets/{}", padded(8))),
             bytes(&offsets(rate)),
             decoded::<OffsetRecord>,
+        ),
+        (
+            q(&format!("offsets/{}", padded(9))),
+            bytes(&offsets(kafka)),
+            decoded::<OffsetRecord>,
+        ),
+        (
+            q("sources/kafka"),
+            bytes(&KafkaStartRecord {
+                version: 1,
+                epoch: 2,
+                partitions: vec![KafkaStart {
+                    topic: "events".into(),
+                    partition: 0,
+                    offset: 12,
+                }],
+            }),
+            decoded::<KafkaStartRecord>,
         ),
         (
             q(&format!("commits/{}", padded(7))),
@@ -198,6 +244,14 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 state_bytes: 1024,
                 watermark_ms: Some(1_699_999_000_000),
                 rows_dropped_by_watermark: 3,
+                records_lost: 15,
+                partitions: vec![PartitionProgress {
+                    topic: "events".into(),
+                    partition: 0,
+                    start_offset: 40,
+                    end_offset: 90,
+                    latest_offset: 120,
+                }],
             }),
             decoded::<ProgressRecord>,
         ),

@@ -85,6 +85,8 @@ pub async fn execute(
         .map(|o| o.rows_dropped_by_watermark)
         .sum();
     let seen = outputs.map.iter().filter_map(|o| o.max_event_time_ms).max();
+    let read_lost: u64 = outputs.map.iter().map(|o| o.records_lost).sum();
+    let from_source = source.progress(&offsets.source);
     if let Some(planned) = source.planned_rows(&offsets.source)
         && planned != input_rows
     {
@@ -176,6 +178,12 @@ pub async fn execute(
         state_bytes,
         watermark_ms: offsets.watermark_ms,
         rows_dropped_by_watermark: dropped,
+        records_lost: from_source.records_lost + read_lost,
+        partitions: from_source
+            .partitions
+            .iter()
+            .map(|p| p.to_proto())
+            .collect(),
     };
     // Durable before it is published: what a client saw, a new leader
     // serves too (see `history.rs`).

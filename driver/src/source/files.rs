@@ -189,7 +189,9 @@ impl SourcePlanner for FilesPlanner {
             SourceOffsets::Files { start_seq, .. } => Some(format!(
                 "starts at file {start_seq}, but the previous batch ended at file {end}"
             )),
-            SourceOffsets::Rate { .. } => Some("plans a rate source's values".into()),
+            SourceOffsets::Rate { .. } | SourceOffsets::Kafka { .. } => {
+                Some("plans another source's input".into())
+            }
         }
     }
 

@@ -14,6 +14,7 @@
 
 mod files;
 mod infer;
+mod kafka;
 mod rate;
 mod split;
 pub mod tables;
@@ -24,7 +25,8 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord, SourceOffsets,
+    OffsetRecord, PartitionProgress, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord,
+    SourceOffsets,
 };
 use sluice_common::spec::SourceSpec;
 use sluice_common::storage::Stores;
@@ -55,6 +57,15 @@ pub struct Limits {
     pub max_bytes_per_task: u64,
     /// The task slots of the executors attached now (at least 1).
     pub parallelism: u32,
+}
+
+/// What a batch's plan says of its source, for its progress.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceProgress {
+    /// Records skipped because they were gone (a loss the spec accepts).
+    pub records_lost: u64,
+    /// Each partition's range and latest offset (a Kafka source).
+    pub partitions: Vec<PartitionProgress>,
 }
 
 /// A source as the driver sees it.
@@ -92,6 +103,11 @@ pub trait SourcePlanner: Send + Sync {
 
     /// The rows a batch reads, when its plan fixes them.
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;
+
+    /// What the progress of a batch with this plan shows of the source.
+    fn progress(&self, _offsets: &SourceOffsets) -> SourceProgress {
+        SourceProgress::default()
+    }
 }
 
 /// The schema of the `input` table of a new query with source `spec`:
@@ -114,6 +130,7 @@ pub async fn resolve_schema(stores: &Stores, spec: &SourceSpec) -> Result<Schema
             };
             infer::schema(&input, &dir, &files).await
         }
+        SourceSpec::Kafka(k) => Ok(k.schema()?),
     }
 }
 
@@ -142,6 +159,7 @@ pub async fn create(
             };
             qc.create("sources/schema", &record).await?;
         }
+        SourceSpec::Kafka(k) => kafka::create(qc, k, epoch).await?,
     }
     Ok(())
 }
@@ -163,5 +181,8 @@ pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
                 files::FilesPlanner::open(ctx, spec.clone(), schema).await?,
             ))
         }
+        SourceSpec::Kafka(spec) => Ok(Box::new(
+            kafka::KafkaPlanner::open(ctx, spec.clone()).await?,
+        )),
     }
 }

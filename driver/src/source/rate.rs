@@ -88,7 +88,9 @@ impl SourcePlanner for RatePlanner {
         match next {
             SourceOffsets::Rate { start_value, .. } => (*start_value != end)
                 .then(|| format!("starts at {start_value}, but the previous batch ended at {end}")),
-            SourceOffsets::Files { .. } => Some("plans a file source's files".into()),
+            SourceOffsets::Files { .. } | SourceOffsets::Kafka { .. } => {
+                Some("plans another source's input".into())
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! (`driver/src/source/`), and one reader module here, named in [`open`].
 
 pub mod files;
+mod kafka;
 mod rate;
 
 use arrow_array::RecordBatch;
@@ -20,6 +21,16 @@ use crate::error::ExecutorError;
 /// blocking thread.
 pub type Batches = BoxStream<'static, Result<RecordBatch, ExecutorError>>;
 
+/// What a reader counts as it reads.
+#[derive(Debug, Default, Clone)]
+pub struct ReadCounters {
+    /// Records skipped as malformed (`on_bad_record: skip`).
+    pub bad_records: Counter,
+    /// Records of the range that were gone, skipped (a Kafka source with
+    /// `fail_on_data_loss: false`).
+    pub records_lost: Counter,
+}
+
 /// The reader of one task's range.
 pub trait SourceReader: Send {
     /// The schema of every batch it reads: the query's `input` table.
@@ -27,9 +38,8 @@ pub trait SourceReader: Send {
     /// The number of rows the range holds, when the plan fixes it; the
     /// task checks what it read against it.
     fn planned_rows(&self) -> Option<u64>;
-    /// Reads the range; records skipped as malformed are added to
-    /// `bad_records`.
-    fn read(self: Box<Self>, bad_records: Counter) -> Batches;
+    /// Reads the range, counting what it skips in `counters`.
+    fn read(self: Box<Self>, counters: ReadCounters) -> Batches;
 }
 
 /// The reader for partition `partition` of `source`, whose `input` table
@@ -48,6 +58,9 @@ pub fn open(
             schema,
             stores.clone(),
         )?)),
+        Some(task_source::Kind::Kafka(k)) => {
+            Ok(Box::new(kafka::KafkaReader::new(k.clone(), schema)?))
+        }
         None => Err(ExecutorError::MalformedTask("missing source".into())),
     }
 }

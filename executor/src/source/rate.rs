@@ -7,8 +7,7 @@ use sluice_proto::RateTask;
 
 use futures::StreamExt;
 
-use super::{Batches, SourceReader};
-use crate::counter::Counter;
+use super::{Batches, ReadCounters, SourceReader};
 use crate::error::ExecutorError;
 
 /// Reads partitions `[partition, partition + count)`, one after another.
@@ -59,7 +58,7 @@ impl SourceReader for RateReader {
         )
     }
 
-    fn read(self: Box<Self>, _bad_records: Counter) -> Batches {
+    fn read(self: Box<Self>, _counters: ReadCounters) -> Batches {
         let parts = self.partitions();
         let t = self.task;
         let chunks = parts.flat_map(move |p| {

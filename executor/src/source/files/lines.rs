@@ -148,7 +148,7 @@ fn is_blank(line: &[u8]) -> bool {
 }
 
 /// Decodes whole lines into one batch of the schema.
-fn decode<'l>(
+pub(crate) fn decode<'l>(
     fmt: &LineFormat,
     lines: impl Iterator<Item = &'l [u8]>,
 ) -> Result<RecordBatch, ArrowError> {

@@ -12,7 +12,7 @@
 //! row group), unless the spec says `on_bad_record: skip`: then it is
 //! counted in `bad_records`.
 
-mod lines;
+pub(crate) mod lines;
 mod parquet;
 #[cfg(test)]
 mod tests;
@@ -26,7 +26,7 @@ use sluice_common::spec::{CsvOptions, Format};
 use sluice_common::storage::{Storage, Stores};
 use sluice_proto::{FileRange, FilesTask};
 
-use super::{Batches, SourceReader};
+use super::{Batches, ReadCounters, SourceReader};
 use crate::counter::Counter;
 use crate::error::ExecutorError;
 use lines::{Decoded, LineFormat};
@@ -79,7 +79,8 @@ impl SourceReader for FilesReader {
         None
     }
 
-    fn read(self: Box<Self>, bad_records: Counter) -> Batches {
+    fn read(self: Box<Self>, counters: ReadCounters) -> Batches {
+        let bad_records = counters.bad_records;
         let ctx = Arc::new(Ctx {
             format: self.format,
             lines: LineFormat {

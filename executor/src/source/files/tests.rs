@@ -124,7 +124,7 @@ async fn read_error_as(
     let reader =
         super::FilesReader::new(task, fmt(Format::Jsonl, true).schema, Default::default()).unwrap();
     let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
-    let mut batches = reader.read(crate::counter::Counter::default());
+    let mut batches = reader.read(crate::source::ReadCounters::default());
     while let Some(b) = batches.next().await {
         if let Err(e) = b {
             assert!(!e.is_retryable(), "{e}");

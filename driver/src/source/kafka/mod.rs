@@ -1,0 +1,368 @@
+//! The Kafka source's planner: asks the brokers where each partition
+//! stands, plans the batch's offset ranges ([`plan`]), and cuts them into
+//! tasks.
+//!
+//! ```text
+//!  submit: connect ─► topics exist? ─► resolve starting_offsets ─► sources/kafka
+//!  batch:  list topics ─► earliest, latest of each partition ─► plan() ─► offsets/N
+//!                                                                  │
+//!                                      tasks: one per partition range (split at --max-rows-per-task)
+//! ```
+//!
+//! Invariant: the checkpoint is the only record of what was read. The
+//! starting offsets are resolved once, at submit (`sources/kafka`), so a
+//! driver that takes over before the first batch starts at the same place;
+//! after the first batch every partition starts where `offsets/N-1` ended.
+
+mod plan;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use futures::future::BoxFuture;
+use sluice_common::checkpoint::{
+    KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord, PartitionProgress, QueryCheckpoint,
+    RECORD_VERSION, SourceOffsets,
+};
+use sluice_common::kafka::{Kafka, Partition};
+use sluice_common::spec::{EARLIEST, KafkaSourceSpec, LATEST, OnBadRecord};
+use sluice_proto as pb;
+
+use super::{Limits, Next, SourcePlanner, SourceProgress};
+use crate::error::DriverError;
+use crate::query::ctx::Ctx;
+use plan::{Observed, PlanInput, Planned};
+
+/// How long to wait before asking the brokers again when no partition
+/// has new records.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The deadline of each call to the brokers.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Where the starting offsets are kept, under the query's checkpoint.
+const START: &str = "sources/kafka";
+
+pub struct KafkaPlanner {
+    spec: KafkaSourceSpec,
+    schema: SchemaRef,
+    kafka: Kafka,
+    initial: BTreeMap<(String, i32), i64>,
+    partitions: Mutex<HashMap<(String, i32), Arc<Partition>>>,
+}
+
+impl KafkaPlanner {
+    pub async fn open(ctx: &Ctx, spec: KafkaSourceSpec) -> Result<Self, DriverError> {
+        let schema = spec.schema()?;
+        let record: Option<KafkaStartRecord> = ctx
+            .storage("read sources/kafka", || ctx.qc.read(START))
+            .await?;
+        let record = record.ok_or_else(|| sluice_common::Error::Corrupt {
+            path: ctx.qc.describe(START),
+            reason: "missing".into(),
+        })?;
+        let initial = record
+            .partitions
+            .into_iter()
+            .map(|s| ((s.topic, s.partition), s.offset))
+            .collect();
+        let servers = spec.bootstrap_servers.clone();
+        let kafka = ctx
+            .storage("connect to kafka", || Kafka::connect(&servers, DEADLINE))
+            .await?;
+        Ok(KafkaPlanner {
+            spec,
+            schema,
+            kafka,
+            initial,
+            partitions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A client of one partition, kept for the next batches.
+    async fn partition(&self, topic: &str, p: i32) -> sluice_common::Result<Arc<Partition>> {
+        let key = (topic.to_string(), p);
+        if let Some(c) = self.clients().get(&key) {
+            return Ok(c.clone());
+        }
+        let client = Arc::new(self.kafka.partition(topic, p, true).await?);
+        self.clients().insert(key, client.clone());
+        Ok(client)
+    }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i32), Arc<Partition>>> {
+        self.partitions
+            .lock()
+            .expect("kafka partition clients lock poisoned")
+    }
+
+    /// Every partition of the source's topics, with its offsets now; a
+    /// topic that does not exist is named in the error.
+    async fn observe(&self) -> sluice_common::Result<Result<Vec<Observed>, String>> {
+        let listed = self.kafka.topics().await?;
+        let mut wanted = Vec::new();
+        for topic in self.spec.topics() {
+            match listed.get(&topic) {
+                Some(parts) if !parts.is_empty() => {
+                    wanted.extend(parts.iter().map(|&p| (topic.clone(), p)));
+                }
+                _ => {
+                    return Ok(Err(format!(
+                        "topic {topic:?} does not exist at {}",
+                        self.kafka.servers()
+                    )));
+                }
+            }
+        }
+        let observed =
+            futures::future::try_join_all(wanted.into_iter().map(|(topic, p)| async move {
+                let client = self.partition(&topic, p).await?;
+                let (earliest, latest) = futures::try_join!(client.earliest(), client.latest())?;
+                Ok::<_, sluice_common::Error>(Observed {
+                    topic,
+                    partition: p,
+                    earliest,
+                    latest,
+                })
+            }))
+            .await?;
+        Ok(Ok(observed))
+    }
+}
+
+impl SourcePlanner for KafkaPlanner {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn next<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        committed: Option<&'a SourceOffsets>,
+        limits: Limits,
+    ) -> BoxFuture<'a, Result<Next, DriverError>> {
+        Box::pin(async move {
+            let observed = match ctx
+                .storage("ask kafka for offsets", || self.observe())
+                .await?
+            {
+                Ok(o) => o,
+                Err(missing) if self.spec.fail_on_data_loss => {
+                    return Err(sluice_common::Error::DataLoss(format!(
+                        "{missing}, and the query reads it"
+                    ))
+                    .into());
+                }
+                Err(missing) => {
+                    ctx.entry.set_error(format!("{missing}; waiting for it"));
+                    return Ok(Next::Wait(Duration::from_secs(1)));
+                }
+            };
+            let committed = match committed {
+                Some(SourceOffsets::Kafka { partitions }) => Some(partitions.as_slice()),
+                Some(_) => {
+                    return Err(DriverError::Internal(
+                        "a kafka source was given another source's offsets".into(),
+                    ));
+                }
+                None => None,
+            };
+            let input = PlanInput {
+                observed: &observed,
+                committed,
+                initial: &self.initial,
+                max_records_per_partition: self.spec.max_records_per_partition,
+                max_rows_per_batch: limits.max_rows_per_batch,
+                fail_on_data_loss: self.spec.fail_on_data_loss,
+            };
+            match plan::plan(&input) {
+                Planned::Batch(partitions) => Ok(Next::Batch(SourceOffsets::Kafka { partitions })),
+                Planned::Nothing => Ok(Next::Wait(POLL)),
+                Planned::DataLoss(why) => Err(sluice_common::Error::DataLoss(why).into()),
+            }
+        })
+    }
+
+    fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String> {
+        let SourceOffsets::Kafka { partitions } = next else {
+            return Some("plans another source's input".into());
+        };
+        let before: BTreeMap<(&str, i32), i64> = match committed {
+            Some(SourceOffsets::Kafka { partitions }) => partitions
+                .iter()
+                .map(|r| ((r.topic.as_str(), r.partition), r.end))
+                .collect(),
+            Some(_) => return Some("follows another source's input".into()),
+            None => BTreeMap::new(),
+        };
+        partitions.iter().find_map(|r| {
+            let end = *before.get(&(r.topic.as_str(), r.partition))?;
+            let from = r.previous_end.unwrap_or(r.start);
+            (from != end).then(|| {
+                format!(
+                    "topic {:?} partition {} starts at offset {}, but the previous batch ended at {end}",
+                    r.topic, r.partition, r.start
+                )
+            })
+        })
+    }
+
+    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
+        let SourceOffsets::Kafka { partitions } = &plan.source else {
+            // Invariant: recovery's `gap` refuses another source's offsets.
+            panic!("a kafka source was given another source's offsets");
+        };
+        let per_task = plan.max_rows_per_task.unwrap_or(u64::MAX).max(1);
+        let mut pieces: Vec<(&KafkaRange, i64, i64)> = Vec::new();
+        for r in partitions {
+            let mut at = r.start;
+            while at < r.end {
+                let to = r
+                    .end
+                    .min(at.saturating_add(i64::try_from(per_task).unwrap_or(i64::MAX)));
+                pieces.push((r, at, to));
+                at = to;
+            }
+        }
+        if pieces.is_empty() {
+            // A batch that only records skipped offsets still runs one
+            // (empty) task, so that it commits like any other.
+            let r = partitions
+                .first()
+                .expect("a kafka plan lists its partitions");
+            pieces.push((r, r.start, r.start));
+        }
+        pieces
+            .into_iter()
+            .enumerate()
+            .map(|(i, (r, start, end))| {
+                let task = pb::KafkaTask {
+                    bootstrap_servers: self.spec.bootstrap_servers.clone(),
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    start,
+                    end,
+                    format: self.spec.format().as_str().to_string(),
+                    skip_bad_records: self.spec.on_bad_record == OnBadRecord::Skip,
+                    fail_on_data_loss: self.spec.fail_on_data_loss,
+                };
+                let source = pb::TaskSource {
+                    kind: Some(pb::task_source::Kind::Kafka(task)),
+                };
+                (i as u32, source)
+            })
+            .collect()
+    }
+
+    fn planned_rows(&self, _offsets: &SourceOffsets) -> Option<u64> {
+        // Offsets may have holes (compaction, transaction markers).
+        None
+    }
+
+    fn progress(&self, offsets: &SourceOffsets) -> SourceProgress {
+        let SourceOffsets::Kafka { partitions } = offsets else {
+            return SourceProgress::default();
+        };
+        SourceProgress {
+            records_lost: partitions.iter().map(KafkaRange::lost).sum(),
+            partitions: partitions
+                .iter()
+                .map(|r| PartitionProgress {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    start_offset: r.start,
+                    end_offset: r.end,
+                    latest_offset: r.latest,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Checks a new query's source against the brokers and writes where it
+/// starts (`sources/kafka`). Errors name the spec field: a broker that
+/// cannot be reached, a topic that does not exist, a starting offset
+/// outside its partition.
+pub async fn create(
+    qc: &QueryCheckpoint,
+    spec: &KafkaSourceSpec,
+    epoch: u64,
+) -> Result<(), DriverError> {
+    let field = "source.kafka";
+    let invalid = |f: &str, r: String| DriverError::Invalid(format!("{field}.{f}: {r}"));
+    let kafka = Kafka::connect(&spec.bootstrap_servers, DEADLINE)
+        .await
+        .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
+    let listed = kafka
+        .topics()
+        .await
+        .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
+    let mut partitions = Vec::new();
+    for (i, topic) in spec.topics().iter().enumerate() {
+        let f = if spec.topic.is_some() {
+            "topic".to_string()
+        } else {
+            format!("topics[{i}]")
+        };
+        let Some(parts) = listed.get(topic).filter(|p| !p.is_empty()) else {
+            let known: Vec<&str> = listed.keys().map(String::as_str).collect();
+            return Err(invalid(
+                &f,
+                format!(
+                    "topic {topic:?} does not exist at {} (topics there: {})",
+                    spec.bootstrap_servers,
+                    if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        for &p in parts {
+            let Some(named) = spec.starting_offsets.named(topic, p) else {
+                return Err(invalid(
+                    "starting_offsets",
+                    format!(
+                        "does not name partition {p} of topic {topic:?}, which has partitions {parts:?}; \
+                         name every partition (-2: earliest, -1: latest)"
+                    ),
+                ));
+            };
+            let client = kafka
+                .partition(topic, p, true)
+                .await
+                .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
+            let (earliest, latest) = futures::try_join!(client.earliest(), client.latest())
+                .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
+            let offset = match named {
+                EARLIEST => earliest,
+                LATEST => latest,
+                o if (earliest..=latest).contains(&o) => o,
+                o => {
+                    return Err(invalid(
+                        "starting_offsets",
+                        format!(
+                            "offset {o} of topic {topic:?} partition {p} is outside its records, {earliest}..{latest}"
+                        ),
+                    ));
+                }
+            };
+            partitions.push(KafkaStart {
+                topic: topic.clone(),
+                partition: p,
+                offset,
+            });
+        }
+    }
+    let record = KafkaStartRecord {
+        version: RECORD_VERSION,
+        epoch,
+        partitions,
+    };
+    // Create-only: a retried submit keeps the offsets the first one found.
+    qc.create(START, &record).await?;
+    Ok(())
+}

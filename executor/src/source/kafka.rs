@@ -1,0 +1,308 @@
+//! The Kafka source's reader: one partition's offsets `[start, end)`,
+//! fetched a few MiB at a time and decoded into the query's `input` rows.
+//!
+//! ```text
+//!  connect ─► fetch(from) ─► keep offsets < end ─► decode ─► batch ─┐
+//!               ▲                                                   │
+//!               └──────────── from = last offset + 1 ◄──────────────┘  until from ≥ end
+//!  a fetch that starts past `from`: ask for the earliest offset ─► records gone
+//!        (fail_on_data_loss: the task fails naming them; else they are counted)
+//! ```
+//!
+//! Invariant: the reader never returns a record at or past `end`, and
+//! returns the records of the range in offset order, so a replay of the
+//! plan reads the same rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::{
+    ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, TimestampMillisecondArray,
+};
+use arrow_schema::{Schema, SchemaRef};
+use futures::StreamExt;
+use sluice_common::kafka::{Kafka, KafkaRecord, Partition};
+use sluice_common::spec::{CsvOptions, Format, KAFKA_COLUMNS, KafkaFormat};
+use sluice_proto::KafkaTask;
+
+use super::files::lines::{LineFormat, decode};
+use super::{Batches, ReadCounters, SourceReader};
+use crate::error::ExecutorError;
+
+/// The deadline of each call to the broker.
+const DEADLINE: Duration = Duration::from_secs(10);
+/// The most bytes one fetch asks for.
+const FETCH_BYTES: i32 = 8 << 20;
+/// How long a fetch waits for records (they exist: the plan saw them).
+const FETCH_WAIT: Duration = Duration::from_millis(500);
+
+pub struct KafkaReader {
+    task: KafkaTask,
+    format: KafkaFormat,
+    schema: SchemaRef,
+}
+
+impl KafkaReader {
+    pub fn new(task: KafkaTask, schema: SchemaRef) -> Result<Self, ExecutorError> {
+        let bad = |m: String| Err(ExecutorError::MalformedTask(format!("kafka source: {m}")));
+        let Some(format) = KafkaFormat::parse(&task.format) else {
+            return bad(format!("unknown format {:?}", task.format));
+        };
+        if task.start < 0 || task.end < task.start || task.partition < 0 {
+            return bad(format!(
+                "partition {} offsets {}..{} are not a range",
+                task.partition, task.start, task.end
+            ));
+        }
+        let n = schema.fields().len();
+        let tail: Vec<&str> = schema.fields()[n.saturating_sub(3)..]
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        if tail != KAFKA_COLUMNS {
+            return bad(format!(
+                "the input schema does not end with {KAFKA_COLUMNS:?}"
+            ));
+        }
+        Ok(KafkaReader {
+            task,
+            format,
+            schema,
+        })
+    }
+}
+
+impl SourceReader for KafkaReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn planned_rows(&self) -> Option<u64> {
+        None
+    }
+
+    fn read(self: Box<Self>, counters: ReadCounters) -> Batches {
+        let value_schema = Arc::new(Schema::new(
+            self.schema.fields()[..self.schema.fields().len() - 3].to_vec(),
+        ));
+        let state = State {
+            from: self.task.start,
+            decoder: Decoder {
+                format: self.format,
+                schema: self.schema,
+                lines: LineFormat {
+                    format: Format::Jsonl,
+                    schema: value_schema,
+                    csv: CsvOptions::default(),
+                    skip_bad: self.task.skip_bad_records,
+                },
+                partition: self.task.partition,
+                at: format!(
+                    "kafka topic {:?} partition {}",
+                    self.task.topic, self.task.partition
+                ),
+            },
+            task: self.task,
+            client: None,
+            counters,
+        };
+        futures::stream::try_unfold(state, |mut s| async move {
+            match s.next().await? {
+                Some(batch) => Ok(Some((batch, s))),
+                None => Ok(None),
+            }
+        })
+        .boxed()
+    }
+}
+
+/// Where a read stands.
+struct State {
+    task: KafkaTask,
+    from: i64,
+    client: Option<Partition>,
+    counters: ReadCounters,
+    decoder: Decoder,
+}
+
+impl State {
+    /// The next non-empty batch of the range; `None` at its end.
+    async fn next(&mut self) -> Result<Option<RecordBatch>, ExecutorError> {
+        while self.from < self.task.end {
+            let end = self.task.end;
+            let client = match &self.client {
+                Some(c) => c,
+                None => match self.connect().await? {
+                    Some(c) => self.client.insert(c),
+                    None => return Ok(None),
+                },
+            };
+            let fetched = client.fetch(self.from, FETCH_BYTES, FETCH_WAIT).await?;
+            let first = fetched.records.first().map(|r| r.offset);
+            if first.is_none_or(|f| f > self.from) {
+                // Records are missing before `first` (or the partition's
+                // end): gone, or offsets the log never had (compaction,
+                // transaction markers).
+                let earliest = client.earliest().await?;
+                let gone_to = if fetched.high_watermark < self.from {
+                    end
+                } else {
+                    earliest.min(first.unwrap_or(end)).min(end)
+                };
+                if gone_to > self.from {
+                    self.lost(self.from, gone_to)?;
+                    self.from = gone_to;
+                    continue;
+                }
+                if first.is_none() {
+                    if fetched.high_watermark >= end {
+                        // Nothing left below `end`: holes to the end.
+                        return Ok(None);
+                    }
+                    // The records exist (the plan saw them) but the broker
+                    // has not served them yet.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            }
+            let records: Vec<KafkaRecord> = fetched
+                .records
+                .into_iter()
+                .take_while(|r| r.offset < end)
+                .collect();
+            let Some(last) = records.last() else {
+                return Ok(None);
+            };
+            self.from = last.offset + 1;
+            let batch = self.decoder.decode(&records, &self.counters)?;
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A client of the partition; `None` when the topic or partition is
+    /// gone and the loss is accepted (the rest of the range is counted).
+    async fn connect(&mut self) -> Result<Option<Partition>, ExecutorError> {
+        let t = &self.task;
+        let kafka = Kafka::connect(&t.bootstrap_servers, DEADLINE).await?;
+        match kafka.partition(&t.topic, t.partition, false).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if !e.is_retryable() => {
+                let (from, end) = (self.from, self.task.end);
+                self.lost(from, end)?;
+                self.from = end;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Offsets `[from, to)` of the range are gone: fails, or counts them.
+    fn lost(&self, from: i64, to: i64) -> Result<(), ExecutorError> {
+        if self.task.fail_on_data_loss {
+            return Err(sluice_common::Error::DataLoss(format!(
+                "{}: offsets {from}..{to} of the batch's range {}..{} are gone \
+                 (retention deleted them, or the topic was recreated)",
+                self.decoder.at, self.task.start, self.task.end
+            ))
+            .into());
+        }
+        self.counters.records_lost.add((to - from) as u64);
+        Ok(())
+    }
+}
+
+/// Turns fetched records into rows of the `input` table.
+struct Decoder {
+    format: KafkaFormat,
+    schema: SchemaRef,
+    /// How a JSON value decodes (the declared columns).
+    lines: LineFormat,
+    partition: i32,
+    /// "kafka topic "t" partition 0", in errors.
+    at: String,
+}
+
+impl Decoder {
+    fn decode(
+        &self,
+        records: &[KafkaRecord],
+        counters: &ReadCounters,
+    ) -> Result<RecordBatch, ExecutorError> {
+        let (mut columns, kept): (Vec<ArrayRef>, Vec<&KafkaRecord>) = match self.format {
+            KafkaFormat::Raw => {
+                let key = BinaryArray::from_iter(records.iter().map(|r| r.key.as_deref()));
+                let value = BinaryArray::from_iter(records.iter().map(|r| r.value.as_deref()));
+                (
+                    vec![Arc::new(key), Arc::new(value)],
+                    records.iter().collect(),
+                )
+            }
+            KafkaFormat::Json => self.json(records, counters)?,
+        };
+        let n = kept.len();
+        columns.push(Arc::new(Int32Array::from(vec![self.partition; n])));
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            kept.iter().map(|r| r.offset),
+        )));
+        columns.push(Arc::new(TimestampMillisecondArray::from_iter_values(
+            kept.iter().map(|r| r.timestamp_ms),
+        )));
+        RecordBatch::try_new(self.schema.clone(), columns)
+            .map_err(|e| ExecutorError::BadInput(format!("{}: {e}", self.at)))
+    }
+
+    /// The declared columns of the records' JSON values, and the records
+    /// they came from: the bad ones are skipped and counted, or fail the
+    /// task naming their offset.
+    fn json<'r>(
+        &self,
+        records: &'r [KafkaRecord],
+        counters: &ReadCounters,
+    ) -> Result<(Vec<ArrayRef>, Vec<&'r KafkaRecord>), ExecutorError> {
+        let value = |r: &'r KafkaRecord| r.value.as_deref().unwrap_or_default();
+        let blank = |r: &KafkaRecord| {
+            r.value
+                .as_deref()
+                .is_none_or(|v| v.iter().all(u8::is_ascii_whitespace))
+        };
+        let fast = (!records.iter().any(blank))
+            .then(|| decode(&self.lines, records.iter().map(value)).ok())
+            .flatten();
+        let (batch, kept) = match fast {
+            Some(b) => (b, records.iter().collect()),
+            None => {
+                let mut kept = Vec::with_capacity(records.len());
+                for r in records {
+                    let why = if blank(r) {
+                        Some("the record has no value".to_string())
+                    } else {
+                        decode(&self.lines, std::iter::once(value(r)))
+                            .err()
+                            .map(|e| e.to_string())
+                    };
+                    match why {
+                        None => kept.push(r),
+                        Some(_) if self.lines.skip_bad => counters.bad_records.add(1),
+                        Some(why) => {
+                            return Err(ExecutorError::BadInput(format!(
+                                "{} offset {}: the value is not a JSON record of the schema: {why}",
+                                self.at, r.offset
+                            )));
+                        }
+                    }
+                }
+                let batch = decode(&self.lines, kept.iter().map(|r| value(r))).map_err(|e| {
+                    ExecutorError::BadInput(format!(
+                        "{}: values that decode one by one do not decode together: {e}",
+                        self.at
+                    ))
+                })?;
+                (batch, kept)
+            }
+        };
+        Ok((batch.columns().to_vec(), kept))
+    }
+}

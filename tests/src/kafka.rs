@@ -1,0 +1,193 @@
+//! A real Kafka-compatible broker for the Kafka source's tests: `tansu`
+//! with SQLite storage in the cluster's directory, on a free loopback port,
+//! started as a cluster process (killed with the cluster, even on panic).
+//! Records are produced through Sluice's own client.
+//!
+//! The binary is `$SLUICE_TANSU_BIN`, else the one `scripts/deps.sh test`
+//! builds into `$HOME/.cache/sluice/tansu-0.6.0/bin/tansu`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sluice_common::kafka::{Kafka, NewRecord};
+
+use crate::cluster::Cluster;
+use crate::ports::free_port;
+use crate::process::Process;
+
+/// How long a fresh broker may take to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `tansu` binary. Panics with the fix when there is none.
+pub fn tansu_bin() -> PathBuf {
+    let path = match std::env::var_os("SLUICE_TANSU_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            PathBuf::from(home).join(".cache/sluice/tansu-0.6.0/bin/tansu")
+        }
+    };
+    if !path.is_file() {
+        panic!(
+            "tansu not found at {}: run scripts/deps.sh test, or set SLUICE_TANSU_BIN",
+            path.display()
+        );
+    }
+    path
+}
+
+/// One broker.
+#[derive(Debug)]
+pub struct Broker {
+    pub process: Process,
+    port: u16,
+}
+
+impl Broker {
+    /// Starts a broker and waits until it answers.
+    pub async fn start(cluster: &Cluster) -> Broker {
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let args = vec![
+            "broker".to_string(),
+            "--listener-url".into(),
+            url.clone(),
+            "--advertised-listener-url".into(),
+            url,
+            "--storage-engine".into(),
+            "sqlite://kafka.db".into(),
+        ];
+        let process = cluster.spawn("tansu", &tansu_bin(), args);
+        let broker = Broker { process, port };
+        broker.wait_ready().await;
+        broker
+    }
+
+    /// Waits until the broker lists its topics.
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let tried = async {
+                let k = Kafka::connect(&self.servers(), Duration::from_secs(2)).await?;
+                k.topics().await
+            };
+            match tried.await {
+                Ok(_) => return,
+                Err(e) if Instant::now() > deadline => panic!(
+                    "tansu did not answer on {} within {READY_TIMEOUT:?}: {e}\n{}",
+                    self.servers(),
+                    self.process.log_tail(30)
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// What `bootstrap_servers` takes.
+    pub fn servers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A client of the broker.
+    pub async fn client(&self) -> Kafka {
+        Kafka::connect(&self.servers(), Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("connect to tansu: {e}"))
+    }
+
+    /// Creates `topic` with `partitions` partitions and waits until every
+    /// partition answers.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        let k = self.client().await;
+        k.create_topic(topic, partitions)
+            .await
+            .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+        for p in 0..partitions {
+            k.partition(topic, p, true)
+                .await
+                .unwrap_or_else(|e| panic!("topic {topic} partition {p}: {e}"));
+        }
+    }
+}
+
+/// The JSON value of test record `n`: `{"value": n, "city": ...}`.
+pub fn record(n: u64) -> Vec<u8> {
+    let city = ["Lisbon", "Oslo", "Quito", "Accra"][(n % 4) as usize];
+    format!(r#"{{"value":{n},"city":"{city}"}}"#).into_bytes()
+}
+
+/// The schema line of a spec for [`record`].
+pub const SCHEMA: &str = "[{name: value, type: bigint}, {name: city, type: string}]";
+
+/// Produces the records `values` to `topic`, value `n` to partition
+/// `n % partitions`, in chunks; returns how many went to each partition.
+pub async fn produce(
+    kafka: &Kafka,
+    topic: &str,
+    partitions: i32,
+    values: std::ops::Range<u64>,
+) -> Vec<u64> {
+    let mut counts = vec![0u64; partitions as usize];
+    let now = sluice_common::time::now_ms();
+    for p in 0..partitions {
+        let client = kafka
+            .partition(topic, p, true)
+            .await
+            .unwrap_or_else(|e| panic!("partition {p}: {e}"));
+        let mine: Vec<u64> = values
+            .clone()
+            .filter(|n| n % partitions as u64 == p as u64)
+            .collect();
+        for chunk in mine.chunks(500) {
+            let records = chunk
+                .iter()
+                .map(|&n| NewRecord {
+                    key: Some(n.to_string().into_bytes()),
+                    value: record(n),
+                    timestamp_ms: now,
+                })
+                .collect();
+            client
+                .produce(records)
+                .await
+                .unwrap_or_else(|e| panic!("produce to {topic}/{p}: {e}"));
+        }
+        counts[p as usize] += mine.len() as u64;
+    }
+    counts
+}
+
+/// Produces raw values to one partition.
+pub async fn produce_raw(kafka: &Kafka, topic: &str, partition: i32, values: &[&[u8]]) {
+    let client = kafka
+        .partition(topic, partition, true)
+        .await
+        .unwrap_or_else(|e| panic!("partition {partition}: {e}"));
+    let now = sluice_common::time::now_ms();
+    let records = values
+        .iter()
+        .map(|v| NewRecord {
+            key: None,
+            value: v.to_vec(),
+            timestamp_ms: now,
+        })
+        .collect();
+    client
+        .produce(records)
+        .await
+        .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
+}
+
+/// A spec reading `topic` at `servers` as JSON [`record`]s into a jsonl
+/// sink; `extra` lines go under `source.kafka`.
+pub fn spec(name: &str, servers: &str, topic: &str, sink: &std::path::Path, extra: &str) -> String {
+    let extra: String = extra
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| format!("    {}\n", l.trim()))
+        .collect();
+    format!(
+        "name: {name}\nsource:\n  kafka:\n    bootstrap_servers: {servers}\n    topic: {topic}\n    schema: {SCHEMA}\n{extra}trigger:\n  interval_ms: 100\nsink:\n  files:\n    path: {}\n    format: jsonl\n",
+        sink.display()
+    )
+}
