@@ -296,7 +296,9 @@ fn kafka_error(servers: &str, what: &str, e: &rskafka::client::error::Error) -> 
             },
             true,
         ),
-        E::InvalidResponse(m) => (format!("invalid response: {m}"), false),
+        // Metadata that does not fit yet (a partition just added) is
+        // fetched again on the next call.
+        E::InvalidResponse(m) => (format!("invalid response: {m}"), true),
         other => (chain(other), true),
     };
     Error::Kafka {

@@ -110,6 +110,99 @@ impl Broker {
     }
 }
 
+/// Changes a broker's storage the way Kafka operations it lacks would:
+/// SQL on its SQLite file (`kafka.db` in the cluster directory) through
+/// Python's `sqlite3`, which the broker reads anew on every request.
+impl Broker {
+    /// Retention: deletes `topic` partition `partition`'s records below
+    /// `offset`, as Kafka's log cleaner does (the earliest offset becomes
+    /// `offset`; keep at least one record).
+    pub fn delete_records_below(
+        &self,
+        cluster: &Cluster,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) {
+        self.sql(
+            cluster,
+            &format!(
+                "DELETE FROM record WHERE topition = ({TOPITION}) AND offset_id < :offset;\n\
+                 UPDATE watermark SET low = :offset WHERE topition = ({TOPITION});"
+            ),
+            &[
+                ("topic", topic.into()),
+                ("partition", partition.into()),
+                ("offset", offset.into()),
+            ],
+        );
+    }
+
+    /// Adds partition `partition` (the next one) to `topic`, as Kafka's
+    /// CreatePartitions would.
+    pub fn add_partition(&self, cluster: &Cluster, topic: &str, partition: i32) {
+        self.sql(
+            cluster,
+            &format!(
+                "UPDATE topic SET partitions = :partition + 1 WHERE name = :topic \
+                   AND partitions = :partition AND cluster = ({CLUSTER});\n\
+                 INSERT INTO topition (topic, partition) SELECT t.id, :partition FROM topic t \
+                   WHERE t.name = :topic AND t.cluster = ({CLUSTER});\n\
+                 INSERT INTO watermark (topition) SELECT ({TOPITION});"
+            ),
+            &[("topic", topic.into()), ("partition", partition.into())],
+        );
+    }
+
+    /// Deletes `topic` and its records (the broker's own DeleteTopics
+    /// deletes every topic).
+    pub fn drop_topic(&self, cluster: &Cluster, topic: &str) {
+        self.sql(
+            cluster,
+            &format!("DELETE FROM topic WHERE name = :topic AND cluster = ({CLUSTER});"),
+            &[("topic", topic.into())],
+        );
+    }
+
+    /// Runs `statements` (one a line) in one transaction with `params`.
+    fn sql(&self, cluster: &Cluster, statements: &str, params: &[(&str, serde_json::Value)]) {
+        let params: serde_json::Map<String, serde_json::Value> = params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let script = r#"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10, isolation_level=None)
+db.execute("PRAGMA foreign_keys = ON")
+params = json.loads(sys.argv[3])
+db.execute("BEGIN IMMEDIATE")
+for statement in sys.argv[2].split(chr(10)):
+    db.execute(statement, params)
+db.execute("COMMIT")
+"#;
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(cluster.root().join("kafka.db"))
+            .arg(statements)
+            .arg(serde_json::Value::Object(params).to_string())
+            .output()
+            .expect("run python3");
+        assert!(
+            out.status.success(),
+            "SQL on the broker's storage failed: {}\n{statements}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The broker's cluster row.
+const CLUSTER: &str = "SELECT id FROM cluster WHERE name = 'tansu_cluster'";
+/// A topic partition's row, from `:topic` and `:partition`.
+const TOPITION: &str = "SELECT tp.id FROM topition tp JOIN topic t ON t.id = tp.topic \
+     WHERE t.name = :topic AND tp.partition = :partition \
+     AND t.cluster = (SELECT id FROM cluster WHERE name = 'tansu_cluster')";
+
 /// The JSON value of test record `n`: `{"value": n, "city": ...}`.
 pub fn record(n: u64) -> Vec<u8> {
     let city = ["Lisbon", "Oslo", "Quito", "Accra"][(n % 4) as usize];

@@ -174,3 +174,48 @@ fn sink_values(sink: &std::path::Path) -> Vec<u64> {
     values.sort_unstable();
     values
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_added_while_the_query_runs_is_read_from_its_start() {
+    let cluster = Cluster::new("kafka-grow");
+    let broker = Broker::start(&cluster).await;
+    broker.create_topic("grow", 2).await;
+    let k = broker.client().await;
+    kafka::produce(&k, "grow", 2, 0..200).await;
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let sink = cluster.sink_path("grow");
+    let spec = kafka::spec("grow", &broker.servers(), "grow", &sink, "");
+    let mut client = cluster.client(&drivers);
+    client.submit(&spec).await.expect("submit");
+    wait_ends(&mut client, "grow", 200).await;
+
+    // Partition 2 appears; records go to all three.
+    broker.add_partition(&cluster, "grow", 2);
+    // A client that reads the metadata anew.
+    let k = broker.client().await;
+    let counts = kafka::produce(&k, "grow", 3, 200..500).await;
+    client
+        .wait_for("grow", "reading partition 2", WAIT, |s| {
+            s.latest_progress.as_ref().is_some_and(|p| {
+                p.partitions
+                    .iter()
+                    .any(|p| p.partition == 2 && p.end_offset == counts[2] as i64)
+            })
+        })
+        .await;
+    wait_ends(&mut client, "grow", 500).await;
+    client.stop("grow").await.expect("stop");
+    assert_exactly_once(&sink, 500).await;
+    let plans = offset_records(&cluster.checkpoint_root(), "grow");
+    let first_with_2 = plans
+        .iter()
+        .flat_map(|p| ranges(&p.source))
+        .find(|&(p, _, _)| p == 2)
+        .expect("a batch read partition 2");
+    assert_eq!(
+        first_with_2.1, 0,
+        "partition 2 was read from its earliest offset"
+    );
+}

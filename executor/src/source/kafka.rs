@@ -150,7 +150,8 @@ impl State {
                     earliest.min(first.unwrap_or(end)).min(end)
                 };
                 if gone_to > self.from {
-                    self.lost(self.from, gone_to)?;
+                    let why = format!("the earliest offset kept is {earliest}");
+                    self.lost(self.from, gone_to, &why)?;
                     self.from = gone_to;
                     continue;
                 }
@@ -191,7 +192,7 @@ impl State {
             Ok(c) => Ok(Some(c)),
             Err(e) if !e.is_retryable() => {
                 let (from, end) = (self.from, self.task.end);
-                self.lost(from, end)?;
+                self.lost(from, end, &e.to_string())?;
                 self.from = end;
                 Ok(None)
             }
@@ -199,12 +200,14 @@ impl State {
         }
     }
 
-    /// Offsets `[from, to)` of the range are gone: fails, or counts them.
-    fn lost(&self, from: i64, to: i64) -> Result<(), ExecutorError> {
+    /// Offsets `[from, to)` of the range are gone (`why`): fails, or
+    /// counts them.
+    fn lost(&self, from: i64, to: i64, why: &str) -> Result<(), ExecutorError> {
         if self.task.fail_on_data_loss {
             return Err(sluice_common::Error::DataLoss(format!(
-                "{}: offsets {from}..{to} of the batch's range {}..{} are gone \
-                 (retention deleted them, or the topic was recreated)",
+                "{}: offsets {from}..{to} of the batch's range {}..{} are gone ({why}: \
+                 retention deleted them, or the topic was recreated). Set \
+                 fail_on_data_loss: false to skip them",
                 self.decoder.at, self.task.start, self.task.end
             ))
             .into());

@@ -42,6 +42,10 @@ const POLL: Duration = Duration::from_millis(100);
 /// The deadline of each call to the brokers.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 
+/// The deadline of each call at submit, which answers a client waiting:
+/// a broker that does not answer within it is reported, not waited for.
+const SUBMIT_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Where the starting offsets are kept, under the query's checkpoint.
 const START: &str = "sources/kafka";
 
@@ -292,7 +296,7 @@ pub async fn create(
 ) -> Result<(), DriverError> {
     let field = "source.kafka";
     let invalid = |f: &str, r: String| DriverError::Invalid(format!("{field}.{f}: {r}"));
-    let kafka = Kafka::connect(&spec.bootstrap_servers, DEADLINE)
+    let kafka = Kafka::connect(&spec.bootstrap_servers, SUBMIT_DEADLINE)
         .await
         .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
     let listed = kafka
