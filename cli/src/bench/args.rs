@@ -21,6 +21,7 @@ pub enum Scenario {
     Stateful,
     Windowed,
     StateRecovery,
+    Kafka,
 }
 
 /// Where a scenario's checkpoint root and sink are (`--storage`).
@@ -121,11 +122,27 @@ pub struct BenchArgs {
         default_value = "target/s3/venv/bin/moto_server"
     )]
     pub moto_bin: String,
+    /// kafka: the records pre-loaded into the topic.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub records: u64,
+    /// kafka: the broker, tansu 0.6.0 (`scripts/deps.sh test` builds it).
+    #[arg(
+        long,
+        env = "SLUICE_TANSU_BIN",
+        default_value_t = default_tansu()
+    )]
+    pub tansu_bin: String,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).
     #[arg(long)]
     pub tls: bool,
+}
+
+/// Where `scripts/deps.sh test` builds tansu.
+fn default_tansu() -> String {
+    let home = std::env::var("HOME").unwrap_or_default();
+    format!("{home}/.cache/sluice/tansu-0.6.0/bin/tansu")
 }
 
 /// The number of cores the benchmark can use.

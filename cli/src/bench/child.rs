@@ -21,6 +21,7 @@ pub struct ChildProcess {
     args: Vec<String>,
     log: PathBuf,
     env: Vec<(String, String)>,
+    dir: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -31,6 +32,7 @@ impl ChildProcess {
             args,
             log,
             env: Vec::new(),
+            dir: None,
             child: None,
         }
     }
@@ -38,6 +40,12 @@ impl ChildProcess {
     /// The child with these environment variables too.
     pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
         self.env = env;
+        self
+    }
+
+    /// The child, started in `dir`.
+    pub fn in_dir(mut self, dir: PathBuf) -> Self {
+        self.dir = Some(dir);
         self
     }
 
@@ -64,7 +72,11 @@ impl ChildProcess {
             .append(true)
             .open(&self.log)
             .with_context(|| format!("cannot open {}", self.log.display()))?;
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(dir) = &self.dir {
+            command.current_dir(dir);
+        }
+        let child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

@@ -11,6 +11,7 @@
 //! | `failover` | `failover.rs`: etcd and two drivers |
 //! | `stateful`, `windowed` | `stateful.rs`: GROUP BY over the rate source, in update and append mode |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
+//! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -26,6 +27,7 @@ mod args;
 mod child;
 mod cluster;
 mod failover;
+mod kafka;
 mod latency;
 mod recovery;
 mod secure;
@@ -75,6 +77,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Stateful => stateful::stateful(&args, &shutdown).await,
         Scenario::Windowed => stateful::windowed(&args, &shutdown).await,
         Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
+        Scenario::Kafka => kafka::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

@@ -153,7 +153,7 @@ pub fn rates(run: &Run, rows: u64) -> Value {
 
 /// Checks the sink: exactly `kept` distinct values below `total`, each
 /// once. Returns the checker's report with `exact` set by that rule.
-async fn check(out: &str, total: u64, kept: u64) -> anyhow::Result<(Value, bool)> {
+pub(super) async fn check(out: &str, total: u64, kept: u64) -> anyhow::Result<(Value, bool)> {
     let report = verify::check(out, Some(total)).await?;
     let exact = report.duplicated == 0
         && report.unexpected == 0
