@@ -113,6 +113,17 @@ impl Live {
                 p.bad_records
             ),
         ];
+        if !p.partitions.is_empty() {
+            lines.push(format!(
+                "kafka     {}{}",
+                crate::output::partitions_text(p),
+                if p.records_lost > 0 {
+                    format!("  lost {}", p.records_lost)
+                } else {
+                    String::new()
+                }
+            ));
+        }
         if self.skipped > 0 {
             lines.push(format!(
                 "note      {} batches were not shown: the driver no longer held them",

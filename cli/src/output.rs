@@ -35,7 +35,31 @@ pub fn progress_json(p: &BatchProgress) -> Value {
         "epoch": p.epoch,
         "skipped_before": p.skipped_before,
         "bad_records": p.bad_records,
+        "records_lost": p.records_lost,
+        "partitions": p.partitions.iter().map(|t| json!({
+            "topic": t.topic,
+            "partition": t.partition,
+            "start_offset": t.start_offset,
+            "end_offset": t.end_offset,
+            "latest_offset": t.latest_offset,
+            "lag": t.lag,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// A Kafka source's partitions after a batch, compactly:
+/// `events/0 end 120 lag 0, events/1 end 98 lag 2`.
+pub fn partitions_text(p: &BatchProgress) -> String {
+    p.partitions
+        .iter()
+        .map(|t| {
+            format!(
+                "{}/{} end {} lag {}",
+                t.topic, t.partition, t.end_offset, t.lag
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One compact line per committed batch.
@@ -58,6 +82,13 @@ pub fn progress_line(p: &BatchProgress) -> String {
     }
     if p.rows_dropped_by_watermark > 0 {
         bad.push_str(&format!("  late {}", p.rows_dropped_by_watermark));
+    }
+    if !p.partitions.is_empty() {
+        let lag: i64 = p.partitions.iter().map(|t| t.lag).sum();
+        bad.push_str(&format!("  lag {lag}"));
+    }
+    if p.records_lost > 0 {
+        bad.push_str(&format!("  lost {}", p.records_lost));
     }
     format!(
         "{} batch {:>6}  rows {:>9}  in {:>12.1} rows/s  processed {:>12.1} rows/s  \
@@ -405,6 +436,36 @@ mod tests {
             progress_line(&p)
         );
         assert_eq!(progress_json(&p)["bad_records"], 3);
+    }
+
+    #[test]
+    fn kafka_progress_shows_each_partitions_end_and_lag() {
+        let part = |partition, end_offset, latest_offset| sluice_proto::PartitionProgress {
+            topic: "events".into(),
+            partition,
+            start_offset: 0,
+            end_offset,
+            latest_offset,
+            lag: latest_offset - end_offset,
+        };
+        let p = BatchProgress {
+            name: "q".into(),
+            records_lost: 4,
+            partitions: vec![part(0, 120, 120), part(1, 98, 100)],
+            ..Default::default()
+        };
+        assert!(
+            progress_line(&p).ends_with("lag 2  lost 4"),
+            "{}",
+            progress_line(&p)
+        );
+        assert_eq!(
+            partitions_text(&p),
+            "events/0 end 120 lag 0, events/1 end 98 lag 2"
+        );
+        let json = progress_json(&p);
+        assert_eq!(json["partitions"][1]["lag"], 2);
+        assert_eq!(json["records_lost"], 4);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub input_rows: IntCounterVec,
     pub output_rows: IntCounterVec,
     pub bad_records: IntCounterVec,
+    pub records_lost: IntCounterVec,
+    pub kafka_lag: IntGaugeVec,
     pub rows_dropped_by_watermark: IntCounterVec,
     pub sink_bytes: IntCounterVec,
     pub task_attempts: IntCounterVec,
@@ -146,6 +148,16 @@ impl Metrics {
             input_rows: d.counters("input_rows_total", "Rows read from sources by committed batches", q)?,
             output_rows: d.counters("output_rows_total", "Rows committed to sinks", q)?,
             bad_records: d.counters("bad_records_total", "Input records skipped as malformed", q)?,
+            records_lost: d.counters(
+                "records_lost_total",
+                "Source records skipped because they were gone (fail_on_data_loss: false)",
+                q,
+            )?,
+            kafka_lag: d.gauges(
+                "kafka_lag_records",
+                "A Kafka partition's latest offset minus the end of the last committed batch",
+                &["query", "topic", "partition"],
+            )?,
             rows_dropped_by_watermark: d.counters(
                 "rows_dropped_by_watermark_total",
                 "Input rows dropped as later than the watermark",
@@ -233,6 +245,7 @@ impl Metrics {
             &self.input_rows,
             &self.output_rows,
             &self.bad_records,
+            &self.records_lost,
             &self.rows_dropped_by_watermark,
             &self.sink_bytes,
         ] {
@@ -263,6 +276,15 @@ impl Metrics {
             .inc_by(p.num_input_rows);
         self.output_rows.with_label_values(q).inc_by(output_rows);
         self.bad_records.with_label_values(q).inc_by(p.bad_records);
+        self.records_lost
+            .with_label_values(q)
+            .inc_by(p.records_lost);
+        for t in &p.partitions {
+            let partition = t.partition.to_string();
+            self.kafka_lag
+                .with_label_values(&[query, t.topic.as_str(), partition.as_str()])
+                .set(t.lag);
+        }
         self.rows_dropped_by_watermark
             .with_label_values(q)
             .inc_by(p.rows_dropped_by_watermark);

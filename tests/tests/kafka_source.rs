@@ -82,6 +82,14 @@ async fn a_topic_is_read_once_and_a_restart_resumes_from_the_checkpoint() {
     ] {
         assert!(row.get(column).is_some(), "no {column} in {row}");
     }
+    for p in 0..4 {
+        let lag = driver
+            .metric(&format!(
+                "sluice_kafka_lag_records{{partition=\"{p}\",query=\"events\",topic=\"events\"}}"
+            ))
+            .await;
+        assert_eq!(lag, Some(0.0), "partition {p}");
+    }
     let value = row["value"].as_u64().unwrap();
     assert_eq!(row["kafka_partition"].as_u64().unwrap(), value % 4, "{row}");
     assert_eq!(row["kafka_offset"].as_u64().unwrap(), value / 4, "{row}");
@@ -218,4 +226,49 @@ async fn a_partition_added_while_the_query_runs_is_read_from_its_start() {
         first_with_2.1, 0,
         "partition 2 was read from its earliest offset"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_records_give_their_key_and_value_as_bytes() {
+    let cluster = Cluster::new("kafka-raw");
+    let broker = Broker::start(&cluster).await;
+    broker.create_topic("raw", 1).await;
+    let k = broker.client().await;
+    kafka::produce_raw(
+        &k,
+        "raw",
+        0,
+        &[b"plain text", b"{\"not\": \"parsed\"}", b""],
+    )
+    .await;
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let sink = cluster.sink_path("raw");
+    let spec = format!(
+        "name: raw\nsource:\n  kafka:\n    bootstrap_servers: {}\n    topic: raw\n    format: raw\n\
+         sql: SELECT CAST(value AS VARCHAR) AS text, key IS NULL AS keyless, kafka_offset FROM input\n\
+         sink:\n  files:\n    path: {}\n",
+        broker.servers(),
+        sink.display()
+    );
+    let mut client = cluster.client(&drivers);
+    client.submit(&spec).await.expect("submit");
+    wait_ends(&mut client, "raw", 3).await;
+    client.stop("raw").await.expect("stop");
+    let mut rows: Vec<serde_json::Value> = sluice_tests::files_under(&sink)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "jsonl"))
+        .flat_map(|f| {
+            std::fs::read_to_string(&f)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rows.sort_by_key(|r| r["kafka_offset"].as_i64());
+    let texts: Vec<&str> = rows.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["plain text", "{\"not\": \"parsed\"}", ""]);
+    assert!(rows.iter().all(|r| r["keyless"] == true), "{rows:?}");
 }
