@@ -282,7 +282,7 @@ impl Client {
 
 /// Why a connection failed, with a hint when TLS is the likely cause.
 fn connect_reason(e: &dyn std::error::Error, tls: bool) -> String {
-    let chain = error_chain(e);
+    let chain = sluice_common::error::chain(e);
     let lower = chain.to_ascii_lowercase();
     if tls && lower.contains("certificate expired") {
         return format!(
@@ -303,21 +303,6 @@ fn connect_reason(e: &dyn std::error::Error, tls: bool) -> String {
     } else {
         chain
     }
-}
-
-/// An error and its sources on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        src = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -88,6 +88,23 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error and its sources, `outer: inner: root`, each cause once:
+/// transport and client errors often say what went wrong only in their
+/// sources ("connection refused").
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = e.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

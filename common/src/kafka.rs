@@ -22,7 +22,7 @@ use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, Unknown
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, chain};
 
 /// The deadline of one call when none is given.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
@@ -307,21 +307,6 @@ fn kafka_error(servers: &str, what: &str, e: &rskafka::client::error::Error) -> 
         reason,
         retryable,
     }
-}
-
-/// An error and its sources, `outer: inner`.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = e.source();
-    }
-    out
 }
 
 #[cfg(test)]

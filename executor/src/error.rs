@@ -5,6 +5,8 @@
 //! is down) and errors of one task (mapped to a wire `ErrorKind` by
 //! [`crate::task::task_error`]).
 
+use sluice_common::error::chain;
+
 /// Errors of the executor: configuration, the driver connection, tasks.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
@@ -107,22 +109,6 @@ impl ExecutorError {
             _ => None,
         }
     }
-}
-
-/// An error and its sources, `outer: inner: root`; transport errors only
-/// say what went wrong in their sources ("connection refused").
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = e.source();
-    }
-    out
 }
 
 #[cfg(test)]

@@ -6,17 +6,22 @@
 //! The binary is `$SLUICE_TANSU_BIN`, else the one `scripts/deps.sh test`
 //! builds into `$HOME/.cache/sluice/tansu-0.6.0/bin/tansu`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sluice_common::kafka::{Kafka, NewRecord};
+use sluice_proto::{PartitionProgress, QueryState, QueryStatus};
 
+use crate::client::Client;
 use crate::cluster::Cluster;
+use crate::node::{Driver, Executor};
 use crate::ports::free_port;
 use crate::process::Process;
 
 /// How long a fresh broker may take to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a test waits for a query to read what it expects.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// The `tansu` binary. Panics with the fix when there is none.
 pub fn tansu_bin() -> PathBuf {
@@ -273,7 +278,7 @@ pub async fn produce_raw(kafka: &Kafka, topic: &str, partition: i32, values: &[&
 
 /// A spec reading `topic` at `servers` as JSON [`record`]s into a jsonl
 /// sink; `extra` lines go under `source.kafka`.
-pub fn spec(name: &str, servers: &str, topic: &str, sink: &std::path::Path, extra: &str) -> String {
+pub fn spec(name: &str, servers: &str, topic: &str, sink: &Path, extra: &str) -> String {
     let extra: String = extra
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -283,4 +288,99 @@ pub fn spec(name: &str, servers: &str, topic: &str, sink: &std::path::Path, extr
         "name: {name}\nsource:\n  kafka:\n    bootstrap_servers: {servers}\n    topic: {topic}\n    schema: {SCHEMA}\n{extra}trigger:\n  interval_ms: 100\nsink:\n  files:\n    path: {}\n    format: jsonl\n",
         sink.display()
     )
+}
+
+/// A broker with one topic, a standalone driver, one executor and a
+/// client: what most Kafka tests start from. Dropped, it stops them all.
+pub struct KafkaCluster {
+    pub broker: Broker,
+    pub driver: Driver,
+    pub executor: Executor,
+    pub client: Client,
+    /// A client of the broker.
+    pub kafka: Kafka,
+    pub cluster: Cluster,
+}
+
+impl KafkaCluster {
+    /// Starts it all in a cluster named `test`, with `topic` of
+    /// `partitions` partitions.
+    pub async fn start(test: &str, topic: &str, partitions: i32) -> KafkaCluster {
+        let cluster = Cluster::new(test);
+        let broker = Broker::start(&cluster).await;
+        broker.create_topic(topic, partitions).await;
+        let kafka = broker.client().await;
+        let driver = cluster.start_ready_driver().await;
+        let executor = cluster.start_executor(driver.addr());
+        let client = cluster.client(driver.addr());
+        KafkaCluster {
+            broker,
+            driver,
+            executor,
+            client,
+            kafka,
+            cluster,
+        }
+    }
+
+    /// A spec of [`spec`] for `topic` on this broker, with its sink.
+    pub fn spec(&self, name: &str, topic: &str, extra: &str) -> (String, PathBuf) {
+        let sink = self.cluster.sink_path(name);
+        (
+            spec(name, &self.broker.servers(), topic, &sink, extra),
+            sink,
+        )
+    }
+}
+
+/// Waits until `query`'s latest progress shows its partitions as `done`
+/// wants them; panics at once if the query leaves RUNNING.
+pub async fn wait_read(
+    client: &mut Client,
+    query: &str,
+    what: &str,
+    done: impl Fn(&[PartitionProgress]) -> bool,
+) -> QueryStatus {
+    client
+        .wait_for(query, what, WAIT, |s| {
+            assert_eq!(s.state, QueryState::Running as i32, "{s:#?}");
+            s.latest_progress
+                .as_ref()
+                .is_some_and(|p| done(&p.partitions))
+        })
+        .await
+}
+
+/// Waits until `query` has read its partitions to end offsets that add up
+/// to `ends`.
+pub async fn wait_ends(client: &mut Client, query: &str, ends: i64) -> QueryStatus {
+    let what = format!("read to offsets adding up to {ends}");
+    wait_read(client, query, &what, |p| {
+        p.iter().map(|p| p.end_offset).sum::<i64>() >= ends
+    })
+    .await
+}
+
+/// Every row of a jsonl sink's files.
+pub fn sink_rows(sink: &Path) -> Vec<serde_json::Value> {
+    crate::files_under(sink)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "jsonl"))
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(&f).expect("read a sink file");
+            text.lines()
+                .map(|l| serde_json::from_str(l).expect("a sink row is JSON"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every `value` of a jsonl sink, sorted.
+pub fn sink_values(sink: &Path) -> Vec<u64> {
+    let mut values: Vec<u64> = sink_rows(sink)
+        .iter()
+        .map(|r| r["value"].as_u64().expect("a row has a value"))
+        .collect();
+    values.sort_unstable();
+    values
 }

@@ -5,20 +5,16 @@
 
 use std::time::Duration;
 
-use sluice_tests::kafka::{self, Broker};
-use sluice_tests::{Cluster, QueryState, free_port};
+use sluice_tests::kafka::{self, KafkaCluster, wait_read};
+use sluice_tests::{QueryState, free_port};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_servers_topics_and_offsets_are_refused_at_submit_naming_them() {
-    let cluster = Cluster::new("kafka-refused");
-    let broker = Broker::start(&cluster).await;
-    broker.create_topic("orders", 2).await;
-    let driver = cluster.start_ready_driver().await;
-    let drivers = driver.addr().to_string();
-    let mut client = cluster.client(&drivers);
-    let sink = cluster.sink_path("out");
+    let c = KafkaCluster::start("kafka-refused", "orders", 2).await;
+    let (broker, mut client) = (&c.broker, c.client.clone());
+    let sink = c.cluster.sink_path("out");
 
     // Nothing listens on this port.
     let nowhere = format!("127.0.0.1:{}", free_port());
@@ -86,10 +82,7 @@ async fn bad_servers_topics_and_offsets_are_refused_at_submit_naming_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_record_fails_the_query_or_is_skipped_and_counted() {
-    let cluster = Cluster::new("kafka-malformed");
-    let broker = Broker::start(&cluster).await;
-    broker.create_topic("mixed", 1).await;
-    let k = broker.client().await;
+    let mut c = KafkaCluster::start("kafka-malformed", "mixed", 1).await;
     let good = |n: u64| kafka::record(n);
     let values: Vec<Vec<u8>> = vec![
         good(0),
@@ -100,17 +93,14 @@ async fn a_malformed_record_fails_the_query_or_is_skipped_and_counted() {
         good(5),
     ];
     let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-    kafka::produce_raw(&k, "mixed", 0, &refs).await;
+    kafka::produce_raw(&c.kafka, "mixed", 0, &refs).await;
 
-    let driver = cluster.start_ready_driver().await;
-    let drivers = driver.addr().to_string();
-    let _executor = cluster.start_executor(&drivers);
-    let mut client = cluster.client(&drivers);
-
-    let strict = cluster.sink_path("strict");
-    let spec = kafka::spec("strict", &broker.servers(), "mixed", &strict, "");
-    client.submit(&spec).await.expect("submit");
-    let status = client.wait_state("strict", QueryState::Failed, WAIT).await;
+    let (spec, _) = c.spec("strict", "mixed", "");
+    c.client.submit(&spec).await.expect("submit");
+    let status = c
+        .client
+        .wait_state("strict", QueryState::Failed, WAIT)
+        .await;
     assert!(
         status
             .error
@@ -120,26 +110,15 @@ async fn a_malformed_record_fails_the_query_or_is_skipped_and_counted() {
         status.error
     );
 
-    let lenient = cluster.sink_path("lenient");
-    let spec = kafka::spec(
-        "lenient",
-        &broker.servers(),
-        "mixed",
-        &lenient,
-        "on_bad_record: skip",
-    );
-    client.submit(&spec).await.expect("submit");
-    let status = client
-        .wait_for("lenient", "read to offset 6", WAIT, |s| {
-            s.latest_progress
-                .as_ref()
-                .is_some_and(|p| p.partitions.iter().any(|p| p.end_offset == 6))
-        })
-        .await;
-    assert_eq!(status.state, QueryState::Running as i32, "{status:#?}");
-    let progress = client.progress("lenient").await.expect("progress");
+    let (spec, _) = c.spec("lenient", "mixed", "on_bad_record: skip");
+    c.client.submit(&spec).await.expect("submit");
+    wait_read(&mut c.client, "lenient", "read to offset 6", |p| {
+        p.iter().any(|p| p.end_offset == 6)
+    })
+    .await;
+    let progress = c.client.progress("lenient").await.expect("progress");
     let bad: u64 = progress.iter().map(|p| p.bad_records).sum();
     let rows: u64 = progress.iter().map(|p| p.num_input_rows).sum();
     assert_eq!((bad, rows), (2, 4), "{progress:#?}");
-    client.stop("lenient").await.expect("stop");
+    c.client.stop("lenient").await.expect("stop");
 }

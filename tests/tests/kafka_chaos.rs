@@ -9,13 +9,11 @@ use std::time::Duration;
 use sluice_tests::ha::{Ha, leader_and_epoch, wait_leader_except};
 use sluice_tests::kafka::{self, Broker};
 use sluice_tests::{
-    Client, Cluster, QueryState, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once,
-    test_rng,
+    Client, Cluster, TTL_MS, Watch, assert_epochs_non_decreasing, assert_exactly_once, test_rng,
 };
 
 const TOTAL: u64 = 8000;
 const CHUNK: u64 = 250;
-const WAIT: Duration = Duration::from_secs(90);
 
 /// Produces `0..TOTAL` to the 4 partitions of `topic` in chunks, a chunk
 /// every 100 ms (about 3 s in all).
@@ -34,14 +32,7 @@ fn producer(broker: &Broker, topic: &'static str) -> tokio::task::JoinHandle<()>
 
 /// Waits until the query has read every produced record, then stops it.
 async fn read_all_and_stop(client: &mut Client, query: &str) {
-    client
-        .wait_for(query, "read every record", WAIT, |s| {
-            assert_eq!(s.state, QueryState::Running as i32, "{s:#?}");
-            s.latest_progress.as_ref().is_some_and(|p| {
-                p.partitions.iter().map(|p| p.end_offset).sum::<i64>() == TOTAL as i64
-            })
-        })
-        .await;
+    kafka::wait_ends(client, query, TOTAL as i64).await;
     client.stop(query).await.expect("stop");
 }
 
