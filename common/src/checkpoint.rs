@@ -115,6 +115,18 @@ pub struct CommitRecord {
     /// this one, from which the next batch's watermark follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_event_time_ms: Option<i64>,
+    /// The input rows of batches 0 to this one. Absent in records written
+    /// before it was kept: the source's end position stands in (the same
+    /// number for the rate source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_rows_total: Option<u64>,
+}
+
+impl CommitRecord {
+    /// The input rows of batches 0 to this one.
+    pub fn rows_so_far(&self) -> u64 {
+        self.input_rows_total.unwrap_or(self.end_value)
+    }
 }
 
 /// `sources/kafka`: where a Kafka query starts in each partition, resolved
@@ -368,6 +380,7 @@ mod tests {
                 end_value: n,
                 committed_ms: 0,
                 max_event_time_ms: None,
+                input_rows_total: Some(n),
             };
             q.create(&format!("commits/{}", padded(n)), &rec)
                 .await

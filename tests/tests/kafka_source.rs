@@ -52,7 +52,9 @@ async fn a_topic_is_read_once_and_a_restart_resumes_from_the_checkpoint() {
     c.driver.kill();
     kafka::produce(&c.kafka, "events", 4, 400..1000).await;
     c.driver.restart_ready().await;
-    wait_ends(&mut c.client, "events", 1000).await;
+    let status = wait_ends(&mut c.client, "events", 1000).await;
+    // Counted on from what the checkpoint's last commit recorded.
+    assert_eq!(status.committed_rows, 1000);
     c.client.stop("events").await.expect("stop");
     assert_exactly_once(&sink, 1000).await;
 }
@@ -67,7 +69,8 @@ async fn latest_starts_after_the_records_present_at_submit_and_the_cap_bounds_ba
     // 300 more records, 150 a partition: at most 40 a partition a batch.
     kafka::produce(&c.kafka, "clicks", 2, 100..400).await;
     // 50 a partition before the submit, 150 after.
-    wait_ends(&mut c.client, "clicks", 400).await;
+    let status = wait_ends(&mut c.client, "clicks", 400).await;
+    assert_eq!(status.committed_rows, 300, "rows read, not offsets");
     c.client.stop("clicks").await.expect("stop");
 
     let plans = offset_records(&c.cluster.checkpoint_root(), "clicks");

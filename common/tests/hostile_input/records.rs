@@ -216,6 +216,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 end_value: 250,
                 committed_ms: 5,
                 max_event_time_ms: Some(9),
+                input_rows_total: Some(1500),
             }),
             decoded::<CommitRecord>,
         ),

@@ -125,6 +125,8 @@ pub async fn execute(
     let sink_commit = t.elapsed();
 
     let t = Instant::now();
+    // Only this runner moves the count: it is what commits/N-1 recorded.
+    let rows_so_far = ctx.entry.view().committed_rows + input_rows;
     let record = CommitRecord {
         version: RECORD_VERSION,
         batch_id: batch,
@@ -133,6 +135,7 @@ pub async fn execute(
         end_value: offsets.source.end_value(),
         committed_ms: now_ms(),
         max_event_time_ms: clock.max_event.max(seen),
+        input_rows_total: Some(rows_so_far),
     };
     let rel = format!("commits/{}", padded(batch));
     let (_, ours) = ctx
@@ -194,7 +197,7 @@ pub async fn execute(
         .metrics
         .batch_committed(&ctx.entry.name, &progress, rows, sink_bytes);
     debug!(batch, epoch, rows, total_ms = ms(total), "batch committed");
-    ctx.entry.record(progress, offsets.source.end_value());
+    ctx.entry.record(progress, rows_so_far);
     Ok(Executed {
         input_rows,
         max_event_time_ms: seen,

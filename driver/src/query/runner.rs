@@ -112,7 +112,8 @@ async fn drive(
     let (mut next, mut committed, mut rerun) = recover(&ctx, source).await?;
     let mut clock = event_clock(&ctx, next).await?;
     let committed_end = committed.as_ref().map_or(0, SourceOffsets::end_value);
-    ctx.entry.set_committed(next as i64 - 1, committed_end);
+    ctx.entry
+        .set_committed(next as i64 - 1, rows_committed(&ctx, next).await?);
     let mut cleaner = Cleaner::default();
     if let Some(committed) = next.checked_sub(1) {
         cleaner.after_commit(&ctx, committed);
@@ -176,6 +177,16 @@ async fn event_clock(ctx: &Ctx, next: u64) -> Result<EventClock, DriverError> {
         watermark: o.and_then(|o| o.watermark_ms),
         max_event: c.and_then(|c| c.max_event_time_ms),
     })
+}
+
+/// The input rows of the batches before `next`, as `commits/N-1` records
+/// them.
+async fn rows_committed(ctx: &Ctx, next: u64) -> Result<u64, DriverError> {
+    let Some(last) = next.checked_sub(1) else {
+        return Ok(0);
+    };
+    let c = ctx.storage("read commit", || ctx.qc.commit(last)).await?;
+    Ok(c.map_or(0, |c| c.rows_so_far()))
 }
 
 /// The INFO line of a running query (see [`crate::query::summary`]).
