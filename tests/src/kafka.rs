@@ -226,12 +226,7 @@ pub async fn produce(
     values: std::ops::Range<u64>,
 ) -> Vec<u64> {
     let mut counts = vec![0u64; partitions as usize];
-    let now = sluice_common::time::now_ms();
     for p in 0..partitions {
-        let client = kafka
-            .partition(topic, p, true)
-            .await
-            .unwrap_or_else(|e| panic!("partition {p}: {e}"));
         let mine: Vec<u64> = values
             .clone()
             .filter(|n| n % partitions as u64 == p as u64)
@@ -239,16 +234,8 @@ pub async fn produce(
         for chunk in mine.chunks(500) {
             let records = chunk
                 .iter()
-                .map(|&n| NewRecord {
-                    key: Some(n.to_string().into_bytes()),
-                    value: record(n),
-                    timestamp_ms: now,
-                })
-                .collect();
-            client
-                .produce(records)
-                .await
-                .unwrap_or_else(|e| panic!("produce to {topic}/{p}: {e}"));
+                .map(|&n| (Some(n.to_string().into_bytes()), record(n)));
+            send(kafka, topic, p, records).await;
         }
         counts[p as usize] += mine.len() as u64;
     }
@@ -257,16 +244,31 @@ pub async fn produce(
 
 /// Produces raw values to one partition.
 pub async fn produce_raw(kafka: &Kafka, topic: &str, partition: i32, values: &[&[u8]]) {
+    send(
+        kafka,
+        topic,
+        partition,
+        values.iter().map(|v| (None, v.to_vec())),
+    )
+    .await;
+}
+
+/// Produces `(key, value)` records to one partition, stamped now.
+async fn send(
+    kafka: &Kafka,
+    topic: &str,
+    partition: i32,
+    records: impl Iterator<Item = (Option<Vec<u8>>, Vec<u8>)>,
+) {
     let client = kafka
         .partition(topic, partition, true)
         .await
         .unwrap_or_else(|e| panic!("partition {partition}: {e}"));
     let now = sluice_common::time::now_ms();
-    let records = values
-        .iter()
-        .map(|v| NewRecord {
-            key: None,
-            value: v.to_vec(),
+    let records = records
+        .map(|(key, value)| NewRecord {
+            key,
+            value,
             timestamp_ms: now,
         })
         .collect();

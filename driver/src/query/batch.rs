@@ -126,7 +126,7 @@ pub async fn execute(
 
     let t = Instant::now();
     // Only this runner moves the count: it is what commits/N-1 recorded.
-    let rows_so_far = ctx.entry.view().committed_rows + input_rows;
+    let rows_so_far = ctx.entry.committed_rows() + input_rows;
     let record = CommitRecord {
         version: RECORD_VERSION,
         batch_id: batch,

@@ -86,6 +86,11 @@ impl QueryEntry {
         self.view.borrow().clone()
     }
 
+    /// The input rows of the committed batches.
+    pub fn committed_rows(&self) -> u64 {
+        self.view.borrow().committed_rows
+    }
+
     pub fn state(&self) -> QueryState {
         self.view.borrow().state
     }

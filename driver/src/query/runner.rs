@@ -109,11 +109,15 @@ async fn drive(
         .await?,
     );
 
-    let (mut next, mut committed, mut rerun) = recover(&ctx, source).await?;
+    let Resumed {
+        mut next,
+        mut committed,
+        mut rerun,
+        rows,
+    } = recover(&ctx, source).await?;
     let mut clock = event_clock(&ctx, next).await?;
     let committed_end = committed.as_ref().map_or(0, SourceOffsets::end_value);
-    ctx.entry
-        .set_committed(next as i64 - 1, rows_committed(&ctx, next).await?);
+    ctx.entry.set_committed(next as i64 - 1, rows);
     let mut cleaner = Cleaner::default();
     if let Some(committed) = next.checked_sub(1) {
         cleaner.after_commit(&ctx, committed);
@@ -179,16 +183,6 @@ async fn event_clock(ctx: &Ctx, next: u64) -> Result<EventClock, DriverError> {
     })
 }
 
-/// The input rows of the batches before `next`, as `commits/N-1` records
-/// them.
-async fn rows_committed(ctx: &Ctx, next: u64) -> Result<u64, DriverError> {
-    let Some(last) = next.checked_sub(1) else {
-        return Ok(0);
-    };
-    let c = ctx.storage("read commit", || ctx.qc.commit(last)).await?;
-    Ok(c.map_or(0, |c| c.rows_so_far()))
-}
-
 /// The INFO line of a running query (see [`crate::query::summary`]).
 fn log_summary(summary: Option<Summary>) {
     if let Some(s) = summary {
@@ -203,12 +197,20 @@ fn log_summary(summary: Option<Summary>) {
     }
 }
 
-/// Where to start, from the checkpoint (see [`crate::recovery`]): the next
-/// batch, the input of the last committed one, and the batch to re-run.
-async fn recover(
-    ctx: &Ctx,
-    source: &dyn SourcePlanner,
-) -> Result<(u64, Option<SourceOffsets>, Option<OffsetRecord>), DriverError> {
+/// Where a query starts, from its checkpoint.
+struct Resumed {
+    /// The next batch to plan (or the one to re-run).
+    next: u64,
+    /// The input of the last committed batch.
+    committed: Option<SourceOffsets>,
+    /// The batch planned but not committed, to run again.
+    rerun: Option<OffsetRecord>,
+    /// The input rows of the committed batches, as the last commit says.
+    rows: u64,
+}
+
+/// Where to start, from the checkpoint (see [`crate::recovery`]).
+async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, DriverError> {
     let offsets = ctx
         .storage("list offsets", || ctx.qc.latest("offsets"))
         .await?;
@@ -216,19 +218,32 @@ async fn recover(
         .storage("list commits", || ctx.qc.latest("commits"))
         .await?;
     match decide(offsets, commits) {
-        Recovery::Fresh => Ok((0, None, None)),
+        Recovery::Fresh => Ok(Resumed {
+            next: 0,
+            committed: None,
+            rerun: None,
+            rows: 0,
+        }),
         Recovery::Next { committed } => {
-            let input = committed_input(ctx, committed).await?;
-            Ok((committed + 1, Some(input), None))
+            let (input, rows) = committed_input(ctx, committed).await?;
+            Ok(Resumed {
+                next: committed + 1,
+                committed: Some(input),
+                rerun: None,
+                rows,
+            })
         }
         Recovery::Rerun { batch } => {
             let o = ctx
                 .storage("read offsets", || ctx.qc.offsets(batch))
                 .await?;
             let o = o.ok_or_else(|| missing(ctx, format!("offsets/{}", padded(batch))))?;
-            let committed = match batch.checked_sub(1) {
-                Some(prev) => Some(committed_input(ctx, prev).await?),
-                None => None,
+            let (committed, rows) = match batch.checked_sub(1) {
+                Some(prev) => {
+                    let (input, rows) = committed_input(ctx, prev).await?;
+                    (Some(input), rows)
+                }
+                None => (None, 0),
             };
             let gap = source.gap(committed.as_ref(), &o.source);
             if let Some(reason) = gap
@@ -240,7 +255,12 @@ async fn recover(
                 }
                 .into());
             }
-            Ok((batch, committed, Some(o)))
+            Ok(Resumed {
+                next: batch,
+                committed,
+                rerun: Some(o),
+                rows,
+            })
         }
         Recovery::Damaged { reason } => Err(CommonError::Corrupt {
             path: ctx.qc.describe(""),
@@ -252,8 +272,9 @@ async fn recover(
 
 /// What committed batch `batch` read, from `offsets/N`, checked against
 /// `commits/N`: both are read and decoded, so that a damaged record is
-/// reported by name even when its batch committed long ago.
-async fn committed_input(ctx: &Ctx, batch: u64) -> Result<SourceOffsets, DriverError> {
+/// reported by name even when its batch committed long ago. With it, the
+/// input rows of batches 0 to `batch`.
+async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), DriverError> {
     let rel = |log: &str| format!("{log}/{}", padded(batch));
     let c = ctx
         .storage("read commit", || ctx.qc.commit(batch))
@@ -277,7 +298,7 @@ async fn committed_input(ctx: &Ctx, batch: u64) -> Result<SourceOffsets, DriverE
         }
         .into());
     }
-    Ok(o.source)
+    Ok((o.source, c.rows_so_far()))
 }
 
 /// A checkpoint file of this query that should exist and does not.

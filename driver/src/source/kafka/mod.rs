@@ -14,10 +14,10 @@
 //! driver that takes over before the first batch starts at the same place;
 //! after the first batch every partition starts where `offsets/N-1` ended.
 
+mod brokers;
 mod plan;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
@@ -26,14 +26,15 @@ use sluice_common::checkpoint::{
     KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord, PartitionProgress, QueryCheckpoint,
     RECORD_VERSION, SourceOffsets,
 };
-use sluice_common::kafka::{Kafka, Partition};
+use sluice_common::kafka::Kafka;
 use sluice_common::spec::{EARLIEST, KafkaSourceSpec, LATEST, OnBadRecord};
 use sluice_proto as pb;
 
 use super::{Limits, Next, SourcePlanner, SourceProgress};
 use crate::error::DriverError;
 use crate::query::ctx::Ctx;
-use plan::{Observed, PlanInput, Planned};
+use brokers::Brokers;
+use plan::{PlanInput, Planned};
 
 /// How long to wait before asking the brokers again when no partition
 /// has new records.
@@ -52,9 +53,8 @@ const START: &str = "sources/kafka";
 pub struct KafkaPlanner {
     spec: KafkaSourceSpec,
     schema: SchemaRef,
-    kafka: Kafka,
+    brokers: Brokers,
     initial: BTreeMap<(String, i32), i64>,
-    partitions: Mutex<HashMap<(String, i32), Arc<Partition>>>,
 }
 
 impl KafkaPlanner {
@@ -79,60 +79,9 @@ impl KafkaPlanner {
         Ok(KafkaPlanner {
             spec,
             schema,
-            kafka,
+            brokers: Brokers::new(kafka),
             initial,
-            partitions: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// A client of one partition, kept for the next batches.
-    async fn partition(&self, topic: &str, p: i32) -> sluice_common::Result<Arc<Partition>> {
-        let key = (topic.to_string(), p);
-        if let Some(c) = self.clients().get(&key) {
-            return Ok(c.clone());
-        }
-        let client = Arc::new(self.kafka.partition(topic, p, true).await?);
-        self.clients().insert(key, client.clone());
-        Ok(client)
-    }
-
-    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i32), Arc<Partition>>> {
-        self.partitions
-            .lock()
-            .expect("kafka partition clients lock poisoned")
-    }
-
-    /// Every partition of the source's topics, with its offsets now; a
-    /// topic that does not exist is named in the error.
-    async fn observe(&self) -> sluice_common::Result<Result<Vec<Observed>, String>> {
-        let listed = self.kafka.topics().await?;
-        let mut wanted = Vec::new();
-        for topic in self.spec.topics() {
-            match listed.get(&topic) {
-                Some(parts) if !parts.is_empty() => {
-                    wanted.extend(parts.iter().map(|&p| (topic.clone(), p)));
-                }
-                _ => {
-                    return Ok(Err(format!(
-                        "topic {topic:?} does not exist at {}",
-                        self.kafka.servers()
-                    )));
-                }
-            }
-        }
-        let observed =
-            futures::future::try_join_all(wanted.into_iter().map(|(topic, p)| async move {
-                let client = self.partition(&topic, p).await?;
-                let (earliest, latest) = futures::try_join!(client.earliest(), client.latest())?;
-                Ok::<_, sluice_common::Error>(Observed {
-                    topic,
-                    partition: p,
-                    earliest,
-                    latest,
-                })
-            }))
-            .await?;
-        Ok(Ok(observed))
     }
 }
 
@@ -148,18 +97,24 @@ impl SourcePlanner for KafkaPlanner {
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
         Box::pin(async move {
+            let topics = self.spec.topics();
             let observed = match ctx
-                .storage("ask kafka for offsets", || self.observe())
+                .storage("ask kafka for offsets", || self.brokers.observe(&topics))
                 .await?
             {
                 Ok(o) => o,
-                Err(missing) if self.spec.fail_on_data_loss => {
-                    return Err(sluice_common::Error::DataLoss(format!(
-                        "{missing}, and the query reads it"
-                    ))
-                    .into());
-                }
-                Err(missing) => {
+                Err(m) => {
+                    let missing = format!(
+                        "topic {:?} does not exist at {}",
+                        m.topic,
+                        self.brokers.servers()
+                    );
+                    if self.spec.fail_on_data_loss {
+                        return Err(sluice_common::Error::DataLoss(format!(
+                            "{missing}, and the query reads it"
+                        ))
+                        .into());
+                    }
                     ctx.entry.set_error(format!("{missing}; waiting for it"));
                     return Ok(Next::Wait(Duration::from_secs(1)));
                 }
@@ -299,67 +254,60 @@ pub async fn create(
     let kafka = Kafka::connect(&spec.bootstrap_servers, SUBMIT_DEADLINE)
         .await
         .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
-    let listed = kafka
-        .topics()
-        .await
-        .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
-    let mut partitions = Vec::new();
-    for (i, topic) in spec.topics().iter().enumerate() {
-        let f = if spec.topic.is_some() {
-            "topic".to_string()
-        } else {
-            format!("topics[{i}]")
-        };
-        let Some(parts) = listed.get(topic).filter(|p| !p.is_empty()) else {
-            let known: Vec<&str> = listed.keys().map(String::as_str).collect();
+    let topics = spec.topics();
+    let observed = match Brokers::new(kafka).observe(&topics).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(m)) => {
+            let f = match spec.topic {
+                Some(_) => "topic".to_string(),
+                None => format!("topics[{}]", m.index),
+            };
+            let known = if m.known.is_empty() {
+                "none".to_string()
+            } else {
+                m.known.join(", ")
+            };
             return Err(invalid(
                 &f,
                 format!(
-                    "topic {topic:?} does not exist at {} (topics there: {})",
-                    spec.bootstrap_servers,
-                    if known.is_empty() {
-                        "none".into()
-                    } else {
-                        known.join(", ")
-                    }
+                    "topic {:?} does not exist at {} (topics there: {known})",
+                    m.topic, spec.bootstrap_servers
+                ),
+            ));
+        }
+        Err(e) => return Err(invalid("bootstrap_servers", e.to_string())),
+    };
+    let mut partitions = Vec::with_capacity(observed.len());
+    for o in observed {
+        let (topic, p) = (&o.topic, o.partition);
+        let Some(named) = spec.starting_offsets.named(topic, p) else {
+            return Err(invalid(
+                "starting_offsets",
+                format!(
+                    "does not name partition {p} of topic {topic:?}; \
+                     name every partition (-2: earliest, -1: latest)"
                 ),
             ));
         };
-        for &p in parts {
-            let Some(named) = spec.starting_offsets.named(topic, p) else {
+        let (earliest, latest) = (o.earliest, o.latest);
+        let offset = match named {
+            EARLIEST => earliest,
+            LATEST => latest,
+            o if (earliest..=latest).contains(&o) => o,
+            o => {
                 return Err(invalid(
                     "starting_offsets",
                     format!(
-                        "does not name partition {p} of topic {topic:?}, which has partitions {parts:?}; \
-                         name every partition (-2: earliest, -1: latest)"
+                        "offset {o} of topic {topic:?} partition {p} is outside its records, {earliest}..{latest}"
                     ),
                 ));
-            };
-            let client = kafka
-                .partition(topic, p, true)
-                .await
-                .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
-            let (earliest, latest) = futures::try_join!(client.earliest(), client.latest())
-                .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
-            let offset = match named {
-                EARLIEST => earliest,
-                LATEST => latest,
-                o if (earliest..=latest).contains(&o) => o,
-                o => {
-                    return Err(invalid(
-                        "starting_offsets",
-                        format!(
-                            "offset {o} of topic {topic:?} partition {p} is outside its records, {earliest}..{latest}"
-                        ),
-                    ));
-                }
-            };
-            partitions.push(KafkaStart {
-                topic: topic.clone(),
-                partition: p,
-                offset,
-            });
-        }
+            }
+        };
+        partitions.push(KafkaStart {
+            topic: o.topic,
+            partition: p,
+            offset,
+        });
     }
     let record = KafkaStartRecord {
         version: RECORD_VERSION,
