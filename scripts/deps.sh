@@ -4,7 +4,9 @@
 #
 #   scripts/deps.sh build   a C toolchain (the linker, and the `cc` crate) and
 #                           protoc with the well-known types
-#                           (google/protobuf/*.proto), for the build scripts
+#                           (google/protobuf/*.proto), for the build scripts:
+#                           the packages of scripts/build-packages.txt, the
+#                           list the Dockerfile's builder stage installs too
 #   scripts/deps.sh tools   python3 with venv, and the pinned tools venv
 #                           target/tools/venv (deploy/requirements-check.txt):
 #                           kubectl, which renders the Kubernetes manifests,
@@ -115,13 +117,17 @@ fail() {
   exit 1
 }
 
+# The packages a build needs: scripts/build-packages.txt without comments.
+build_packages=$(sed 's/#.*//' scripts/build-packages.txt | xargs)
+[ -n "$build_packages" ] || fail "scripts/build-packages.txt lists no package"
+
 # name, the check function, then the Debian packages that provide it
 checks=()
 add_check() { checks+=("$1|$2|$3"); }
 if [ "$mode" != tools ]; then
-  add_check "a C compiler and linker (cc compiles and links a C file)" check_cc "gcc libc6-dev"
+  add_check "a C compiler and linker (cc compiles and links a C file)" check_cc "$build_packages"
   add_check "protoc with the well-known types (a .proto importing google/protobuf/descriptor.proto compiles)" \
-    check_protoc "protobuf-compiler libprotobuf-dev"
+    check_protoc "$build_packages"
 fi
 if [ "$mode" != build ]; then
   add_check "python3 with venv and ensurepip" check_python "python3 python3-venv"

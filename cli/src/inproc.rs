@@ -27,7 +27,7 @@ pub fn advertise(listen: SocketAddr) -> String {
     }
 }
 
-/// `sluice-driver` flags for an in-process or child driver. In-process, they
+/// `sluice driver` flags for an in-process or child driver. In-process, they
 /// go through the driver's own flag parser, so its defaults and validation
 /// apply.
 pub fn driver_args(
@@ -100,9 +100,9 @@ impl InProcess {
         self.allowed = Some(allowed);
     }
 
-    /// Starts a driver from `sluice-driver` flags (see [`driver_args`]).
+    /// Starts a driver from `sluice driver` flags (see [`driver_args`]).
     pub fn spawn_driver(&mut self, args: &[String]) -> anyhow::Result<()> {
-        let argv = std::iter::once("sluice-driver".to_string()).chain(args.iter().cloned());
+        let argv = std::iter::once("sluice driver".to_string()).chain(args.iter().cloned());
         let cli = sluice_driver::Cli::try_parse_from(argv).context("driver flags")?;
         let mut config = sluice_driver::DriverConfig::try_from(cli)
             .map_err(|e| anyhow::anyhow!("driver configuration: {e}"))?;
@@ -225,7 +225,7 @@ mod tests {
         );
         assert_eq!(a[3], "127.0.0.1:9");
         assert_eq!(a[a.len() - 1], "127.0.0.1:10");
-        let argv = std::iter::once("sluice-driver".to_string()).chain(a);
+        let argv = std::iter::once("sluice driver".to_string()).chain(a);
         let cli = sluice_driver::Cli::try_parse_from(argv).unwrap();
         assert_eq!(cli.checkpoint_root, "/r");
     }

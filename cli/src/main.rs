@@ -1,7 +1,9 @@
-//! `sluice`: the command-line client of a Sluice cluster, `sluice local`
-//! (a whole cluster in one process), `sluice verify` (the exactly-once
-//! checker) and `sluice bench`. This file owns the flags, the dispatch, and
-//! the one place where errors are printed (`error: ...`, exit code 1).
+//! `sluice`: the one Sluice binary. It runs a cluster's nodes (`sluice
+//! driver`, `sluice executor`), is the command-line client of a cluster,
+//! and runs `sluice local` (a whole cluster in one process), `sluice verify`
+//! (the exactly-once checker) and `sluice bench`. This file owns the flags,
+//! the dispatch, and the one place where errors are printed (`error: ...`,
+//! exit code 1).
 
 mod bench;
 mod certs;
@@ -12,6 +14,7 @@ mod fake_driver;
 mod inproc;
 mod live;
 mod local;
+mod node;
 mod output;
 mod progress;
 mod queries;
@@ -27,7 +30,9 @@ use clap::{Parser, Subcommand};
 
 use crate::client::Client;
 
-/// The Sluice command-line client.
+/// Sluice, a distributed micro-batch stream processor: its nodes (`sluice
+/// driver`, `sluice executor`), its client, and a whole cluster in one
+/// process (`sluice local`).
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about)]
 struct Cli {
@@ -59,6 +64,20 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a driver: it plans batches, keeps the checkpoint and serves the
+    /// gRPC API, the metrics and the web UI. Flags: `sluice driver --help`.
+    #[command(disable_help_flag = true)]
+    Driver {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
+    /// Run an executor: it attaches to the drivers and runs tasks. Flags:
+    /// `sluice executor --help`.
+    #[command(disable_help_flag = true)]
+    Executor {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        flags: Vec<String>,
+    },
     /// Submit a query spec (YAML or JSON); prints the query id.
     Submit { file: PathBuf },
     /// List the queries.
@@ -138,8 +157,12 @@ enum TokenCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli).await {
+    let mut args = std::env::args_os().skip(1).peekable();
+    let result = match node::Node::named(args.peek()) {
+        Some(node) => node::run(node, args.skip(1)).await.map(|()| 0),
+        None => run(Cli::parse()).await,
+    };
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -159,6 +182,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Ok(Client::new(client::parse_addrs(&cli.driver))?.secured(tls, token))
     };
     match cli.command {
+        Command::Driver { .. } | Command::Executor { .. } => {
+            unreachable!(
+                "main dispatches `driver` and `executor` before parsing the client's flags"
+            )
+        }
         Command::Submit { file } => commands::submit(&mut client()?, &file).await,
         Command::List { json } => commands::list(&mut client()?, json).await,
         Command::Status { query, json } => commands::status(&mut client()?, &query, json).await,

@@ -11,9 +11,9 @@ use sluice_common::tls::ClientTls;
 
 use crate::error::DriverError;
 
-/// `sluice-driver`: plans micro-batches, keeps checkpoints, schedules tasks.
+/// `sluice driver`: plans micro-batches, keeps checkpoints, schedules tasks.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "sluice-driver", version, about)]
+#[command(name = "sluice driver", version, about)]
 pub struct Cli {
     /// Log lines as `text`, or as `json`: one object a line with the
     /// event's fields and every span's (query, batch, partition, attempt,
@@ -401,7 +401,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<DriverConfig, String> {
-        let argv = ["sluice-driver", "--checkpoint-root", "/data/checkpoints"];
+        let argv = ["sluice driver", "--checkpoint-root", "/data/checkpoints"];
         let cli = Cli::try_parse_from(argv.iter().chain(args)).map_err(|e| e.to_string())?;
         DriverConfig::try_from(cli).map_err(|e| e.to_string())
     }

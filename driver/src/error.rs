@@ -1,4 +1,4 @@
-//! The one error type of `sluice-driver`, and its one conversion into a
+//! The one error type of the driver, and its one conversion into a
 //! gRPC status.
 
 use sluice_common::Error as CommonError;

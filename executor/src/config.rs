@@ -18,9 +18,9 @@ use sluice_common::tls::{Bearer, ClientTls};
 
 use crate::error::ExecutorError;
 
-/// `sluice-executor`: attaches to the driver, heartbeats and runs tasks.
+/// `sluice executor`: attaches to the driver, heartbeats and runs tasks.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "sluice-executor", version, about)]
+#[command(name = "sluice executor", version, about)]
 pub struct Cli {
     /// Log lines as `text`, or as `json`: one object a line with the
     /// event's fields and every span's (query, batch, partition, attempt,
@@ -211,7 +211,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<ExecutorConfig, String> {
-        let mut argv = vec!["sluice-executor"];
+        let mut argv = vec!["sluice executor"];
         argv.extend_from_slice(args);
         let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
         ExecutorConfig::try_from(cli).map_err(|e| e.to_string())

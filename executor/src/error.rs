@@ -1,4 +1,4 @@
-//! The one error type of `sluice-executor`.
+//! The one error type of the executor.
 //!
 //! Two families share it: errors of the connection to a driver (always
 //! retried by the connection loop; the executor never exits because a driver

@@ -1,5 +1,6 @@
-//! `sluice-executor`: attaches to the driver, heartbeats, and runs the
-//! partition tasks it is given. The driver never dials an executor.
+//! The executor (`sluice executor`): attaches to the driver, heartbeats,
+//! and runs the partition tasks it is given. The driver never dials an
+//! executor.
 //!
 //! ```text
 //!  run(config, shutdown)
@@ -10,7 +11,7 @@
 //! ```
 //!
 //! `sluice local` and `sluice bench` embed executors in-process through
-//! [`run`]; the `sluice-executor` binary wraps it with flags and signals.
+//! [`run`]; `sluice executor` wraps it with flags and signals.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

@@ -1,12 +1,27 @@
-//! Where the workspace's binaries are: `$SLUICE_BIN_DIR`, else the target
+//! Where the workspace's binary is: `$SLUICE_BIN_DIR`, else the target
 //! directory this test executable was built into (`target/debug/deps/x` →
-//! `target/debug`).
+//! `target/debug`). Sluice is one binary, `sluice`; its subcommands
+//! `driver` and `executor` run a cluster's nodes.
 
 use std::path::PathBuf;
 
-pub const DRIVER: &str = "sluice-driver";
-pub const EXECUTOR: &str = "sluice-executor";
+/// The one Sluice binary.
 pub const CLI: &str = "sluice";
+/// The subcommand of [`CLI`] that runs a driver.
+pub const DRIVER: &str = "driver";
+/// The subcommand of [`CLI`] that runs an executor.
+pub const EXECUTOR: &str = "executor";
+
+/// The program and arguments that run `node` ([`DRIVER`] or [`EXECUTOR`])
+/// with `flags`: `sluice <node> <flags..>`.
+pub fn node(node: &str, flags: Vec<String>) -> (PathBuf, Vec<String>) {
+    assert!(
+        node == DRIVER || node == EXECUTOR,
+        "{node:?} is not a node of sluice"
+    );
+    let args = std::iter::once(node.to_string()).chain(flags).collect();
+    (bin(CLI), args)
+}
 
 /// The directory that holds the binaries.
 pub fn bin_dir() -> PathBuf {

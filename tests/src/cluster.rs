@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::bins::{DRIVER, EXECUTOR, bin};
+use crate::bins::{DRIVER, EXECUTOR, node};
 use crate::cli::{CliOutput, run_cli};
 use crate::client::Client;
 use crate::node::{Driver, Executor, READY_TIMEOUT};
@@ -198,7 +198,8 @@ impl Cluster {
             args.extend(["--lease-ttl-ms".into(), ttl.to_string()]);
         }
         args.extend(opts.extra_args.iter().cloned());
-        let process = self.spawn_with_env(&name, &bin(DRIVER), args, opts.env);
+        let (program, args) = node(DRIVER, args);
+        let process = self.spawn_with_env(&name, &program, args, opts.env);
         Driver::new(process, addr, http)
     }
 
@@ -228,7 +229,8 @@ impl Cluster {
             name.clone(),
         ];
         args.extend(opts.extra_args.iter().cloned());
-        Executor::new(self.spawn_with_env(&name, &bin(EXECUTOR), args, opts.env))
+        let (program, args) = node(EXECUTOR, args);
+        Executor::new(self.spawn_with_env(&name, &program, args, opts.env))
     }
 
     /// A gRPC client of `drivers` (comma-separated).

@@ -1,6 +1,6 @@
 //! `sluice-tests`: a harness that runs Sluice clusters of real processes
-//! (the workspace's own `sluice-driver`, `sluice-executor` and `sluice`
-//! binaries) on free ports with a temporary checkpoint root, and the
+//! (the workspace's own `sluice` binary, as `sluice driver` and `sluice
+//! executor`) on free ports with a temporary checkpoint root, and the
 //! checks the integration tests make. The tests are in `tests/tests/`.
 //!
 //! Build the binaries before running the tests:

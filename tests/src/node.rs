@@ -11,7 +11,7 @@ use crate::process::Process;
 /// How long a driver may take to become ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A `sluice-driver` process with its gRPC and HTTP addresses, which stay
+/// A driver process (`sluice driver`) with its gRPC and HTTP addresses, which stay
 /// the same across restarts.
 #[derive(Debug)]
 pub struct Driver {
@@ -134,7 +134,7 @@ impl Deref for Driver {
     }
 }
 
-/// A `sluice-executor` process.
+/// An executor process (`sluice executor`).
 #[derive(Debug)]
 pub struct Executor {
     process: Process,

@@ -22,13 +22,16 @@ use sluice_tests::manifests::{
 /// The variable `sluice_common::telemetry` reads besides the flags.
 const LOG_VAR: &str = "SLUICE_LOG";
 
-/// The `--help` output of a binary (and of some of its subcommands).
-fn help(program: &str, subcommands: &[&str]) -> String {
+/// The `--help` output of `sluice` (or of a node: `sluice driver`), and of
+/// some of its subcommands.
+fn help(node: Option<&str>, subcommands: &[&str]) -> String {
     let mut text = String::new();
     let mut runs: Vec<Vec<&str>> = vec![vec!["--help"]];
     runs.extend(subcommands.iter().map(|s| vec![*s, "--help"]));
+    let program = node.unwrap_or(CLI);
     for args in runs {
-        let out = std::process::Command::new(bin(program))
+        let args: Vec<&str> = node.into_iter().chain(args).collect();
+        let out = std::process::Command::new(bin(CLI))
             .args(&args)
             .output()
             .unwrap_or_else(|e| panic!("cannot run {program} --help: {e}"));
@@ -38,18 +41,17 @@ fn help(program: &str, subcommands: &[&str]) -> String {
     text
 }
 
-/// Which binary a container of the Sluice image runs: `args[0]`, or
-/// `sluice` for a shell script (the Jobs).
+/// What a container of the Sluice image runs: a node (`sluice driver`,
+/// `sluice executor`), or the client `sluice` (also for a shell script:
+/// the Jobs).
 fn binary_of(w: &Workload, c: &Value) -> Option<&'static str> {
-    let first = items(c, "/args")
-        .first()
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    match first {
-        "sluice-driver" => Some(DRIVER),
-        "sluice-executor" => Some(EXECUTOR),
-        "sluice" => Some(CLI),
-        "/bin/sh" => Some(CLI),
+    let args = items(c, "/args");
+    let word = |i: usize| args.get(i).and_then(Value::as_str).unwrap_or("");
+    let first = word(0);
+    match (first, word(1)) {
+        ("sluice", "driver") => Some(DRIVER),
+        ("sluice", "executor") => Some(EXECUTOR),
+        ("sluice", _) | ("/bin/sh", _) => Some(CLI),
         _ if str_at(c, "/image").contains("sluice") => panic!(
             "{} {}: container {} of the Sluice image runs {first:?}, not a Sluice binary",
             w.kind,
@@ -72,11 +74,11 @@ fn all_rendered() -> Vec<(&'static str, Manifests)> {
 /// The `[env: ...]` variables each binary's `--help` lists.
 fn documented_env() -> BTreeMap<&'static str, BTreeSet<String>> {
     let documented: BTreeMap<&str, BTreeSet<String>> = [
-        (DRIVER, help_env_vars(&help(DRIVER, &[]))),
-        (EXECUTOR, help_env_vars(&help(EXECUTOR, &[]))),
+        (DRIVER, help_env_vars(&help(Some(DRIVER), &[]))),
+        (EXECUTOR, help_env_vars(&help(Some(EXECUTOR), &[]))),
         (
             CLI,
-            help_env_vars(&help(CLI, &["submit", "status", "wait", "verify"])),
+            help_env_vars(&help(None, &["submit", "status", "wait", "verify"])),
         ),
     ]
     .into_iter()
@@ -193,7 +195,7 @@ fn a_flag_or_root_the_driver_does_not_accept_stops_it() {
     // clap refuses an unknown flag: the container would crash-loop.
     let mut args = cmd.args.clone();
     args.push("--lease-ttl=3000".into());
-    let p = cluster.spawn_with_env("bad-flag", &bin(DRIVER), args, cmd.env.clone());
+    let p = cluster.spawn_with_env("bad-flag", &bin(CLI), args, cmd.env.clone());
     let status = tokio_block(p.wait_exit(Duration::from_secs(10))).expect("exits");
     assert!(!status.success());
     let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();
@@ -207,7 +209,7 @@ fn a_flag_or_root_the_driver_does_not_accept_stops_it() {
             *v = "s3://bucket/sluice/checkpoints".into();
         }
     }
-    let p = cluster.spawn_with_env("s3-root", &bin(DRIVER), cmd.args.clone(), env);
+    let p = cluster.spawn_with_env("s3-root", &bin(CLI), cmd.args.clone(), env);
     let status = tokio_block(p.wait_exit(Duration::from_secs(10))).expect("exits");
     assert!(!status.success());
     let log = std::fs::read_to_string(p.log_path()).unwrap_or_default();

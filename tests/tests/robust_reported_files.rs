@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use sluice_tests::bins::{EXECUTOR, bin};
+use sluice_tests::bins::{CLI, EXECUTOR, bin};
 use sluice_tests::{Cluster, QueryState, Spec, files_under};
 
 /// Whether this process runs as root (effective uid 0).
@@ -33,9 +33,9 @@ async fn files_the_driver_cannot_see_fail_the_query_naming_them() {
     let sink = cluster.sink_path("q");
     std::fs::create_dir_all(&sink).unwrap();
     let script = format!(
-        "mount -t tmpfs tmpfs {sink} && exec {exe} --driver {driver} --id blind --heartbeat-ms 200",
+        "mount -t tmpfs tmpfs {sink} && exec {exe} {EXECUTOR} --driver {driver} --id blind --heartbeat-ms 200",
         sink = sink.display(),
-        exe = bin(EXECUTOR).display(),
+        exe = bin(CLI).display(),
         driver = driver.addr(),
     );
     let _executor = cluster.spawn(

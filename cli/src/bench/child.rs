@@ -49,21 +49,14 @@ impl ChildProcess {
         self
     }
 
-    /// The binary `name` next to the current executable.
-    pub fn locate(name: &str) -> anyhow::Result<PathBuf> {
+    /// This `sluice` executable running `subcommand` (`driver` or
+    /// `executor`) with `args`.
+    pub fn sluice(subcommand: &str, args: Vec<String>, log: PathBuf) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("cannot locate the sluice executable")?;
-        let dir = exe
-            .parent()
-            .context("the sluice executable has no directory")?;
-        let bin = dir.join(name);
-        anyhow::ensure!(
-            bin.is_file(),
-            "this benchmark needs the {name} binary next to {} (looked for {}); \
-             build it with `cargo build --release --bins`",
-            exe.display(),
-            bin.display()
-        );
-        Ok(bin)
+        let args = std::iter::once(subcommand.to_string())
+            .chain(args)
+            .collect();
+        Ok(Self::new(exe, args, log))
     }
 
     pub fn start(&mut self) -> anyhow::Result<()> {

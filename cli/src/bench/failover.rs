@@ -120,7 +120,6 @@ async fn measure(
     etcd.start()?;
     wait_for(|| async { tokio::net::TcpStream::connect(client_addr).await.is_ok() }).await?;
 
-    let driver_bin = ChildProcess::locate("sluice-driver")?;
     let mut drivers = Vec::new();
     let mut addrs = Vec::new();
     for i in 0..2 {
@@ -143,7 +142,7 @@ async fn measure(
             a.extend(tls.driver_args());
         }
         let log = dir.path().join(format!("driver-{i}.log"));
-        let mut process = ChildProcess::new(driver_bin.clone(), a, log);
+        let mut process = ChildProcess::sluice("driver", a, log)?;
         process.start()?;
         addrs.push(inproc::advertise(listen));
         drivers.push(Driver { process, http });
@@ -164,11 +163,8 @@ async fn measure(
         Some(tls) => [executor_args, tls.executor_args()].concat(),
         None => executor_args,
     };
-    let mut executor = ChildProcess::new(
-        ChildProcess::locate("sluice-executor")?,
-        executor_args,
-        dir.path().join("executor.log"),
-    );
+    let mut executor =
+        ChildProcess::sluice("executor", executor_args, dir.path().join("executor.log"))?;
     executor.start()?;
 
     let q = RateQuery {

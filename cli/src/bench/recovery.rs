@@ -1,4 +1,4 @@
-//! `sluice bench recovery`: the `sluice-driver` binary runs as a child
+//! `sluice bench recovery`: `sluice driver` runs as a child
 //! process (always killed on exit or panic by [`ChildProcess`]'s `Drop`),
 //! with one in-process executor. Each round SIGKILLs the driver, restarts it
 //! at once with the same flags, and times the kill → first new commit, by
@@ -24,13 +24,12 @@ const ROWS_PER_SECOND: u64 = 100_000;
 const QUERY: &str = "bench-recovery";
 
 pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Result<(Value, u8)> {
-    let bin = ChildProcess::locate("sluice-driver")?;
     let storage = BenchStorage::prepare(args.storage, &args.moto_bin).await?;
     let (dir, root, out) = (&storage.dir, &storage.root, &storage.out);
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
     let driver_args = inproc::driver_args(listen, None, root, "bench-recovery-driver");
-    let mut driver = ChildProcess::new(bin, driver_args, dir.path().join("driver.log"))
+    let mut driver = ChildProcess::sluice("driver", driver_args, dir.path().join("driver.log"))?
         .with_env(storage.env.clone());
     driver.start()?;
     let mut cluster = InProcess::with_stores(shutdown.child_token(), storage.stores.clone());

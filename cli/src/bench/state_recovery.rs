@@ -1,6 +1,6 @@
 //! `sluice bench state-recovery`: a query with `--keys` (1 M) keys of
 //! state, `SELECT value % K AS k, count(*) AS n FROM input GROUP BY
-//! value % K` in update mode, on a `sluice-driver` and a `sluice-executor`
+//! value % K` in update mode, on a `sluice driver` and a `sluice executor`
 //! child process (always killed on exit by [`ChildProcess`]'s `Drop`).
 //!
 //! The rate source holds 2 × K rows, every one available at once, in
@@ -58,11 +58,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
     let driver_args = inproc::driver_args(listen, None, &root, "bench-state-driver");
-    let mut driver = ChildProcess::new(
-        ChildProcess::locate("sluice-driver")?,
-        driver_args,
-        dir.path().join("driver.log"),
-    );
+    let mut driver = ChildProcess::sluice("driver", driver_args, dir.path().join("driver.log"))?;
     let executor_args = [
         "--driver",
         &addr,
@@ -75,11 +71,8 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     ]
     .map(str::to_string)
     .to_vec();
-    let mut executor = ChildProcess::new(
-        ChildProcess::locate("sluice-executor")?,
-        executor_args,
-        dir.path().join("executor.log"),
-    );
+    let mut executor =
+        ChildProcess::sluice("executor", executor_args, dir.path().join("executor.log"))?;
     driver.start()?;
     executor.start()?;
     let partitions = args.partitions.unwrap_or(8);

@@ -8,6 +8,9 @@
 //!  "gs://…", "az://…"   ──► the same path, with the GCS or Azure builder
 //! ```
 //!
+//! GCS and Azure are built only with the `gcs` and `azure` features; without
+//! them, opening such a root fails naming the feature to build with.
+//!
 //! Object store settings come from [`StoreOptions`]: the process
 //! environment's `AWS_*`, `GOOGLE_*` and `AZURE_*` variables in the
 //! binaries (the AWS conventions: `AWS_ACCESS_KEY_ID`,
@@ -23,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+#[cfg(feature = "azure")]
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+#[cfg(feature = "gcs")]
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
@@ -181,6 +186,7 @@ fn open_local(dir: std::path::PathBuf, counters: &Arc<Counters>) -> Result<Stora
 /// The client for one bucket: every key of `options` the scheme's builder
 /// knows is applied; the others belong to other schemes.
 fn build(loc: &Location, bucket_url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
+    install_crypto_provider();
     let client = ClientOptions::new()
         .with_timeout(REQUEST_TIMEOUT)
         .with_connect_timeout(CONNECT_TIMEOUT);
@@ -211,6 +217,7 @@ fn build(loc: &Location, bucket_url: &str, options: &StoreOptions) -> Result<Arc
             }
             Arc::new(b.build().map_err(failed)?)
         }
+        #[cfg(feature = "gcs")]
         "gs" => {
             let mut b = GoogleCloudStorageBuilder::new()
                 .with_client_options(client)
@@ -223,6 +230,7 @@ fn build(loc: &Location, bucket_url: &str, options: &StoreOptions) -> Result<Arc
             }
             Arc::new(b.build().map_err(failed)?)
         }
+        #[cfg(feature = "azure")]
         "az" => {
             let mut b = MicrosoftAzureBuilder::new()
                 .with_client_options(client)
@@ -235,14 +243,47 @@ fn build(loc: &Location, bucket_url: &str, options: &StoreOptions) -> Result<Arc
             }
             Arc::new(b.build().map_err(failed)?)
         }
+        #[cfg(not(feature = "gcs"))]
+        "gs" => return Err(not_built(bucket_url, "Google Cloud Storage", "gcs")),
+        #[cfg(not(feature = "azure"))]
+        "az" => return Err(not_built(bucket_url, "Azure Blob Storage", "azure")),
         other => unreachable!("Location::parse accepted scheme {other}"),
     };
     Ok(store)
 }
 
+/// Makes ring the process's rustls crypto provider unless one is installed:
+/// the object stores' HTTP client (reqwest, built without a provider of its
+/// own) takes its TLS crypto from there.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Only a provider installed by another thread since the check makes
+        // this fail, and every provider Sluice installs is ring.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// The error for a root whose object store this build leaves out.
+#[cfg_attr(all(feature = "gcs", feature = "azure"), allow(dead_code))]
+fn not_built(bucket_url: &str, store: &str, feature: &str) -> Error {
+    Error::Config(format!(
+        "{bucket_url}: this sluice is built without {store}; build it with \
+         `cargo build --release --features {feature}`"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(not(feature = "gcs"))]
+    #[test]
+    fn a_store_left_out_of_the_build_is_named() {
+        let err = Stores::default().open("gs://bucket/x").unwrap_err();
+        assert!(err.to_string().contains("--features gcs"), "{err}");
+        assert!(err.to_string().contains("gs://bucket"), "{err}");
+        assert!(!err.is_retryable());
+    }
 
     #[test]
     fn an_s3_location_needs_a_region() {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::kustomize::str_at;
 use super::plan::{LocalCommand, LocalPlan, LocalPod};
-use crate::bins::{bin, bin_dir};
+use crate::bins::{CLI, bin, bin_dir};
 use crate::cluster::Cluster;
 use crate::etcd::etcd_bin;
 use crate::http;
@@ -61,24 +61,29 @@ pub async fn start_etcd<'a>(cluster: &Cluster, plan: &'a LocalPlan) -> Vec<Runni
 }
 
 /// Starts container `container` of every planned pod of `workload`,
-/// which must run `binary` (a workspace binary), with `extra` set in its
-/// environment (see [`LocalCommand::set_env`]). Does not wait.
+/// which must run `sluice <node>` (`node` is [`crate::bins::DRIVER`] or
+/// [`crate::bins::EXECUTOR`]), with `extra` set in its environment (see
+/// [`LocalCommand::set_env`]). Does not wait.
 pub fn start<'a>(
     cluster: &Cluster,
     plan: &'a LocalPlan,
     workload: &str,
     container: &str,
-    binary: &str,
+    node: &str,
     extra: &[(String, String)],
 ) -> Vec<Running<'a>> {
     plan.pods_of(workload)
         .into_iter()
         .map(|pod| {
             let mut cmd = plan.command(pod, pod.workload.container(container));
-            assert_eq!(cmd.program, binary, "{workload} runs {binary}");
+            assert_eq!(
+                (cmd.program.as_str(), cmd.args.first().map(String::as_str)),
+                (CLI, Some(node)),
+                "{workload} runs `{CLI} {node}`"
+            );
             cmd.set_env(extra);
-            eprintln!("{}: {binary} {:?} env {:?}", pod.name(), cmd.args, cmd.env);
-            let process = cluster.spawn_with_env(pod.name(), &bin(binary), cmd.args, cmd.env);
+            eprintln!("{}: {CLI} {:?} env {:?}", pod.name(), cmd.args, cmd.env);
+            let process = cluster.spawn_with_env(pod.name(), &bin(CLI), cmd.args, cmd.env);
             (pod, process)
         })
         .collect()
