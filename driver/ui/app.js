@@ -11,6 +11,7 @@ const ui = (window.sluiceUi = {
   detail: null,
   records: [],       // the query page's progress records, oldest first
   points: {},        // chart name -> points drawn
+  plots: {},         // chart name -> its uPlot
   renderMs: 0,       // time of the last chart redraw
 });
 
@@ -72,6 +73,7 @@ function show(r) {
   ui.detail = null;
   ui.records = [];
   ui.points = {};
+  ui.plots = {};
   for (const id of ["nav-queries", "nav-cluster"]) $(id).classList.remove("active");
   if (r.page === "query") {
     $("main").replaceChildren(queryPage(r.name));
@@ -220,6 +222,7 @@ function progress(p) {
     if (!charts[kind]) charts[kind] = SluiceCharts.create(kind, $("chart-" + kind));
     charts[kind].update(rs);
     ui.points[kind] = charts[kind].plot.data[0].length;
+    ui.plots[kind] = charts[kind].plot;
   }
   // uPlot draws on the next frame: time the update up to it.
   requestAnimationFrame(() => { ui.renderMs = performance.now() - t0; });

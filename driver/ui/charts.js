@@ -1,6 +1,7 @@
 // Sluice UI charts: the per-query charts over progress records, drawn by
 // uPlot. Each chart keeps at most MAX_POINTS batches; `update` redraws
-// from the records the page holds.
+// from the records the page holds. A y-axis is as wide as its widest tick
+// label, so that 1,500,000 rows/s shows in full.
 "use strict";
 
 const SluiceCharts = (() => {
@@ -14,6 +15,25 @@ const SluiceCharts = (() => {
     return { width: Math.max(320, Math.floor(box) - 20), height: 220 };
   }
 
+  // The least width of a y-axis: uPlot's default, kept for small numbers.
+  const MIN_AXIS = 50;
+  // Labels are measured on a canvas of their own: uPlot keeps track of the
+  // font it last set on the chart's canvas.
+  const measure = document.createElement("canvas").getContext("2d");
+
+  // An axis `size`: its tick, its gap and its widest label, in CSS pixels
+  // (uPlot passes no labels before the first layout).
+  function fitLabels(u, values, axisIdx) {
+    const axis = u.axes[axisIdx];
+    measure.font = axis.font[0];
+    const labels = (values || []).filter((v) => v != null);
+    const widest = Math.max(0, ...labels.map((v) => measure.measureText(String(v)).width));
+    const ticks = axis.ticks.show ? axis.ticks.size : 0;
+    return Math.max(MIN_AXIS, Math.ceil(ticks + axis.gap + widest / uPlot.pxRatio));
+  }
+
+  const yAxis = () => ({ size: fitLabels });
+
   function lineSeries(label, color) {
     return { label, stroke: color, width: 2, points: { show: false } };
   }
@@ -24,6 +44,7 @@ const SluiceCharts = (() => {
       title,
       series: [{}].concat(series),
       scales: { y: { range: (u, min, max) => [Math.min(0, min), Math.max(1, max)] } },
+      axes: [{}, yAxis()],
       legend: { live: true },
     });
     const u = new uPlot(opts, [[], ...series.map(() => [])], el);
@@ -46,7 +67,7 @@ const SluiceCharts = (() => {
     const opts = Object.assign(size(el), {
       title: "Batch duration by phase (ms)",
       scales: { x: { time: false }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
-      axes: [{ label: "batch" }, {}],
+      axes: [{ label: "batch" }, yAxis()],
       bands,
       series: [{ label: "batch" }].concat(PHASES.map((p, k) => ({
         label: p,

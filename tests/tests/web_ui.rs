@@ -10,7 +10,9 @@
 //!   epoch, the standby and the executor;
 //! - the standby's page says it is a standby and links to the leader's UI;
 //! - the admin stop button stops the query;
-//! - a chart holds the last 1000 batches of the long query.
+//! - a chart holds the last 1000 batches of the long query;
+//! - on a query of 200,000 rows/s (a driver and an executor of its own),
+//!   every tick label of every chart's y-axis fits in its axis.
 //!
 //! Screenshots of every page go to `$CARGO_TARGET_TMPDIR/web_ui/`.
 
@@ -287,4 +289,82 @@ async fn the_web_ui_shows_live_charts_that_match_the_checkpoint() {
     let status = client.get(QUERY).await.expect("status");
     assert_eq!(status.state, QueryState::Stopped as i32, "{status:?}");
     println!("screenshots in {}", shots().display());
+}
+
+/// The y-axis tick labels of the query page's shown charts that do not fit
+/// in their axis (half a pixel of rounding aside), and each chart's largest
+/// y tick. uPlot draws a label on its canvas beside its tick, away from the
+/// plot: what lies outside the axis, past the canvas edge or over a
+/// neighbour, is cut.
+const AXIS_LABELS: &str = r#"(() => {
+  const ctx = document.createElement("canvas").getContext("2d");
+  const clipped = [], top = {};
+  for (const [chart, u] of Object.entries(sluiceUi.plots)) {
+    if (u.root.parentNode.hidden) continue;
+    for (const a of u.axes.filter((a) => a.show && a.side % 2 === 1)) {
+      top[chart] = Math.max(...a._splits);
+      const left = a.side === 3;
+      const start = Math.max(0, left ? a._pos - a._size : a._pos);
+      const end = Math.min(u.width, left ? a._pos : a._pos + a._size);
+      const inset = (a.ticks.show ? a.ticks.size : 0) + a.gap;
+      ctx.font = a.font[0];
+      for (const v of a._values.filter((v) => v != null)) {
+        const w = ctx.measureText(String(v)).width / uPlot.pxRatio;
+        const [l, r] = left ? [a._pos - inset - w, a._pos - inset]
+                            : [a._pos + inset, a._pos + inset + w];
+        if (l < start - 0.5 || r > end + 0.5) {
+          clipped.push(`${chart}: "${v}" is drawn at x ${l.toFixed(1)}..${r.toFixed(1)} px, ` +
+            `its axis spans ${start.toFixed(1)}..${end.toFixed(1)} px`);
+        }
+      }
+    }
+  }
+  return { clipped, top };
+})()"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tick_labels_of_large_rates_fit_their_axes() {
+    let cluster = Cluster::new("web-ui-axes");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let fast = Spec::new("fast", &cluster.sink_path("fast"))
+        .partitions(4)
+        .rows_per_second(200_000)
+        .interval_ms(500)
+        .sql(WINDOWS)
+        .with("watermark: {column: timestamp_ms, delay_ms: 200}")
+        .with("state_partitions: 2")
+        .with("output_mode: append");
+    let mut client = cluster.client(&drivers);
+    client.submit(&fast.to_yaml()).await.expect("submit fast");
+    let ui = format!("http://{}", driver.http_addr());
+    let shot = shots().join("query-fast.png");
+    let browse = tokio::task::spawn_blocking(move || {
+        let b = Browser::start();
+        b.goto(&format!("{ui}/#/query/fast"));
+        b.wait_for(
+            "3 batches charted, one over 100,000 rows/s",
+            "sluiceUi.points.rates >= 3 && sluiceUi.records.some(r => r.input_rows_per_second > 100000)",
+            WAIT,
+        );
+        let labels = b.eval(AXIS_LABELS);
+        b.screenshot(&shot);
+        let top = &labels["top"];
+        for chart in ["rates", "phases", "state", "watermark"] {
+            assert!(
+                top[chart].is_number(),
+                "the {chart} chart is shown: {labels}"
+            );
+        }
+        assert!(top["rates"].as_f64().unwrap() >= 100_000.0, "{labels}");
+        let clipped: Vec<String> = serde_json::from_value(labels["clipped"].clone()).unwrap();
+        assert!(
+            clipped.is_empty(),
+            "clipped tick labels (see {}):\n{}",
+            shot.display(),
+            clipped.join("\n")
+        );
+    });
+    browse.await.expect("the browser checks");
 }
