@@ -12,7 +12,7 @@
 #      policy of the manifests;
 #   3. the shell scripts parse (`bash -n`), and kill-pods.sh makes the same
 #      choices for the same seed (a dry run against a stub kubectl).
-# tests/tests/manifests_run.rs (dev) and manifests_s3.rs (s3, against moto)
+# tests/tests/integration/manifests_run.rs (dev) and manifests_s3.rs (s3, against moto)
 # then run the real binaries with the rendered settings.
 #
 #   deploy/check.sh            # exits non-zero, naming the failure, on any error

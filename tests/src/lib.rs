@@ -1,10 +1,13 @@
 //! `sluice-tests`: a harness that runs Sluice clusters of real processes
 //! (the workspace's own `sluice` binary, as `sluice driver` and `sluice
 //! executor`) on free ports with a temporary checkpoint root, and the
-//! checks the integration tests make. The tests are in `tests/tests/`.
+//! checks the integration tests make. The tests are the modules of one
+//! test binary, `tests/tests/integration/`.
 //!
 //! Build the binaries before running the tests:
-//! `cargo build --workspace --bins && cargo test -p sluice-tests`.
+//! `cargo build --workspace --bins && cargo nextest run -p sluice-tests`
+//! (or `cargo test -p sluice-tests -- --test-threads=2`: every cluster
+//! test starts several processes, two at a time fit 2 cores).
 
 pub mod bins;
 pub mod browser;

@@ -18,11 +18,26 @@ const INSIDE: &str = "SLUICE_TEST_NETNS";
 /// `name` of this binary inside a new namespace, passes its output
 /// through, fails if it fails or outlasts `limit` (then it is killed), and
 /// returns false.
+///
+/// `name` is the test's full name in its binary, with its module path
+/// (`chaos_firewalled::firewalled_leader_is_not_revoked`): a name that
+/// matches no test fails here, rather than running nothing and passing.
 pub fn enter(name: &str, limit: Duration) -> bool {
     if std::env::var_os(INSIDE).is_some() {
         return true;
     }
     let exe = std::env::current_exe().expect("the test binary's path");
+    let listed = Command::new(&exe)
+        .args([name, "--exact", "--list", "--format", "terse"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("list the tests of this binary");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.lines().any(|l| l == format!("{name}: test")),
+        "{name:?} is not the full name of a test of {}: {listed}",
+        exe.display()
+    );
     let mut child = Command::new("unshare")
         .args(["--net", "--kill-child", "--", "sh", "-c"])
         .arg(r#"ip link set lo up && exec "$@""#)

@@ -282,7 +282,7 @@ fn names_outside(word: &str, owner: &str) -> Vec<String> {
                 .unwrap()
                 .to_string_lossy()
                 .to_string();
-            if rel.starts_with(owner) || rel.starts_with("tests/tests/layering.rs") {
+            if rel.starts_with(owner) || rel.starts_with("tests/tests/integration/layering.rs") {
                 continue;
             }
             let text = std::fs::read_to_string(&f).unwrap();
@@ -295,6 +295,43 @@ fn names_outside(word: &str, owner: &str) -> Vec<String> {
         }
     }
     hits
+}
+
+/// `tests/tests/` holds one test binary, `integration/`, whose `main.rs`
+/// declares every other file there as a module. A file directly in
+/// `tests/tests/` would be a test binary of its own (another link of
+/// DataFusion); a file in `integration/` that `main.rs` does not declare
+/// would never be compiled.
+#[test]
+fn integration_tests_are_modules_of_one_binary() {
+    let tests = workspace().join("tests/tests");
+    let names = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&tests),
+        BTreeSet::from(["integration".to_string()]),
+        "tests/tests/ holds only integration/: put a new test file in it"
+    );
+    let dir = tests.join("integration");
+    let files: BTreeSet<String> = names(&dir)
+        .into_iter()
+        .filter(|n| n != "main.rs")
+        .map(|n| n.strip_suffix(".rs").map_or(n.clone(), str::to_string))
+        .collect();
+    let main = std::fs::read_to_string(dir.join("main.rs")).unwrap();
+    let declared: BTreeSet<String> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        files, declared,
+        "every file of tests/tests/integration/ is a `mod` line of its main.rs"
+    );
 }
 
 #[test]

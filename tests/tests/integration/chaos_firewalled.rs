@@ -16,7 +16,8 @@ use sluice_tests::{Cluster, TTL_MS, finish_and_check, netns};
 
 const QUERY: &str = "firewalled";
 const TOTAL: u64 = 12_000;
-const NAME: &str = "firewalled_leader_is_not_revoked";
+/// This test's full name in the integration binary, for [`netns::enter`].
+const NAME: &str = "chaos_firewalled::firewalled_leader_is_not_revoked";
 /// What the standby logs when its probes find the port silent.
 const INCONCLUSIVE: &str = "its port did not refuse: leaving the decision to its lease";
 

@@ -1,0 +1,74 @@
+//! Sluice's integration tests, in one test binary: each file of this
+//! directory is a module, so cargo links arrow, parquet and DataFusion into
+//! one executable instead of one per file. A test's name starts with its
+//! module (`chaos_random::random_schedule_keeps_exactly_once`): select a
+//! file's tests with `cargo nextest run -p sluice-tests -E
+//! 'test(/^chaos_random::/)'`.
+//!
+//! A new file here must be declared below (`layering` checks it). The tests
+//! share one process under `cargo test` (nextest runs each in its own), so
+//! none may change process-wide state: environment variables, the current
+//! directory, signal handlers, a global logger.
+
+mod bad_files;
+mod bad_input;
+mod bad_sql;
+mod chaos_etcd;
+mod chaos_firewalled;
+mod chaos_handover;
+mod chaos_leader_killed;
+mod chaos_paused_leader;
+mod chaos_random;
+mod chaos_wrong_revoke;
+mod dedup;
+mod driver_crash;
+mod executor_crash;
+mod file_chaos;
+mod file_oracle;
+mod finish;
+mod ha_etcd_unreachable;
+mod harness;
+mod kafka_bad_input;
+mod kafka_chaos;
+mod kafka_data_loss;
+mod kafka_source;
+mod layering;
+mod local_demo;
+mod log_correlation;
+mod manifests_run;
+mod manifests_s3;
+mod manifests_security;
+mod manifests_settings;
+mod manifests_static;
+mod metrics;
+mod prerequisites;
+mod progress_failover;
+mod progress_follow;
+mod readme_stateful;
+mod robust_checkpoint;
+mod robust_executor_ids;
+mod robust_logs;
+mod robust_memory;
+mod robust_poison;
+mod robust_reported_files;
+mod robust_standalone;
+mod robust_submit;
+mod robust_temp_files;
+mod s3_chaos;
+mod s3_outage;
+mod s3_storage;
+mod security_auth;
+mod security_full;
+mod security_limits;
+mod security_paths;
+mod security_tls;
+mod sink_compaction;
+mod sink_oracle;
+mod sql_oracle;
+mod stateful_chaos;
+mod stateful_failover;
+mod stateful_oracle;
+mod verify_cli;
+mod web_ui;
+mod web_ui_auth;
+mod windowed;
