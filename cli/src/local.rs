@@ -36,7 +36,8 @@ pub struct LocalArgs {
     /// The driver's gRPC address.
     #[arg(long, default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
-    /// The driver's HTTP address (/healthz, /readyz, /metrics).
+    /// The driver's HTTP address: the web UI (http://ADDR/), /healthz,
+    /// /readyz and /metrics.
     #[arg(long, default_value = "127.0.0.1:7071")]
     pub http: SocketAddr,
     /// The demo query's rate.
@@ -98,6 +99,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
         "  logs:       {} (SLUICE_LOG sets the filter)",
         log.display()
     );
+    println!("  web UI:     http://{}/", inproc::advertise(args.http));
 
     let shutdown = CancellationToken::new();
     let signals = inproc::spawn_signal_handler(shutdown.clone());

@@ -35,6 +35,7 @@ async fn wait_for_batches(log: &PathBuf, n: usize, timeout: Duration) -> String 
 async fn the_demo_screen_shows_progress_and_the_logs_go_to_a_file() {
     let cluster = Cluster::new("local-demo");
     let dir = cluster.root().join("sluice-data");
+    let http = free_addr();
     let local = cluster.spawn_with_env(
         "local",
         &bin(CLI),
@@ -45,11 +46,25 @@ async fn the_demo_screen_shows_progress_and_the_logs_go_to_a_file() {
             "--listen".into(),
             free_addr(),
             "--http".into(),
-            free_addr(),
+            http.clone(),
         ],
         vec![("SLUICE_LOG".into(), "debug".into())],
     );
     let screen = wait_for_batches(&local.log_path(), 3, Duration::from_secs(60)).await;
+
+    // The screen names the web UI, and the UI is served there.
+    assert!(
+        screen.contains(&format!("web UI:     http://{http}/")),
+        "the web UI's URL is not printed:\n{screen}"
+    );
+    let (status, page) = sluice_tests::http::get(&http, "/", Duration::from_secs(10))
+        .await
+        .expect("GET / of the web UI");
+    let page = String::from_utf8_lossy(&page);
+    assert!(
+        status == 200 && page.contains("<title>Sluice"),
+        "GET http://{http}/ gave {status}:\n{page}"
+    );
 
     let log_file = dir.join("sluice-local.log");
     assert!(
