@@ -2,10 +2,13 @@
 //! two executors), a demo query, and its progress printed live until Ctrl-C
 //! or SIGTERM cancels the one shutdown token.
 //!
-//! The screen shows the progress view only. The cluster's logs go to
-//! `<dir>/sluice-local.log` (filtered by `SLUICE_LOG`), whose path is printed
-//! at start. On a terminal the view is a table with a header; otherwise each
-//! batch is one plain `progress` line, for scripts.
+//! The demo query ([`demo`]) computes 10-second windows with a watermark in
+//! append mode. The screen ([`screen`]) shows where things are (the
+//! checkpoint, the data, the log file, the web UI's URL), commands to try,
+//! and each committed batch followed by the windows it finalised. The
+//! cluster's logs go to `<dir>/sluice-local.log` (filtered by `SLUICE_LOG`),
+//! never to the screen. On a terminal a batch is a table row; otherwise it
+//! is one plain `progress` line, for scripts.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -22,6 +25,9 @@ use crate::inproc::{self, InProcess};
 use crate::output;
 use crate::progress::{self, Outcome};
 use crate::queries::{self, RateQuery};
+
+mod demo;
+mod screen;
 
 pub const DEMO_QUERY: &str = "demo";
 /// The log file, under `--dir`.
@@ -99,7 +105,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
         "  logs:       {} (SLUICE_LOG sets the filter)",
         log.display()
     );
-    println!("  web UI:     http://{}/", inproc::advertise(args.http));
+    println!("  web UI:     {}", screen::ui_url(args.http));
 
     let shutdown = CancellationToken::new();
     let signals = inproc::spawn_signal_handler(shutdown.clone());
@@ -123,7 +129,7 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
         trigger_ms: 1000,
         max_rows_per_batch: None,
         sink: out,
-        sql: None,
+        sql: Some(demo::SQL.to_string()),
         format: "jsonl",
     };
     let result = follow_demo(&addr, &demo, &shutdown).await;
@@ -139,18 +145,64 @@ pub async fn run(args: LocalArgs) -> anyhow::Result<u8> {
 }
 
 /// Submits the demo query (or adopts the one already there) and prints its
-/// progress until `shutdown`.
+/// progress, and the windows it finalises, until `shutdown`.
 async fn follow_demo(
     addr: &str,
     demo: &RateQuery,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let mut client = Client::new(vec![addr.to_string()])?;
-    let spec = demo.spec_text();
+    let sink = submit_demo(&mut client, demo, shutdown).await?;
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+    println!("try, from another terminal:");
+    let default = screen::default_driver();
+    for c in screen::commands(&screen::program(), DEMO_QUERY, addr, &default) {
+        println!("  {c}");
+    }
+    println!("progress of {DEMO_QUERY} (Ctrl-C to stop):");
+    let printer = screen::Printer {
+        terminal: std::io::stdout().is_terminal(),
+        sink,
+    };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let follow = async move {
+        let outcome = progress::stream(&mut client, DEMO_QUERY, true, shutdown, |p| {
+            if tx.send(p.clone()).is_err() {
+                tracing::warn!(batch = p.batch_id, "the screen stopped; batch not shown");
+            }
+        })
+        .await;
+        // The printer ends once it has shown every batch sent.
+        drop(tx);
+        outcome
+    };
+    let (outcome, ()) = tokio::join!(follow, printer.run(rx));
+    if let Outcome::Terminal(state) = outcome? {
+        println!(
+            "query {DEMO_QUERY} is {}; the cluster keeps running until Ctrl-C",
+            output::state_name(state)
+        );
+        shutdown.cancelled().await;
+    }
+    Ok(())
+}
+
+/// Submits the demo query, or adopts the `demo` already in the checkpoint,
+/// and prints what it computes. Returns the sink to read its windows from;
+/// `None` when the query in the checkpoint is not the windowed demo, or
+/// when `shutdown` came first.
+async fn submit_demo(
+    client: &mut Client,
+    demo: &RateQuery,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<demo::Sink>> {
+    let spec = demo::spec_text(demo);
     let submitted = tokio::select! {
         biased;
-        _ = shutdown.cancelled() => return Ok(()),
-        r = queries::submit(&mut client, &spec) => r,
+        _ = shutdown.cancelled() => return Ok(None),
+        r = queries::submit(client, &spec) => r,
     };
     match submitted {
         Ok(r) => println!("submitted query {} ({})", r.name, r.id),
@@ -162,27 +214,32 @@ async fn follow_demo(
         }
         Err(e) => return Err(e.into()),
     }
-    println!("progress of {DEMO_QUERY} (Ctrl-C to stop):");
-    let terminal = std::io::stdout().is_terminal();
-    if terminal {
-        println!("{}", output::PROGRESS_HEADER);
-    }
-    let outcome = progress::stream(&mut client, DEMO_QUERY, true, shutdown, |p| {
-        if terminal {
-            println!("{}", output::progress_row(p));
-        } else {
-            println!("{}", output::progress_line(p));
-        }
-    })
-    .await?;
-    if let Outcome::Terminal(state) = outcome {
+    let status = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => return Ok(None),
+        s = crate::commands::get(client, DEMO_QUERY) => s?,
+    };
+    let running = status
+        .spec
+        .as_ref()
+        .map(sluice_common::spec::QuerySpec::try_from)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("the spec of query {DEMO_QUERY}: {e}"))?;
+    let described = running
+        .as_ref()
+        .and_then(|s| Some((s, screen::describe(s)?)));
+    let Some((running, lines)) = described else {
         println!(
-            "query {DEMO_QUERY} is {}; the cluster keeps running until Ctrl-C",
-            output::state_name(state)
+            "query {DEMO_QUERY} in this checkpoint is not the windowed demo: its progress is \
+             shown, not its windows (start with an empty --dir to run the windowed demo)"
         );
-        shutdown.cancelled().await;
+        return Ok(None);
+    };
+    for l in lines {
+        println!("{l}");
     }
-    Ok(())
+    let sink = demo::Sink::open(&crate::verify::stores(), running.sink_path())?;
+    Ok(Some(sink))
 }
 
 fn path_str(p: &std::path::Path) -> anyhow::Result<String> {

@@ -30,7 +30,8 @@ pub struct Cli {
     /// Checkpoint root: an absolute path or a file:// URL on shared storage.
     #[arg(long, env = "SLUICE_CHECKPOINT_ROOT")]
     pub checkpoint_root: String,
-    /// HTTP listen address for the web UI, /healthz, /readyz and /metrics.
+    /// HTTP listen address: the web UI (http://ADDR/), /healthz, /readyz
+    /// and /metrics.
     #[arg(long, env = "SLUICE_HTTP")]
     pub http: Option<SocketAddr>,
     /// The URL at which users reach this driver's web UI, which a standby's
