@@ -101,7 +101,7 @@ pub struct SchemaRecord {
     pub epoch: u64,
 }
 
-/// What a batch committed. Invariant (DESIGN.md, 2): written only after the
+/// What a batch committed. Invariant (docs/design-notes.md, 2): written only after the
 /// sink manifest of the batch is durable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitRecord {

@@ -102,7 +102,7 @@ impl Driver {
     }
 
     /// Confirms that `term` still holds the leadership. Called whenever a
-    /// create-only write finds a file this term did not write (DESIGN.md,
+    /// create-only write finds a file this term did not write (docs/design-notes.md,
     /// invariant 4), and when an executor reports a newer epoch. A deposed
     /// term is cancelled at once.
     pub async fn confirm_leadership(&self, term: &Term) -> Result<(), DriverError> {

@@ -11,7 +11,7 @@
 //!   TaskResult{ok: TaskOutput} | TaskResult{error: kind}
 //! ```
 //!
-//! A task is deterministic given its assignment (DESIGN.md, invariant 3): a
+//! A task is deterministic given its assignment (docs/design-notes.md, invariant 3): a
 //! retry, a duplicate or a zombie attempt writes identical bytes or nothing.
 
 use std::sync::Arc;
@@ -35,8 +35,8 @@ pub enum Admission {
     Stale { max_seen: u64 },
 }
 
-/// Refuses work from an epoch lower than the highest one seen (DESIGN.md,
-/// Cluster: a deposed driver cannot make executors write).
+/// Refuses work from an epoch lower than the highest one seen (docs/design-notes.md,
+/// invariant 4: a deposed driver cannot make executors write).
 pub fn admit(task_epoch: u64, max_seen: u64) -> Admission {
     if task_epoch < max_seen {
         Admission::Stale { max_seen }

@@ -1,6 +1,6 @@
 //! The one DataFusion session configuration, and planning under it.
 //!
-//! Invariant (DESIGN.md, 3, determinism): the output of a task, its rows
+//! Invariant (docs/design-notes.md, 3, determinism): the output of a task, its rows
 //! and their order, is a pure function of the SQL and the input. Everything
 //! that could make DataFusion reorder rows is off: one target partition, no
 //! repartitioning of joins, aggregations, windows, sorts or scans, no round

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The plan of one batch. Invariant (DESIGN.md, 1): written before any task
+/// The plan of one batch. Invariant (docs/design-notes.md, 1): written before any task
 /// of the batch runs, and a replay uses exactly this record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OffsetRecord {

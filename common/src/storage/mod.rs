@@ -8,7 +8,7 @@
 //! filesystem `LocalFileSystem::with_fsync(true)` syncs the file and its
 //! directory; an object store acknowledges a put once it is durable.
 //!
-//! Invariant (DESIGN.md, 3): every file is written atomically and
+//! Invariant (docs/design-notes.md, 3): every file is written atomically and
 //! create-only. [`Storage::create`] never replaces a file; when the name is
 //! taken it returns the existing bytes so that the caller can adopt them.
 //! On an object store it is a conditional put (`If-None-Match: *`), which

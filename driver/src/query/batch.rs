@@ -2,7 +2,7 @@
 //! sink manifest (and, every `compact_interval` batches, the compacted sink
 //! manifest), then `commits/N`.
 //!
-//! Invariant (DESIGN.md, 2): `commits/N` is created only after every task
+//! Invariant (docs/design-notes.md, 2): `commits/N` is created only after every task
 //! of batch N succeeded: the sink manifest listing their files is durable
 //! (and so is the compacted manifest of a batch that compacts), and so is
 //! every state version N (a reduce task reports success only once its
