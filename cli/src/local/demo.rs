@@ -7,8 +7,7 @@
 //! sink reads them.
 
 use anyhow::Context;
-use sluice_common::sink::manifest::ManifestName;
-use sluice_common::sink::{FileSink, MANIFEST_DIR, decode_delta};
+use sluice_common::sink::{FileSink, read_delta};
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{Path, Stores};
 
@@ -114,11 +113,9 @@ impl Sink {
     /// keeps manifests for).
     pub async fn windows(&self, batch: u64) -> anyhow::Result<Option<Vec<Window>>> {
         let storage = self.files.storage();
-        let path = Path::from_iter([MANIFEST_DIR, &ManifestName::Delta(batch).file_name()]);
-        let Some(bytes) = storage.get(&path).await? else {
+        let Some(manifest) = read_delta(storage, batch).await? else {
             return Ok(None);
         };
-        let manifest = decode_delta(&bytes, &storage.describe(&path), batch)?;
         let mut windows = Vec::new();
         for f in &manifest.files {
             let path = Path::from(f.path.as_str());

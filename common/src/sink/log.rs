@@ -135,7 +135,9 @@ async fn read_deltas(
         .await
 }
 
-async fn read_delta(storage: &Storage, batch: u64) -> Result<Option<SinkManifest>> {
+/// The delta manifest of committed batch `batch`, checked, or `None` when
+/// it does not exist.
+pub async fn read_delta(storage: &Storage, batch: u64) -> Result<Option<SinkManifest>> {
     let name = ManifestName::Delta(batch);
     let Some(b) = storage.get(&path(name)).await? else {
         return Ok(None);

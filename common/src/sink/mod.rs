@@ -30,7 +30,7 @@ mod log;
 pub mod manifest;
 
 pub use jsonl::encode_jsonl;
-pub use log::{decode_compact, decode_delta};
+pub use log::{decode_compact, decode_delta, read_delta};
 pub use manifest::{
     COMPACT_INTERVAL, CompactManifest, MANIFEST_DIR, ManifestName, SinkFile, SinkManifest,
 };
