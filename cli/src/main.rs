@@ -155,8 +155,22 @@ enum TokenCommand {
     },
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Executors (embedded or not) run queries on this runtime's threads.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(sluice_executor::THREAD_STACK_BYTES)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(start()),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn start() -> ExitCode {
     let mut args = std::env::args_os().skip(1).peekable();
     let result = match node::Node::named(args.peek()) {
         Some(node) => node::run(node, args.skip(1)).await.map(|()| 0),

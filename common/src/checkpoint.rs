@@ -164,6 +164,17 @@ pub struct StopRecord {
     pub epoch: u64,
 }
 
+/// The failure marker's content: why the query FAILED. A FAILED query
+/// stays FAILED across driver restarts and failovers until it is
+/// resubmitted, which removes the marker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailRecord {
+    pub version: u32,
+    pub failed_ms: i64,
+    pub epoch: u64,
+    pub error: String,
+}
+
 /// Encodes a record as pretty JSON.
 pub fn encode<T: Serialize>(value: &T) -> Result<Bytes> {
     serde_json::to_vec_pretty(value)
@@ -229,6 +240,11 @@ impl QueryCheckpoint {
             .fold(self.dir.clone(), |p, part| p.join(part))
     }
 
+    /// The query's name: its directory under `queries/`.
+    pub fn name(&self) -> &str {
+        self.dir.filename().unwrap_or_default()
+    }
+
     /// Human-readable location of a file of this query, for errors.
     pub fn describe(&self, rel: &str) -> String {
         self.storage.describe(&self.path(rel))
@@ -262,6 +278,16 @@ impl QueryCheckpoint {
 
     pub async fn exists(&self, rel: &str) -> Result<bool> {
         self.storage.exists(&self.path(rel)).await
+    }
+
+    /// The failure marker: `Some` while the query is FAILED.
+    pub async fn failure(&self) -> Result<Option<FailRecord>> {
+        self.read("failed").await
+    }
+
+    /// Removes the failure marker of a resubmitted query.
+    pub async fn clear_failure(&self) -> Result<()> {
+        self.storage.delete(&self.path("failed")).await
     }
 
     pub async fn metadata(&self) -> Result<Option<QueryMetadata>> {

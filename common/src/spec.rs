@@ -21,8 +21,8 @@ pub use kafka::{
     StartingOffsets, kafka_schema,
 };
 pub use state::{
-    DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec, MAX_STATE_PARTITIONS,
-    OutputMode, WatermarkSpec,
+    DEFAULT_MAX_STATE_BYTES, DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec,
+    MAX_STATE_PARTITIONS, OutputMode, WatermarkSpec,
 };
 pub use tables::{TableSpec, validate_table};
 
@@ -60,6 +60,9 @@ pub struct QuerySpec {
     /// A state snapshot every this many batches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_interval: Option<u64>,
+    /// The most bytes of a stateful query's state, over all its partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_state_bytes: Option<u64>,
     /// Event time and how late a row may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkSpec>,
@@ -197,7 +200,11 @@ impl QuerySpec {
         for (name, t) in &self.tables {
             validate_table(name, t)?;
         }
-        state::validate(self.state_partitions, self.snapshot_interval)?;
+        state::validate(
+            self.state_partitions,
+            self.snapshot_interval,
+            self.max_state_bytes,
+        )?;
         if let Some(w) = &self.watermark {
             w.validate()?;
         }
@@ -266,6 +273,11 @@ impl QuerySpec {
     /// How often a stateful query's state is snapshotted, in batches.
     pub fn snapshot_interval(&self) -> u64 {
         self.snapshot_interval.unwrap_or(DEFAULT_SNAPSHOT_INTERVAL)
+    }
+
+    /// The most bytes of a stateful query's state.
+    pub fn max_state_bytes(&self) -> u64 {
+        self.max_state_bytes.unwrap_or(DEFAULT_MAX_STATE_BYTES)
     }
 
     /// The sink location.
@@ -345,6 +357,7 @@ impl From<&QuerySpec> for pb::QuerySpec {
             output_mode: s.output_mode.map(|m| m.as_str().to_string()),
             state_partitions: s.state_partitions,
             snapshot_interval: s.snapshot_interval,
+            max_state_bytes: s.max_state_bytes,
             watermark: s.watermark.as_ref().map(|w| pb::Watermark {
                 column: w.column.clone(),
                 delay_ms: w.delay_ms,
@@ -449,6 +462,7 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             },
             state_partitions: p.state_partitions,
             snapshot_interval: p.snapshot_interval,
+            max_state_bytes: p.max_state_bytes,
             watermark: p.watermark.as_ref().map(|w| WatermarkSpec {
                 column: w.column.clone(),
                 delay_ms: w.delay_ms,

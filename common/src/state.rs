@@ -10,7 +10,11 @@
 //! ```
 //!
 //! Every file is create-only. State version N (what batch N left) is the
-//! latest snapshot at or below N, then every delta after it up to N.
+//! latest snapshot at or below N, then every delta after it up to N. A
+//! state file carries its identity and a checksum ([`identity`]), checked
+//! when it is read.
+
+pub mod identity;
 
 use bytes::Bytes;
 
@@ -98,14 +102,27 @@ pub fn expired(files: &[StateFile], oldest: u64) -> Vec<StateFile> {
 #[derive(Clone, Debug)]
 pub struct StateStore {
     storage: Storage,
+    /// The query's name: the last segment of its checkpoint directory.
+    query: String,
 }
 
 impl StateStore {
     /// The store of the query whose checkpoint directory is `location`.
     pub fn open(stores: &Stores, location: &str) -> Result<Self> {
+        let query = location.trim_end_matches('/').rsplit('/').next();
         Ok(StateStore {
             storage: stores.open(location)?,
+            query: query.unwrap_or_default().to_string(),
         })
+    }
+
+    fn identity(&self, operator: &str, partition: u32, file: StateFile) -> identity::Identity {
+        identity::Identity {
+            query: self.query.clone(),
+            operator: operator.to_string(),
+            partition,
+            file: file.name(),
+        }
     }
 
     fn shuffle(batch: u64, map: u32) -> Path {
@@ -155,18 +172,24 @@ impl StateStore {
         bytes: Bytes,
     ) -> Result<()> {
         let path = Self::dir(operator, partition).join(file.name());
+        let bytes = identity::wrap(&self.identity(operator, partition, file), &bytes)?;
         self.create_same(&path, bytes).await
     }
 
+    /// A state file's rows, once its identity and checksum are checked
+    /// (see [`identity`]).
     pub async fn read(&self, operator: &str, partition: u32, file: StateFile) -> Result<Bytes> {
         let path = Self::dir(operator, partition).join(file.name());
-        self.storage
+        let bytes = self
+            .storage
             .get(&path)
             .await?
             .ok_or_else(|| Error::Corrupt {
                 path: self.storage.describe(&path),
                 reason: "missing".into(),
-            })
+            })?;
+        let id = self.identity(operator, partition, file);
+        identity::unwrap(&id, bytes, &self.storage.describe(&path))
     }
 
     /// A partition's state files; a name that is not one is damage.

@@ -38,6 +38,12 @@ pub struct Cli {
     /// UI links to (default: http://, the --advertise host, the --http port).
     #[arg(long, env = "SLUICE_HTTP_ADVERTISE")]
     pub http_advertise: Option<String>,
+    /// Host names the HTTP port answers to (NAME[,NAME...]), beside IP
+    /// addresses, `localhost` and the hosts of --advertise and
+    /// --http-advertise: a request for another name (a DNS rebinding
+    /// page's) gets 421.
+    #[arg(long, env = "SLUICE_HTTP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub http_allowed_hosts: Vec<String>,
     /// An executor with no heartbeat for this long is lost.
     #[arg(long, env = "SLUICE_EXECUTOR_TIMEOUT_MS", default_value_t = 5000)]
     pub executor_timeout_ms: u64,
@@ -51,10 +57,26 @@ pub struct Cli {
     /// rows per partition, whatever its spec says.
     #[arg(long, env = "SLUICE_MAX_ROWS_PER_TASK", default_value_t = 1_000_000)]
     pub max_rows_per_task: u64,
+    /// The most rows one batch plans, over all its tasks, unless the
+    /// query's spec sets `max_rows_per_batch`; recorded in `offsets/N`.
+    #[arg(long, env = "SLUICE_MAX_ROWS_PER_BATCH", default_value_t = 10_000_000)]
+    pub max_rows_per_batch: u64,
+    /// The most bytes of source files one batch takes (at least one file).
+    #[arg(long, env = "SLUICE_MAX_BYTES_PER_BATCH", default_value_t = 1 << 30)]
+    pub max_bytes_per_batch: u64,
     /// The most bytes of source files one task reads: a larger file is
     /// split into byte ranges across tasks.
     #[arg(long, env = "SLUICE_MAX_BYTES_PER_TASK", default_value_t = 64 << 20)]
     pub max_bytes_per_task: u64,
+    /// The most bytes of sink files one task may write: a task that writes
+    /// more fails its query, naming this cap (output far larger than the
+    /// input, such as an `unnest` of a large range, fills disks).
+    #[arg(long, env = "SLUICE_MAX_OUTPUT_BYTES_PER_TASK", default_value_t = 1 << 30)]
+    pub max_output_bytes_per_task: u64,
+    /// How long a query's SQL may take to plan at submit; a query that
+    /// takes longer is refused with INVALID_ARGUMENT naming this budget.
+    #[arg(long, env = "SLUICE_SQL_PLAN_BUDGET_MS", default_value_t = 10_000)]
+    pub sql_plan_budget_ms: u64,
     /// Committed batches kept in each query's offsets/ and commits/ logs.
     #[arg(long, env = "SLUICE_RETAIN_BATCHES", default_value_t = 100)]
     pub retain_batches: u64,
@@ -151,11 +173,19 @@ pub struct DriverConfig {
     pub http: Option<SocketAddr>,
     /// The web UI's URL, published to the election (`None` without --http).
     pub http_advertise: Option<String>,
+    /// The host names the HTTP port answers to.
+    pub http_hosts: crate::origin::Hosts,
     pub executor_timeout: Duration,
     pub id: String,
     pub max_task_attempts: u32,
     pub max_rows_per_task: u64,
     pub max_bytes_per_task: u64,
+    pub max_output_bytes_per_task: u64,
+    /// A batch's default cap on rows, and its cap on bytes of files.
+    pub max_rows_per_batch: u64,
+    pub max_bytes_per_batch: u64,
+    /// The planning budget of a query's SQL (`sluice_sql::guard`).
+    pub sql_plan_budget: Duration,
     pub retain_batches: u64,
     /// Batches between two compacted sink manifests (see
     /// `sluice_common::sink::manifest`); 0 turns compaction off.
@@ -229,6 +259,21 @@ impl TryFrom<Cli> for DriverConfig {
                 "--max-bytes-per-task must be at least 1".into(),
             ));
         }
+        if cli.max_rows_per_batch == 0 || cli.max_bytes_per_batch == 0 {
+            return Err(DriverError::Config(
+                "--max-rows-per-batch and --max-bytes-per-batch must be at least 1".into(),
+            ));
+        }
+        if cli.max_output_bytes_per_task == 0 {
+            return Err(DriverError::Config(
+                "--max-output-bytes-per-task must be at least 1".into(),
+            ));
+        }
+        if cli.sql_plan_budget_ms == 0 {
+            return Err(DriverError::Config(
+                "--sql-plan-budget-ms must be at least 1".into(),
+            ));
+        }
         if cli.retain_batches == 0 {
             return Err(DriverError::Config(
                 "--retain-batches must be at least 1".into(),
@@ -240,6 +285,20 @@ impl TryFrom<Cli> for DriverConfig {
             _ => cli.listen.to_string(),
         };
         let http_advertise = http_advertise(cli.http, cli.http_advertise.as_deref(), &advertise)?;
+        if let Some(bad) = cli
+            .http_allowed_hosts
+            .iter()
+            .find(|h| h.contains(['/', ' ']) || h.trim().is_empty())
+        {
+            return Err(DriverError::Config(format!(
+                "--http-allowed-hosts {bad:?}: give a host name, without a scheme or a path"
+            )));
+        }
+        let http_hosts = crate::origin::Hosts::new(
+            &advertise,
+            http_advertise.as_deref(),
+            &cli.http_allowed_hosts,
+        );
         let endpoints: Vec<String> = cli
             .etcd
             .iter()
@@ -330,6 +389,7 @@ impl TryFrom<Cli> for DriverConfig {
             checkpoint_root: cli.checkpoint_root,
             http: cli.http,
             http_advertise,
+            http_hosts,
             executor_timeout: Duration::from_millis(cli.executor_timeout_ms),
             id: cli
                 .id
@@ -337,6 +397,10 @@ impl TryFrom<Cli> for DriverConfig {
             max_task_attempts: cli.max_task_attempts,
             max_rows_per_task: cli.max_rows_per_task,
             max_bytes_per_task: cli.max_bytes_per_task,
+            sql_plan_budget: Duration::from_millis(cli.sql_plan_budget_ms),
+            max_output_bytes_per_task: cli.max_output_bytes_per_task,
+            max_rows_per_batch: cli.max_rows_per_batch,
+            max_bytes_per_batch: cli.max_bytes_per_batch,
             retain_batches: cli.retain_batches,
             compact_interval: sluice_common::sink::COMPACT_INTERVAL,
             stores: Stores::new(StoreOptions::from_env()),

@@ -33,6 +33,14 @@ pub enum DriverError {
     /// rather than claim yet another and depose it back.
     #[error("replaced: epoch {epoch} was deposed by {by}")]
     Replaced { epoch: u64, by: String },
+    /// A query passed one of its limits (its state's size, say): the
+    /// message names the query, the limit and the field that sets it.
+    #[error("{0}")]
+    LimitExceeded(String),
+    /// The driver has no capacity for the request now (every planning
+    /// thread is busy, say).
+    #[error("{0}")]
+    Busy(String),
     #[error("task failed: {0}")]
     TaskFailed(String),
     #[error("internal error: {0}")]
@@ -55,7 +63,7 @@ impl DriverError {
     pub fn is_retryable(&self) -> bool {
         match self {
             DriverError::NotLeader { .. } | DriverError::ShuttingDown => true,
-            DriverError::Starting => true,
+            DriverError::Starting | DriverError::Busy(_) => true,
             DriverError::Deposed { .. } | DriverError::Cancelled => true,
             DriverError::Io(_) | DriverError::Transport(_) | DriverError::Election(_) => true,
             DriverError::Common(e) => e.is_retryable(),

@@ -14,11 +14,13 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod conns;
 pub mod error;
 pub mod http;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod origin;
 pub mod peer;
 pub mod planner;
 pub mod query;
@@ -64,11 +66,17 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
     let mut components: JoinSet<(&'static str, Result<(), DriverError>)> = JoinSet::new();
 
     let tokens = server::tokens(&driver.config)?;
+    let cap = conns::per_port(conns::raise_fd_limit());
+    info!(
+        connections_per_port = cap,
+        "connection caps of the HTTP and plaintext gRPC ports"
+    );
     let grpc = server::grpc(
         driver.clone(),
         tokens.clone(),
         cancel.clone(),
         &mut components,
+        cap,
     )
     .await?;
     components.spawn(async move { ("grpc", grpc.await) });
@@ -76,9 +84,11 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
         let ui = Arc::new(ui::Ui {
             driver: driver.clone(),
             tokens,
+            sessions: ui::session::Sessions::default(),
+            failures: Default::default(),
             shutdown: cancel.clone(),
         });
-        components.spawn(async move { ("http", http::serve(addr, ui).await) });
+        components.spawn(async move { ("http", http::serve(addr, ui, cap).await) });
     }
     let (d, c) = (driver.clone(), cancel.clone());
     components.spawn(async move { ("leadership", leader::run(d, c).await) });

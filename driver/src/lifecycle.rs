@@ -8,10 +8,12 @@
 //!                                                    so no new term retries it)
 //! ```
 //!
-//! FINISHED, STOPPED and FAILED are terminal for this driver's term. A new
-//! leader re-derives every state from the checkpoint: `stopped` stays
-//! STOPPED, a fully committed bounded query is FINISHED again, and anything
-//! else is RUNNING (a query that FAILED on a transient cause gets another try).
+//! FINISHED, STOPPED and FAILED are terminal. A new leader re-derives every
+//! state from the checkpoint: `stopped` stays STOPPED, `failed` stays FAILED
+//! (with its error), a fully committed bounded query is FINISHED again, and
+//! anything else is RUNNING. A FAILED query runs again only when it is
+//! resubmitted with the same spec, which removes `failed` and starts a new
+//! entry from the checkpoint.
 
 use sluice_proto as pb;
 

@@ -3,7 +3,7 @@
 //! reflection), limits, TLS and auth layer.
 //!
 //! ```text
-//!  TcpListener ─┬─ plaintext: TcpIncoming (no Nagle)        ─┐
+//!  TcpListener ─┬─ plaintext: conns::incoming (capped, no Nagle) ─┐
 //!               └─ TLS: tls::incoming (handshake, peer certs) ┴─► Auth layer ─► services
 //! ```
 //! One router serves both: only the stream of accepted connections differs.
@@ -58,6 +58,7 @@ pub(crate) async fn grpc(
     tokens: Option<Arc<reload::Watched<auth::tokens::Tokens>>>,
     cancel: CancellationToken,
     components: &mut JoinSet<(&'static str, Result<(), DriverError>)>,
+    cap: usize,
 ) -> Result<impl Future<Output = Result<(), DriverError>> + use<>, DriverError> {
     let listener = tokio::net::TcpListener::bind(driver.config.listen).await?;
     let driver_addr = listener.local_addr()?;
@@ -113,9 +114,9 @@ pub(crate) async fn grpc(
             Box::pin(serve(router, incoming, cancel))
         }
         None => {
-            // Small frames (a task, a result) go out at once: no Nagle delay.
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // At most `cap` connections, each with a deadline for its first
+            // bytes, and no Nagle delay (see `conns`).
+            let incoming = crate::conns::incoming(crate::conns::Capped::new(listener, cap));
             Box::pin(serve(router, incoming, cancel))
         }
     };

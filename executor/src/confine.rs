@@ -11,9 +11,11 @@
 //! The driver checked the spec at submit, against its own list. This
 //! catches what changed since (a link that appeared in a source directory
 //! or where the sink goes) and a driver whose list is wider than this
-//! executor's. Without `--allowed-paths` an executor does not confine.
+//! executor's. Without `--allowed-paths` an executor does not confine, but
+//! it always refuses a sink that overlaps the driver's checkpoint root once
+//! its symbolic links are followed.
 
-use sluice_common::storage::AllowedPaths;
+use sluice_common::storage::{AllowedPaths, overlap_resolved};
 use sluice_proto::{FilesTask, TaskAssignment, sink, task_source};
 
 use crate::error::ExecutorError;
@@ -67,11 +69,15 @@ pub async fn check(
     task: &TaskAssignment,
     allowed: Option<&AllowedPaths>,
 ) -> Result<(), ExecutorError> {
+    let overlap = sink_overlap(task);
     let Some(allowed) = allowed.cloned() else {
-        return Ok(());
+        return tokio::task::spawn_blocking(overlap)
+            .await
+            .map_err(|e| ExecutorError::TaskPanicked(format!("the check of the sink: {e}")))?;
     };
     let targets = targets(task);
     tokio::task::spawn_blocking(move || {
+        overlap()?;
         for t in &targets {
             match &t.file {
                 Some(file) => allowed.check_file_resolved(&t.field, &t.root, file),
@@ -83,6 +89,26 @@ pub async fn check(
     })
     .await
     .map_err(|e| ExecutorError::TaskPanicked(format!("the check of the task's paths: {e}")))?
+}
+
+/// Refuses a task whose sink overlaps the driver's checkpoint root with
+/// its symbolic links followed (a link made after submit), whether or not
+/// this executor confines: its files would land in the checkpoint. Runs
+/// on a blocking thread.
+fn sink_overlap(task: &TaskAssignment) -> impl FnOnce() -> Result<(), ExecutorError> + use<> {
+    let root = task.checkpoint_root.clone();
+    let sink = match task.sink.as_ref().and_then(|s| s.kind.as_ref()) {
+        Some(sink::Kind::Files(f)) => f.path.clone(),
+        None => String::new(),
+    };
+    move || {
+        if root.is_empty() || sink.is_empty() || !overlap_resolved(&sink, &root) {
+            return Ok(());
+        }
+        Err(ExecutorError::PathNotAllowed(format!(
+            "sink.files.path: {sink} overlaps the checkpoint root {root} once its symbolic links are followed"
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -60,9 +60,15 @@ pub async fn run(
     } = stage::assigned(task, &caches).await?;
     let empty = Box::pin(futures::stream::empty());
     // Planned, not run: the schema of the rows the map tasks shuffled.
-    let schema = sluice_sql::run(&plan.sql, input_schema, empty, &tables)
-        .await?
-        .schema();
+    let schema = sluice_sql::run(
+        &plan.sql,
+        input_schema,
+        empty,
+        &tables,
+        sluice_sql::guard::budget_ms(plan.plan_budget_ms),
+    )
+    .await?
+    .schema();
     let keys = key_columns(&schema, &dedup.columns)?;
     let time = schema
         .index_of(&event.column)

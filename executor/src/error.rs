@@ -59,7 +59,7 @@ pub enum ExecutorError {
 
     /// A stateful query's state outgrew what this executor may hold.
     #[error(
-        "query {query}: its state on this executor would hold {bytes} bytes, above --max-state-bytes {limit}; raise the limit, add executors or state_partitions, or bound the state with a watermark"
+        "query {query}: one partition of its state would hold {bytes} bytes, above this executor's --max-state-bytes {limit}; raise the limit, add state_partitions, or bound the state with a watermark"
     )]
     StateTooLarge {
         query: String,
@@ -67,7 +67,14 @@ pub enum ExecutorError {
         limit: u64,
     },
 
-    /// A task's future panicked.
+    /// A task's output passed the cap the driver set for one task.
+    #[error(
+        "a task's output passed {bytes} bytes, above the cap of {limit} bytes per task (the driver's --max-output-bytes-per-task); the query makes far more output than input"
+    )]
+    OutputTooLarge { bytes: u64, limit: u64 },
+
+    /// A task panicked or broke an invariant: a fault in Sluice, which a
+    /// retry would meet again, so never retried.
     #[error("task panicked: {0}")]
     TaskPanicked(String),
 
@@ -88,16 +95,17 @@ impl ExecutorError {
             ExecutorError::Connect { .. }
             | ExecutorError::Rpc { .. }
             | ExecutorError::StreamClosed { .. }
-            | ExecutorError::Draining
-            | ExecutorError::TaskPanicked(_) => true,
+            | ExecutorError::Draining => true,
             ExecutorError::Common(e) => e.is_retryable(),
             ExecutorError::Sql(e) => e.is_retryable(),
             ExecutorError::Config(_)
             | ExecutorError::Replaced(_)
             | ExecutorError::MalformedTask(_)
+            | ExecutorError::TaskPanicked(_)
             | ExecutorError::BadInput(_)
             | ExecutorError::PathNotAllowed(_)
             | ExecutorError::StateTooLarge { .. }
+            | ExecutorError::OutputTooLarge { .. }
             | ExecutorError::StaleEpoch { .. } => false,
         }
     }
@@ -121,6 +129,7 @@ mod tests {
         assert!(ExecutorError::StreamClosed { addr: "a".into() }.is_retryable());
         assert!(!ExecutorError::Config("x".into()).is_retryable());
         assert!(!ExecutorError::MalformedTask("x".into()).is_retryable());
+        assert!(!ExecutorError::TaskPanicked("x".into()).is_retryable());
         let conflict = sluice_common::Error::Conflict { path: "p".into() };
         assert!(!ExecutorError::from(conflict).is_retryable());
     }

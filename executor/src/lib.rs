@@ -41,6 +41,10 @@ mod state;
 pub mod task;
 
 pub use config::{Cli, ExecutorConfig};
+
+/// The stack of the runtime's threads that run tasks: enough to run any
+/// query that plans (see `sluice_sql::guard`).
+pub const THREAD_STACK_BYTES: usize = sluice_sql::guard::RUN_STACK_BYTES;
 pub use error::ExecutorError;
 
 /// State shared by the sessions of one executor, across reconnects.

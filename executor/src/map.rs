@@ -33,6 +33,8 @@ pub struct TaskPlan {
     /// The query, and the schema of its `input` table.
     pub sql: String,
     pub input_schema: SchemaRef,
+    /// How long planning `sql` may take.
+    pub budget: std::time::Duration,
     /// The file sink's root location, and the layout of its files.
     pub sink_path: String,
     pub layout: Layout,
@@ -90,6 +92,7 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
             .max_file_bytes
             .unwrap_or(DEFAULT_MAX_FILE_BYTES)
             .max(1),
+        max_task_bytes: crate::output::task_cap(query.max_output_bytes),
         batch: task.batch_id,
         partition: task.partition,
     };
@@ -106,6 +109,7 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         partition: task.partition,
         source,
         sql: query.sql.clone(),
+        budget: sluice_sql::guard::budget_ms(query.plan_budget_ms),
         input_schema,
         sink_path: files.path.clone(),
         layout,
@@ -233,17 +237,16 @@ fn produce(
         plan.input_schema,
         Box::pin(input),
         &opened.tables,
+        plan.budget,
     ))?;
     let mut emitter = Emitter::new(plan.layout, &output.schema(), tx)?;
+    // The input's own error says whether a retry may help.
+    let failed = |e: sluice_sql::SqlError| opened.failure.take().unwrap_or(e.into());
     while let Some(batch) = runtime.block_on(output.next()) {
-        let batch = match batch {
-            Ok(b) => b,
-            // The input's own error says whether a retry may help.
-            Err(e) => return Err(opened.failure.take().unwrap_or(e.into())),
-        };
-        if !emitter.write(&batch)? {
-            break;
+        if !emitter.write(&batch.map_err(failed)?)? {
+            return Ok(opened.produced(emitter.finish()?));
         }
     }
+    runtime.block_on(output.read_rest()).map_err(failed)?;
     Ok(opened.produced(emitter.finish()?))
 }

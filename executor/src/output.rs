@@ -39,12 +39,23 @@ pub async fn open_sink(caches: &Arc<Caches>, path: &str) -> Result<FileSink, Exe
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
 }
 
+/// The cap on a task's output of a plan's `max_output_bytes`: 0 is none.
+pub fn task_cap(max_output_bytes: u64) -> u64 {
+    match max_output_bytes {
+        0 => u64::MAX,
+        n => n,
+    }
+}
+
 /// The blocking side: encodes output batches into pieces of part files.
 pub struct Emitter {
     parts: Parts,
     tx: mpsc::Sender<Piece>,
     pieces: Vec<Piece>,
     rows: u64,
+    /// Bytes encoded so far, and the most the task may write.
+    bytes: u64,
+    max_bytes: u64,
 }
 
 impl Emitter {
@@ -53,11 +64,14 @@ impl Emitter {
         schema: &SchemaRef,
         tx: mpsc::Sender<Piece>,
     ) -> Result<Self, ExecutorError> {
+        let max_bytes = layout.max_task_bytes;
         Ok(Emitter {
             parts: Parts::new(layout, schema)?,
             tx,
             pieces: Vec::new(),
             rows: 0,
+            bytes: 0,
+            max_bytes,
         })
     }
 
@@ -66,7 +80,26 @@ impl Emitter {
     pub fn write(&mut self, batch: &RecordBatch) -> Result<bool, ExecutorError> {
         self.rows += batch.num_rows() as u64;
         self.parts.write(batch, &mut self.pieces)?;
+        self.count()?;
         Ok(self.send())
+    }
+
+    /// Fails the task once its output passes its cap: a query that makes
+    /// far more output than input (an `unnest` of a large range, say)
+    /// fails, naming the cap, before it fills the disk.
+    fn count(&mut self) -> Result<(), ExecutorError> {
+        for p in &self.pieces {
+            if let Piece::Data { bytes, .. } = p {
+                self.bytes += bytes.len() as u64;
+            }
+        }
+        if self.bytes > self.max_bytes {
+            return Err(ExecutorError::OutputTooLarge {
+                bytes: self.bytes,
+                limit: self.max_bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Ends every open file; returns the rows written.
@@ -76,6 +109,7 @@ impl Emitter {
             tx,
             mut pieces,
             rows,
+            ..
         } = self;
         parts.finish(&mut pieces)?;
         send(&tx, &mut pieces);

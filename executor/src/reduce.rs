@@ -43,10 +43,11 @@ pub async fn run(
         input_schema,
         tables,
     } = stage::assigned(task, &caches).await?;
+    let budget = sluice_sql::guard::budget_ms(plan.plan_budget_ms);
     let mode =
         OutputMode::parse(&reduce.output_mode).ok_or_else(|| malformed("unknown output mode"))?;
     let empty = Box::pin(futures::stream::empty());
-    let agg = Aggregation::plan(&plan.sql, input_schema, empty, &tables)
+    let agg = Aggregation::plan(&plan.sql, input_schema, empty, &tables, budget)
         .await?
         .ok_or_else(|| malformed("a reduce task for a query without an aggregation"))?;
     let store = stage::open_store(&caches, &reduce.checkpoint).await?;

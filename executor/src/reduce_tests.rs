@@ -39,6 +39,8 @@ fn base(sink_dir: &str, batch: u64, partition: u32) -> TaskAssignment {
             sql: SQL.into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
             tables: Vec::new(),
+            plan_budget_ms: 0,
+            max_output_bytes: 0,
         }),
         ..Default::default()
     }

@@ -87,6 +87,7 @@ fn partials(
                     plan.input_schema.clone(),
                     Box::pin(input),
                     &opened.tables,
+                    plan.budget,
                 ))?
                 .ok_or_else(|| {
                     ExecutorError::MalformedTask(
@@ -102,6 +103,7 @@ fn partials(
                 plan.input_schema.clone(),
                 Box::pin(input),
                 &opened.tables,
+                plan.budget,
             ))?;
             let schema = out.schema();
             let keys = crate::dedup::key_columns(&schema, &d.columns)?;
@@ -114,7 +116,8 @@ fn partials(
     Ok((produced, bytes, ranges))
 }
 
-/// Every non-empty batch of `output`; a failure of the input is its own.
+/// Every non-empty batch of `output`, then the rest of the input; a
+/// failure of the input is its own.
 fn drain(
     mut output: sluice_sql::Output,
     runtime: &tokio::runtime::Handle,
@@ -128,6 +131,9 @@ fn drain(
             Err(e) => return Err(opened.failure.take().unwrap_or(e.into())),
         }
     }
+    runtime
+        .block_on(output.read_rest())
+        .map_err(|e| opened.failure.take().unwrap_or(e.into()))?;
     Ok(rows)
 }
 

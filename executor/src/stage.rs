@@ -146,21 +146,31 @@ pub fn done(
     out
 }
 
-/// Fails the task when the states this executor holds, this one
-/// included, pass `--max-state-bytes`: a clear error naming the query,
-/// rather than an executor killed for memory.
+/// Keeps the states this executor holds under `--max-state-bytes`: the
+/// task's own partition first, dropping the other partitions' states to
+/// make room. Only a partition whose state alone passes the bound fails,
+/// with an error naming its query, rather than an executor killed for
+/// memory: one query's state never fails another.
 pub fn bound(
     caches: &Caches,
     task: &TaskAssignment,
     table: &StateTable,
 ) -> Result<(), ExecutorError> {
-    let held = caches.states.bytes_besides(&task.query_id, task.partition) + table.bytes();
-    if held as u64 > caches.max_state_bytes() {
+    let limit = caches.max_state_bytes();
+    let own = table.bytes() as u64;
+    if own > limit {
         return Err(ExecutorError::StateTooLarge {
             query: task.query_name.clone(),
-            bytes: held as u64,
-            limit: caches.max_state_bytes(),
+            bytes: own,
+            limit,
         });
+    }
+    let room = usize::try_from(limit - own).unwrap_or(usize::MAX);
+    let dropped = caches
+        .states
+        .make_room(&task.query_id, task.partition, room);
+    if dropped > 0 {
+        tracing::info!(dropped, "state partitions dropped from memory to make room");
     }
     Ok(())
 }
@@ -174,6 +184,7 @@ pub fn layout(files: &sluice_proto::FileSink, task: &TaskAssignment) -> Layout {
             .max_file_bytes
             .unwrap_or(sluice_common::spec::DEFAULT_MAX_FILE_BYTES)
             .max(1),
+        max_task_bytes: output::task_cap(task.plan.as_ref().map_or(0, |p| p.max_output_bytes)),
         batch: task.batch_id,
         partition: task.partition,
     }

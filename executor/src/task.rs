@@ -67,13 +67,8 @@ pub fn task_error(err: &ExecutorError) -> TaskError {
     let kind = match err {
         ExecutorError::Common(e) => error_kind(e),
         ExecutorError::StaleEpoch { .. } => ErrorKind::StaleEpoch,
-        ExecutorError::MalformedTask(_)
-        | ExecutorError::Config(_)
-        | ExecutorError::BadInput(_)
-        | ExecutorError::PathNotAllowed(_)
-        | ExecutorError::StateTooLarge { .. } => ErrorKind::Fatal,
-        ExecutorError::Sql(e) if !e.is_retryable() => ErrorKind::Fatal,
-        _ => ErrorKind::Retryable,
+        e if e.is_retryable() => ErrorKind::Retryable,
+        _ => ErrorKind::Fatal,
     };
     TaskError {
         kind: kind.into(),

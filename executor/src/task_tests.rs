@@ -43,6 +43,8 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
             tables: Vec::new(),
+            plan_budget_ms: 0,
+            max_output_bytes: 0,
         }),
         ..Default::default()
     }
@@ -176,6 +178,9 @@ fn error_kinds() {
     assert_eq!(task_error(&malformed).kind(), ErrorKind::Fatal);
     let refused = ExecutorError::PathNotAllowed("sink.files.path: /x".into());
     assert_eq!(task_error(&refused).kind(), ErrorKind::Fatal);
+    // A panic is a fault that a retry meets again, never transient.
+    let panicked = ExecutorError::TaskPanicked("index out of bounds".into());
+    assert_eq!(task_error(&panicked).kind(), ErrorKind::Fatal);
 }
 
 /// A task whose sink is outside `--allowed-paths` fails at once, naming

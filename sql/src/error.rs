@@ -23,6 +23,19 @@ pub enum SqlError {
     #[error("sql: {0}")]
     Resources(String),
 
+    /// The query is beyond a planning limit (its size, its nesting, the
+    /// time it takes to plan); the message names the limit.
+    #[error("sql: {0}")]
+    TooLarge(String),
+
+    /// No planning thread was free within the planning budget.
+    #[error("sql: {0}; try again")]
+    Busy(String),
+
+    /// Planning panicked: a fault in the planner, not in the query.
+    #[error("sql: planning panicked: {0}")]
+    Panicked(String),
+
     /// Reading the input failed.
     #[error("{0}")]
     Input(InputError),
@@ -30,10 +43,11 @@ pub enum SqlError {
 
 impl SqlError {
     /// True when the same task may succeed if tried again. Planning and
-    /// execution are deterministic; only exhausted resources may pass.
+    /// execution are deterministic; only exhausted resources and busy
+    /// planning threads may pass.
     /// Whether an input error may pass is for its reader to say.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, SqlError::Resources(_))
+        matches!(self, SqlError::Resources(_) | SqlError::Busy(_))
     }
 
     pub(crate) fn from_planning(e: DataFusionError) -> Self {

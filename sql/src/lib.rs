@@ -12,6 +12,8 @@
 //! input: one partition, a fixed batch size, no repartitioning.
 
 mod error;
+pub mod guard;
+mod input;
 mod schema;
 mod session;
 mod stateful;
@@ -23,17 +25,18 @@ pub use schema::{decode_schema, encode_schema};
 pub use stateful::{Aggregation, WindowEnd};
 pub use window::window_type;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
-use datafusion::error::DataFusionError;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::SessionContext;
+use futures::executor::block_on;
+
+use input::{Once, SharedInput};
 
 /// The table name of a query's input.
 pub const INPUT: &str = "input";
@@ -58,12 +61,15 @@ pub struct Table {
 /// Plans `sql` over `input` and the static `tables` (name and schema)
 /// without running it: the output schema, or the reason it cannot run in
 /// Sluice (a syntax error with its position, an unknown name, an
-/// unsupported construct).
+/// unsupported construct, a planning limit of [`guard`]). Plans on a
+/// planning thread, within `budget`.
 pub async fn check(
     sql: &str,
     input: SchemaRef,
     tables: &[(String, SchemaRef)],
+    budget: Duration,
 ) -> Result<Checked, SqlError> {
+    let sql = sql.to_owned();
     let tables: Vec<Table> = tables
         .iter()
         .map(|(name, schema)| Table {
@@ -72,13 +78,16 @@ pub async fn check(
             batches: Arc::new(Vec::new()),
         })
         .collect();
-    let ctx = with_input(Once::empty(input), &tables)?;
-    let (plan, shape) = session::logical_plan(&ctx, sql).await?;
-    Ok(Checked {
-        output: Arc::new(plan.schema().as_arrow().clone()),
-        keys: shape.keys,
-        window: shape.window,
+    guard::on_planning_thread(budget, move || {
+        let ctx = with_input(Once::empty(input), &tables)?;
+        let (plan, shape) = block_on(session::logical_plan(&ctx, &sql))?;
+        Ok(Checked {
+            output: Arc::new(plan.schema().as_arrow().clone()),
+            keys: shape.keys,
+            window: shape.window,
+        })
     })
+    .await
 }
 
 /// A checked query.
@@ -97,6 +106,8 @@ pub struct Checked {
 pub struct Output {
     schema: SchemaRef,
     stream: SendableRecordBatchStream,
+    /// The query's input; `None` for a plan over no task input.
+    input: Option<SharedInput>,
 }
 
 impl Output {
@@ -111,38 +122,61 @@ impl Output {
         let next = self.stream.next().await?;
         Some(next.map_err(SqlError::from_execution))
     }
+
+    /// Reads what the query left of its input, once its output has
+    /// ended: a task reads its whole input, whatever the plan needed of
+    /// it (see [`input`]).
+    pub async fn read_rest(&mut self) -> Result<(), SqlError> {
+        match self.input.take() {
+            Some(input) => input.read_rest().await.map_err(SqlError::Input),
+            None => Ok(()),
+        }
+    }
 }
 
-/// Runs `sql` over `input` and the static `tables`. The output is meant
-/// to be polled on a blocking thread: the input is read as it is polled.
+/// Runs `sql` over `input` and the static `tables`. The query is planned
+/// on a planning thread, within `budget`; the output is meant to be polled
+/// on a blocking thread: the input is read as it is polled.
 pub async fn run(
     sql: &str,
     schema: SchemaRef,
     input: InputBatches,
     tables: &[Table],
+    budget: Duration,
 ) -> Result<Output, SqlError> {
-    let (ctx, physical) = physical(sql, schema, input, tables).await?;
+    let (ctx, physical, input) = physical(sql, schema, input, tables, budget).await?;
     let schema = physical.schema();
     let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
-    Ok(Output { schema, stream })
+    Ok(Output {
+        schema,
+        stream,
+        input: Some(input),
+    })
 }
 
 /// The physical plan of `sql` over `input` and the static `tables`, with
-/// the session that runs it.
+/// the session that runs it and the input it reads, planned on a planning
+/// thread within `budget`.
 async fn physical(
     sql: &str,
     schema: SchemaRef,
     input: InputBatches,
     tables: &[Table],
-) -> Result<(SessionContext, Arc<dyn ExecutionPlan>), SqlError> {
-    let ctx = with_input(Once::new(schema, input), tables)?;
-    let (plan, _) = session::logical_plan(&ctx, sql).await?;
-    let physical = ctx
-        .state()
-        .create_physical_plan(&plan)
-        .await
-        .map_err(SqlError::from_planning)?;
-    Ok((ctx, physical))
+    budget: Duration,
+) -> Result<(SessionContext, Arc<dyn ExecutionPlan>, SharedInput), SqlError> {
+    let sql = sql.to_owned();
+    let tables = tables.to_vec();
+    let input = SharedInput::new(input);
+    let partition = Once::new(schema, input.clone());
+    let (ctx, physical) = guard::on_planning_thread(budget, move || {
+        let ctx = with_input(partition, &tables)?;
+        let (plan, _) = block_on(session::logical_plan(&ctx, &sql))?;
+        let physical =
+            block_on(ctx.state().create_physical_plan(&plan)).map_err(SqlError::from_planning)?;
+        Ok((ctx, physical))
+    })
+    .await?;
+    Ok((ctx, physical, input))
 }
 
 /// A session whose table `input` is `input`, with the static `tables`.
@@ -160,50 +194,6 @@ fn with_input(input: Once, tables: &[Table]) -> Result<SessionContext, SqlError>
             .map_err(SqlError::from_planning)?;
     }
     Ok(ctx)
-}
-
-/// The `input` table's one partition: the task's input, readable once.
-#[derive(Debug)]
-struct Once {
-    schema: SchemaRef,
-    input: Mutex<Option<InputSlot>>,
-}
-
-struct InputSlot(InputBatches);
-
-impl std::fmt::Debug for InputSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InputBatches")
-    }
-}
-
-impl Once {
-    fn new(schema: SchemaRef, input: InputBatches) -> Self {
-        Once {
-            schema,
-            input: Mutex::new(Some(InputSlot(input))),
-        }
-    }
-
-    fn empty(schema: SchemaRef) -> Self {
-        Once::new(schema, Box::pin(futures::stream::empty()))
-    }
-}
-
-impl PartitionStream for Once {
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let taken = self.input.lock().expect("input slot lock poisoned").take();
-        // Invariant: the planner refuses every query that reads `input`
-        // twice (see `support`), so a second read is a bug.
-        let InputSlot(input) = taken.expect("the input of a task is read once");
-        use futures::StreamExt;
-        let stream = input.map(|b| b.map_err(DataFusionError::External));
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
-    }
 }
 
 #[cfg(test)]

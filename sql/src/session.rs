@@ -12,11 +12,28 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::Optimizer;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 
-use crate::SqlError;
 use crate::support::{self, Shape};
+use crate::{SqlError, guard};
 
 /// Rows per output batch.
 pub const BATCH_ROWS: usize = 8192;
+
+/// DataFusion's optimizer rules that Sluice leaves out.
+/// - `count(DISTINCT x)` stays one aggregation, whose state (the distinct
+///   values of each group) merges across batches; DataFusion's rewrite
+///   into two nested aggregations would not.
+/// - A plan keeps its scan of the stream even when it can tell that no row
+///   passes (`WHERE false`, a join on a false condition): a stateful
+///   query's aggregation must stay over the stream, where its map and
+///   reduce stages split it, and every task reads its whole input (see
+///   `input`).
+const OFF: [&str; 5] = [
+    "single_distinct_aggregation_to_group_by",
+    "eliminate_filter",
+    "eliminate_join",
+    "eliminate_limit",
+    "propagate_empty_relation",
+];
 
 /// A fresh context with Sluice's settings. Nothing else creates one.
 pub fn context() -> SessionContext {
@@ -31,13 +48,10 @@ pub fn context() -> SessionContext {
         .with_round_robin_repartition(false)
         .with_coalesce_batches(true)
         .with_information_schema(false);
-    // `count(DISTINCT x)` stays one aggregation, whose state (the distinct
-    // values of each group) merges across batches; DataFusion's rewrite
-    // into two nested aggregations would not.
     let rules = Optimizer::new()
         .rules
         .into_iter()
-        .filter(|r| r.name() != "single_distinct_aggregation_to_group_by")
+        .filter(|r| !OFF.contains(&r.name()))
         .collect();
     let state = SessionStateBuilder::new()
         .with_config(config)
@@ -52,14 +66,21 @@ pub fn context() -> SessionContext {
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
-/// that Sluice runs.
+/// that Sluice runs, or one beyond the bounds of [`guard`]. Runs on a
+/// planning thread ([`guard::on_planning_thread`]).
 pub async fn logical_plan(
     ctx: &SessionContext,
     sql: &str,
 ) -> Result<(LogicalPlan, Shape), SqlError> {
-    let plan = ctx
-        .state()
-        .create_logical_plan(sql)
+    guard::check_tokens(sql)?;
+    let state = ctx.state();
+    let dialect = state.config().options().sql_parser.dialect;
+    let statement = state
+        .sql_to_statement(sql, &dialect)
+        .map_err(|e| with_end_position(SqlError::from_planning(e), sql))?;
+    guard::check_depth(&statement)?;
+    let plan = state
+        .statement_to_plan(statement)
         .await
         .map_err(|e| with_end_position(SqlError::from_planning(e), sql))?;
     SQLOptions::new()

@@ -29,6 +29,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, Physic
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect, execute_stream};
 use datafusion::prelude::SessionContext;
 
+use crate::input::SharedInput;
 use crate::{InputBatches, Output, SqlError, Table};
 
 /// The aggregation of a planned stateful query.
@@ -42,6 +43,8 @@ pub struct Aggregation {
     filter_expr: Vec<Option<Arc<dyn PhysicalExpr>>>,
     /// What the aggregation reads: the stream, filtered and projected.
     input: Arc<dyn ExecutionPlan>,
+    /// The task's input itself, for [`Output::read_rest`].
+    stream: SharedInput,
     partial: SchemaRef,
 }
 
@@ -54,15 +57,16 @@ impl std::fmt::Debug for Aggregation {
 }
 
 impl Aggregation {
-    /// Plans `sql` over `input` and the static `tables`; `None` when the
-    /// query keeps no state.
+    /// Plans `sql` over `input` and the static `tables` within `budget`;
+    /// `None` when the query keeps no state.
     pub async fn plan(
         sql: &str,
         schema: SchemaRef,
         input: InputBatches,
         tables: &[Table],
+        budget: std::time::Duration,
     ) -> Result<Option<Self>, SqlError> {
-        let (ctx, root) = crate::physical(sql, schema, input, tables).await?;
+        let (ctx, root, stream) = crate::physical(sql, schema, input, tables, budget).await?;
         let Some(node) = find(&root)? else {
             return Ok(None);
         };
@@ -98,6 +102,7 @@ impl Aggregation {
             aggr_expr: raw.aggr_expr().to_vec(),
             filter_expr: raw.filter_expr().to_vec(),
             input: raw.input().clone(),
+            stream,
             partial: partial.schema(),
             ctx,
             root: root.clone(),
@@ -161,6 +166,7 @@ impl Aggregation {
         Ok(Output {
             schema: self.partial.clone(),
             stream,
+            input: Some(self.stream.clone()),
         })
     }
 

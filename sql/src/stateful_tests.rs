@@ -8,6 +8,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
 use super::*;
+use crate::guard::DEFAULT_BUDGET as BUDGET;
 use crate::{InputBatches, check, run};
 
 fn schema() -> SchemaRef {
@@ -58,7 +59,7 @@ async fn drain(mut out: crate::Output) -> Vec<RecordBatch> {
 }
 
 async fn plan(sql: &str, input: Vec<RecordBatch>) -> Aggregation {
-    Aggregation::plan(sql, schema(), stream(input), &[])
+    Aggregation::plan(sql, schema(), stream(input), &[], BUDGET)
         .await
         .unwrap()
         .expect("a stateful query")
@@ -96,7 +97,7 @@ async fn streamed(sql: &str, total: i64, batches: i64) -> Vec<RecordBatch> {
 
 async fn at_once(sql: &str, total: i64) -> Vec<RecordBatch> {
     drain(
-        run(sql, schema(), stream(vec![rows(0..total)]), &[])
+        run(sql, schema(), stream(vec![rows(0..total)]), &[], BUDGET)
             .await
             .unwrap(),
     )
@@ -136,7 +137,8 @@ async fn merging_is_deterministic_and_state_has_the_partial_schema() {
 
 #[tokio::test]
 async fn check_names_the_grouping_key_of_a_stateful_query() {
-    let keys = |sql: &'static str| async move { check(sql, schema(), &[]).await.unwrap().keys };
+    let keys =
+        |sql: &'static str| async move { check(sql, schema(), &[], BUDGET).await.unwrap().keys };
     assert_eq!(keys("SELECT value FROM input").await, None);
     assert_eq!(
         keys("SELECT tag, count(*) AS n FROM input GROUP BY tag").await,
@@ -146,6 +148,12 @@ async fn check_names_the_grouping_key_of_a_stateful_query() {
         keys("SELECT DISTINCT tag FROM input").await,
         Some(vec!["tag".to_string()])
     );
-    let stateless = Aggregation::plan("SELECT value FROM input", schema(), stream(vec![]), &[]);
+    let stateless = Aggregation::plan(
+        "SELECT value FROM input",
+        schema(),
+        stream(vec![]),
+        &[],
+        BUDGET,
+    );
     assert!(stateless.await.unwrap().is_none());
 }

@@ -9,8 +9,8 @@
 //!   no end), functions whose value is not fixed by their arguments
 //!   (`now()`, `random()`, `uuid()`: a retried task must write the same
 //!   bytes), recursive queries, `EXPLAIN`, a query that reads `input`
-//!   more than once (a self-join, say), and joins that would emit a static
-//!   table's unmatched rows with every batch.
+//!   more than once (a self-join, say) or never, and joins that would emit
+//!   a static table's unmatched rows with every batch.
 
 use datafusion::common::JoinType;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -110,6 +110,12 @@ pub fn check(plan: &LogicalPlan) -> Result<Shape, SqlError> {
     .map_err(SqlError::from_planning)?;
     if let Some(e) = refused {
         return Err(e);
+    }
+    if input_reads == 0 {
+        return Err(unsupported(
+            "a query that does not read the stream `input`",
+            "a streaming query's rows come from its input; select FROM input",
+        ));
     }
     if input_reads > 1 {
         return Err(unsupported(

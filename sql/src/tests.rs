@@ -6,6 +6,7 @@ use arrow_array::{Array, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::*;
+use crate::guard::DEFAULT_BUDGET as BUDGET;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -31,7 +32,7 @@ fn input(n: u64) -> InputBatches {
 }
 
 async fn collect(sql: &str, n: u64) -> Vec<RecordBatch> {
-    let mut out = run(sql, schema(), input(n), &[]).await.unwrap();
+    let mut out = run(sql, schema(), input(n), &[], BUDGET).await.unwrap();
     let mut all = Vec::new();
     while let Some(b) = out.next().await {
         all.push(b.unwrap());
@@ -75,17 +76,17 @@ async fn unnest_runs_and_a_rerun_gives_the_same_rows() {
 
 #[tokio::test]
 async fn the_default_query_passes_every_column() {
-    let out = check(DEFAULT_SQL, schema(), &[]).await.unwrap();
+    let out = check(DEFAULT_SQL, schema(), &[], BUDGET).await.unwrap();
     assert_eq!(out.output.as_ref(), schema().as_ref());
 }
 
 #[tokio::test]
 async fn bad_sql_is_refused_naming_what_is_wrong() {
-    let e = err(check("SELEC value FROM input", schema(), &[]).await);
+    let e = err(check("SELEC value FROM input", schema(), &[], BUDGET).await);
     assert!(e.contains("SELEC"), "{e}");
-    let e = err(check("SELECT nope FROM input", schema(), &[]).await);
+    let e = err(check("SELECT nope FROM input", schema(), &[], BUDGET).await);
     assert!(e.contains("nope"), "{e}");
-    let e = err(check("SELECT * FROM elsewhere", schema(), &[]).await);
+    let e = err(check("SELECT * FROM elsewhere", schema(), &[], BUDGET).await);
     assert!(e.contains("elsewhere"), "{e}");
 }
 
@@ -128,7 +129,7 @@ async fn constructs_that_need_state_or_order_are_refused_by_name() {
         ("SELECT value FROM input WHERE random() < 0.5", "random"),
         ("SELECT uuid() AS id FROM input", "uuid"),
     ] {
-        let e = err(check(sql, schema(), &[]).await);
+        let e = err(check(sql, schema(), &[], BUDGET).await);
         assert!(e.contains("not supported"), "{sql}: {e}");
         assert!(e.contains(named), "{sql}: {e}");
     }
@@ -151,7 +152,7 @@ async fn functions_fixed_by_their_arguments_are_accepted() {
         "SELECT value, unnest(string_to_array(concat(CAST(value % 3 AS VARCHAR), ',x'), ',')) AS part FROM input",
         "SELECT to_char(timestamp_ms, '%Y') AS y, date_part('hour', timestamp_ms) AS h, abs(CAST(value AS BIGINT) - 5) AS d FROM input",
     ] {
-        check(sql, schema.clone(), &[])
+        check(sql, schema.clone(), &[], BUDGET)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
@@ -183,7 +184,7 @@ fn kinds() -> crate::Table {
 async fn the_stream_joins_a_static_table_and_keeping_the_tables_side_is_refused() {
     let t = kinds();
     let sql = "SELECT value, k.name FROM input JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
-    let mut out = run(sql, schema(), input(10), std::slice::from_ref(&t))
+    let mut out = run(sql, schema(), input(10), std::slice::from_ref(&t), BUDGET)
         .await
         .unwrap();
     let mut rows = 0;
@@ -204,11 +205,42 @@ async fn the_stream_joins_a_static_table_and_keeping_the_tables_side_is_refused(
     assert_eq!(rows, 10);
     let tables = [(t.name.clone(), t.schema.clone())];
     let right = "SELECT value FROM input RIGHT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
-    let e = check(right, schema(), &tables)
+    let e = check(right, schema(), &tables, BUDGET)
         .await
         .unwrap_err()
         .to_string();
     assert!(e.contains("keeps the static table's side"), "{e}");
     let left = "SELECT value FROM input LEFT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
-    check(left, schema(), &tables).await.unwrap();
+    check(left, schema(), &tables, BUDGET).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_query_that_emits_nothing_still_reads_its_whole_input() {
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let empty = crate::Table {
+        batches: Arc::new(Vec::new()),
+        ..kinds()
+    };
+    let queries = [
+        "SELECT value FROM input WHERE false",
+        "SELECT * FROM input WHERE 1 = 0",
+        "SELECT value, k.name FROM input JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k",
+    ];
+    for sql in queries {
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let input: InputBatches = Box::pin(futures::stream::iter(batches(1000)).map(move |b| {
+            counted.fetch_add(b.num_rows(), Ordering::SeqCst);
+            Ok(b)
+        }));
+        let mut out = run(sql, schema(), input, std::slice::from_ref(&empty), BUDGET)
+            .await
+            .unwrap();
+        while let Some(b) = out.next().await {
+            assert_eq!(b.unwrap().num_rows(), 0, "{sql}");
+        }
+        out.read_rest().await.unwrap();
+        assert_eq!(read.load(Ordering::SeqCst), 1000, "{sql}");
+    }
 }

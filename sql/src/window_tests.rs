@@ -7,6 +7,7 @@ use arrow_array::{Int64Array, RecordBatch, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 
+use crate::guard::DEFAULT_BUDGET as BUDGET;
 use crate::{Aggregation, InputBatches, WindowEnd, run};
 
 fn schema() -> SchemaRef {
@@ -25,7 +26,7 @@ fn input() -> InputBatches {
 }
 
 async fn rows(sql: &str) -> Vec<String> {
-    let mut out = run(sql, schema(), input(), &[]).await.unwrap();
+    let mut out = run(sql, schema(), input(), &[], BUDGET).await.unwrap();
     let options = FormatOptions::default();
     let mut lines = Vec::new();
     while let Some(b) = out.next().await {
@@ -88,6 +89,7 @@ async fn a_sliding_window_puts_a_row_in_each_window_that_holds_it() {
         schema(),
         input(),
         &[],
+        BUDGET,
     )
     .await;
     let mut out = refused.unwrap();
@@ -98,7 +100,7 @@ async fn a_sliding_window_puts_a_row_in_each_window_that_holds_it() {
 #[tokio::test]
 async fn an_aggregation_names_its_window_key() {
     let plan = |sql: &'static str| async move {
-        Aggregation::plan(sql, schema(), input(), &[])
+        Aggregation::plan(sql, schema(), input(), &[], BUDGET)
             .await
             .unwrap()
             .unwrap()

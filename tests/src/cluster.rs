@@ -38,6 +38,9 @@ pub struct DriverOpts {
     /// `--checkpoint-root`, when not the cluster's own directory (an
     /// `s3://` root).
     pub checkpoint_root: Option<String>,
+    /// The driver's limit on open files (soft and hard), set by the shell
+    /// that starts it; `None` leaves the test's own.
+    pub max_open_files: Option<u64>,
 }
 
 impl Default for DriverOpts {
@@ -51,6 +54,7 @@ impl Default for DriverOpts {
             extra_args: Vec::new(),
             env: Vec::new(),
             checkpoint_root: None,
+            max_open_files: None,
         }
     }
 }
@@ -198,7 +202,16 @@ impl Cluster {
             args.extend(["--lease-ttl-ms".into(), ttl.to_string()]);
         }
         args.extend(opts.extra_args.iter().cloned());
-        let (program, args) = node(DRIVER, args);
+        let (mut program, mut args) = node(DRIVER, args);
+        if let Some(n) = opts.max_open_files {
+            let script = format!("ulimit -n {n} && exec \"$0\" \"$@\"");
+            let inner = std::iter::once(program.display().to_string()).chain(args);
+            args = ["-c".to_string(), script]
+                .into_iter()
+                .chain(inner)
+                .collect();
+            program = "/bin/sh".into();
+        }
         let process = self.spawn_with_env(&name, &program, args, opts.env);
         Driver::new(process, addr, http)
     }

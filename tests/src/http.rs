@@ -82,8 +82,13 @@ async fn request_with(
             .iter()
             .map(|(k, v)| format!("{k}: {v}\r\n"))
             .collect();
+        // `addr` is the Host unless `headers` name another.
+        let host = match headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            true => String::new(),
+            false => format!("Host: {addr}\r\n"),
+        };
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n{extra}\
+            "{method} {path} HTTP/1.1\r\n{host}Content-Length: {}\r\n{extra}\
              Connection: close\r\n\r\n{body}",
             body.len()
         );

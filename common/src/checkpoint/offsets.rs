@@ -23,6 +23,11 @@ pub struct OffsetRecord {
     /// (absent in records written before there was one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rows_per_task: Option<u64>,
+    /// The cap on the batch's rows when it was planned: the spec's
+    /// `max_rows_per_batch` or the driver's default (absent in records
+    /// written before there was one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows_per_batch: Option<u64>,
     /// The files of each static table this batch reads, by table name.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tables: std::collections::BTreeMap<String, Vec<TableFile>>,

@@ -24,6 +24,10 @@ pub const PROGRESS_RETAINED: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProgressRecord {
     pub version: u32,
+    /// The query's name (absent in records written before it was kept):
+    /// with `batch_id`, where the record belongs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
     pub batch_id: u64,
     pub epoch: u64,
     pub num_input_rows: u64,
@@ -104,6 +108,7 @@ impl ProgressRecord {
         let d = p.duration_ms.unwrap_or_default();
         ProgressRecord {
             version: super::RECORD_VERSION,
+            query: Some(p.name.clone()),
             batch_id: p.batch_id,
             epoch: p.epoch,
             num_input_rows: p.num_input_rows,
@@ -199,7 +204,11 @@ impl QueryCheckpoint {
             let qc = self.clone();
             async move {
                 let rel = format!("progress/{}", padded(n));
-                qc.read::<ProgressRecord>(&rel).await
+                let record = qc.read::<ProgressRecord>(&rel).await?;
+                match record {
+                    Some(r) => qc.check_progress_identity(&rel, n, r).map(Some),
+                    None => Ok(None),
+                }
             }
         });
         let mut reads = futures::stream::iter(reads).buffered(16);
@@ -215,6 +224,30 @@ impl QueryCheckpoint {
             }
         }
         Ok(recent)
+    }
+
+    /// A progress record read from `progress/N` (`rel`), if it is that
+    /// query's record of batch N: one copied from another batch or query
+    /// is damage, left out of the history.
+    fn check_progress_identity(
+        &self,
+        rel: &str,
+        n: u64,
+        record: ProgressRecord,
+    ) -> Result<ProgressRecord> {
+        let name = self.name();
+        let elsewhere = record.query.as_deref().is_some_and(|q| q != name);
+        if record.batch_id != n || elsewhere {
+            return Err(Error::Corrupt {
+                path: self.describe(rel),
+                reason: format!(
+                    "holds the progress of query {:?}, batch {}, not of query {name:?}, batch {n}",
+                    record.query.as_deref().unwrap_or(name),
+                    record.batch_id
+                ),
+            });
+        }
+        Ok(record)
     }
 
     /// Deletes `progress/N` for every N below `keep_from`.
@@ -289,6 +322,7 @@ mod tests {
         let q = cp.query("q");
         for n in 0..6u64 {
             let p = pb::BatchProgress {
+                name: "q".into(),
                 batch_id: n,
                 num_input_rows: n * 10,
                 ..Default::default()
@@ -299,6 +333,7 @@ mod tests {
         }
         // A second report of a batch leaves the first in place.
         let again = pb::BatchProgress {
+            name: "q".into(),
             batch_id: 5,
             num_input_rows: 999,
             ..Default::default()
@@ -328,5 +363,38 @@ mod tests {
         // The other logs are not touched by it, nor it by theirs.
         assert_eq!(q.purge_before(10).await.unwrap(), 0);
         assert_eq!(q.batches("progress").await.unwrap(), [3, 4, 5]);
+
+        // A valid record copied to another batch's place, or from another
+        // query, is damage too.
+        let progress = dir.path().join("queries/q/progress");
+        std::fs::copy(progress.join(padded(5)), progress.join(padded(4))).unwrap();
+        let other = cp.query("other");
+        let theirs = pb::BatchProgress {
+            name: "other".into(),
+            batch_id: 3,
+            ..Default::default()
+        };
+        other
+            .write_progress(&ProgressRecord::from_proto(&theirs))
+            .await
+            .unwrap();
+        std::fs::copy(
+            dir.path().join("queries/other/progress").join(padded(3)),
+            progress.join(padded(3)),
+        )
+        .unwrap();
+        let recent = q.recent_progress(3).await.unwrap();
+        let got: Vec<u64> = recent.records.iter().map(|r| r.batch_id).collect();
+        assert_eq!(got, [5]);
+        let damaged: Vec<String> = recent.damaged.iter().map(|e| e.to_string()).collect();
+        assert_eq!(damaged.len(), 2, "{damaged:?}");
+        assert!(
+            damaged[0].contains("query \"other\", batch 3"),
+            "{damaged:?}"
+        );
+        assert!(
+            damaged[1].contains("batch 5, not of query \"q\", batch 4"),
+            "{damaged:?}"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The spec's fields for stateful queries: the output mode, the state's
-//! partitions and how often it is snapshotted.
+//! partitions, how often it is snapshotted and how large it may grow.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +11,8 @@ pub const MAX_STATE_PARTITIONS: u32 = 1024;
 /// A state snapshot every this many batches, unless set.
 pub const DEFAULT_SNAPSHOT_INTERVAL: u64 = 10;
 pub const MAX_SNAPSHOT_INTERVAL: u64 = 10_000;
+/// The most bytes of a query's state, over all its partitions, unless set.
+pub const DEFAULT_MAX_STATE_BYTES: u64 = 1 << 30;
 
 /// Which rows each batch emits, with Spark's semantics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -128,7 +130,14 @@ impl DedupSpec {
 }
 
 /// Checks the state fields' ranges.
-pub fn validate(partitions: Option<u32>, snapshot_interval: Option<u64>) -> Result<()> {
+pub fn validate(
+    partitions: Option<u32>,
+    snapshot_interval: Option<u64>,
+    max_state_bytes: Option<u64>,
+) -> Result<()> {
+    if max_state_bytes == Some(0) {
+        return Err(Error::invalid("max_state_bytes", "must be at least 1"));
+    }
     if let Some(p) = partitions
         && !(1..=MAX_STATE_PARTITIONS).contains(&p)
     {

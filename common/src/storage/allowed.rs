@@ -208,6 +208,23 @@ impl fmt::Display for AllowedPaths {
     }
 }
 
+/// Whether locations `a` and `b` overlap (one is, contains or lies inside
+/// the other) as written or, both local, with their symbolic links
+/// followed ([`resolve`]): a sink that is a link into a checkpoint
+/// overlaps it. Reads the disk.
+pub fn overlap_resolved(a: &str, b: &str) -> bool {
+    if super::locations_overlap(a, b) {
+        return true;
+    }
+    match (Location::parse(a), Location::parse(b)) {
+        (Ok(Location::Local(a)), Ok(Location::Local(b))) => {
+            let (a, b) = (resolve(&a), resolve(&b));
+            a.starts_with(&b) || b.starts_with(&a)
+        }
+        _ => false,
+    }
+}
+
 /// Where the absolute `path` really is: its deepest existing ancestor
 /// canonicalized (every symbolic link followed), with the rest appended
 /// and `..` resolved. A link whose target does not exist yet is followed

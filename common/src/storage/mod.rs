@@ -30,7 +30,7 @@ mod location;
 mod read;
 mod stores;
 mod visible;
-pub use allowed::AllowedPaths;
+pub use allowed::{AllowedPaths, overlap_resolved};
 pub use counted::RequestCounts;
 pub use location::{Location, check_sink_location, locations_overlap, validate_location};
 pub use object_store::path::Path;

@@ -11,10 +11,10 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    CommitRecord, FileLogEntry, FileRange, KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord,
-    PartitionProgress, PhaseDurations, ProgressRecord, QueryMetadata, RateSourceMeta, SchemaRecord,
-    SourceFile, SourceOffsets, StopRecord, TableFile, TableSchema, TablesRecord, decode, encode,
-    padded,
+    CommitRecord, FailRecord, FileLogEntry, FileRange, KafkaRange, KafkaStart, KafkaStartRecord,
+    OffsetRecord, PartitionProgress, PhaseDurations, ProgressRecord, QueryMetadata, RateSourceMeta,
+    SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile, TableSchema, TablesRecord,
+    decode, encode, padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -56,6 +56,7 @@ impl Used for EpochClaim {}
 impl Used for FileLogEntry {}
 impl Used for RateSourceMeta {}
 impl Used for StopRecord {}
+impl Used for FailRecord {}
 impl Used for SchemaRecord {}
 impl Used for TablesRecord {}
 impl Used for KafkaStartRecord {}
@@ -146,6 +147,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
         watermark_ms: Some(1_699_999_000_000),
         source,
         max_rows_per_task: Some(100_000),
+        max_rows_per_batch: Some(1_000_000),
         tables: BTreeMap::from([("users".to_string(), vec![table.clone()])]),
     };
     let rate = SourceOffsets::Rate {
@@ -224,6 +226,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             q(&format!("progress/{}", padded(7))),
             bytes(&ProgressRecord {
                 version: 1,
+                query: Some("q".into()),
                 batch_id: 7,
                 epoch: 2,
                 num_input_rows: 150,
@@ -303,6 +306,16 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 epoch: 2,
             }),
             decoded::<StopRecord>,
+        ),
+        (
+            q("failed"),
+            bytes(&FailRecord {
+                version: 1,
+                failed_ms: 1,
+                epoch: 2,
+                error: "task failed: division by zero".into(),
+            }),
+            decoded::<FailRecord>,
         ),
         (
             q("sources/schema"),

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use futures::future::{Either, Ready, ready};
 use http::{Request, Response};
 use tower::{Layer, Service};
 use tracing::{debug, info};
 
+use super::failures::Failures;
 use super::tokens::Tokens;
 use super::{Caller, CertCheck, Grant, Need, Policy, TokenCheck, decide, need};
 use crate::error::DriverError;
@@ -28,6 +30,9 @@ pub struct Auth {
     policy: Policy,
     tokens: Option<Arc<Watched<Tokens>>>,
     keys: Option<Arc<Watched<Keys>>>,
+    /// Failed authentications by peer: a peer past its budget is refused
+    /// before its credentials are checked.
+    failures: Arc<Failures>,
 }
 
 impl Auth {
@@ -45,6 +50,7 @@ impl Auth {
             },
             tokens,
             keys,
+            failures: Arc::default(),
         }
     }
 
@@ -69,6 +75,21 @@ impl Auth {
         };
         Caller { token, cert }
     }
+}
+
+/// The answer to a peer past its budget of failed authentications.
+pub const SLOW_DOWN: &str = "too many failed authentications from this address; wait a few seconds";
+
+/// The address of a request's peer: the TLS port's, or the plaintext
+/// port's (tonic's connect info).
+fn remote_ip<B>(req: &Request<B>) -> Option<std::net::IpAddr> {
+    let tls = req.extensions().get::<Peer>().and_then(|p| p.remote);
+    let plain = || {
+        req.extensions()
+            .get::<tonic::transport::server::TcpConnectInfo>()
+            .and_then(|c| c.remote_addr())
+    };
+    tls.or_else(plain).map(|a| a.ip())
 }
 
 /// The token of an `authorization: Bearer <token>` header.
@@ -118,8 +139,14 @@ where
         }
         let policy = self.auth.policy;
         if need(&path) != Need::Open && (policy.tokens || policy.client_ca) {
+            let remote = remote_ip(&req);
+            let now = Instant::now();
+            let failures = &self.auth.failures;
+            if !failures.admits(remote, now) {
+                let status = tonic::Status::from(DriverError::Unauthenticated(SLOW_DOWN.into()));
+                return Either::Left(ready(Ok(status.into_http())));
+            }
             let caller = self.auth.caller(&req);
-            let remote = req.extensions().get::<Peer>().and_then(|p| p.remote);
             match decide(policy, &path, &caller) {
                 Ok(grant) => {
                     if grant != Grant::Open {
@@ -127,7 +154,10 @@ where
                     }
                 }
                 Err(refusal) => {
-                    info!(method = %path, remote = ?remote, reason = %refusal, "call refused");
+                    debug!(method = %path, remote = ?remote, reason = %refusal, "call refused");
+                    if matches!(refusal, DriverError::Unauthenticated(_)) {
+                        failures.failed(remote, now, "gRPC");
+                    }
                     let status = tonic::Status::from(refusal);
                     return Either::Left(ready(Ok(status.into_http())));
                 }

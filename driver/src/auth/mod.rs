@@ -15,6 +15,7 @@
 //! Invariant: a method missing from [`need`] needs `admin`, so a new RPC is
 //! closed until it is given a role here.
 
+pub mod failures;
 pub mod layer;
 pub mod tokens;
 

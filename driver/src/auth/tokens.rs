@@ -71,7 +71,13 @@ impl Tokens {
 
     /// The entry a presented token matches.
     pub fn check(&self, token: &str) -> TokenCheck {
-        match self.by_hash.get(&hash_bytes(token)) {
+        self.check_hash(&hash_bytes(token))
+    }
+
+    /// The entry a token of SHA-256 `hash` matches (a UI session keeps the
+    /// hash of the token it was opened with, never the token).
+    pub fn check_hash(&self, hash: &[u8; 32]) -> TokenCheck {
+        match self.by_hash.get(hash) {
             Some((name, role)) => TokenCheck::Known {
                 name: name.clone(),
                 role: *role,
@@ -103,7 +109,8 @@ pub fn new_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn hash_bytes(token: &str) -> [u8; 32] {
+/// The SHA-256 of a token.
+pub fn hash_bytes(token: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(digest(&SHA256, token.as_bytes()).as_ref());
     out

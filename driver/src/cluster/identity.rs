@@ -26,6 +26,16 @@ pub enum Admit {
     Refuse { newer: u64 },
 }
 
+/// How far ahead of the driver's clock an incarnation's start may be.
+pub const MAX_CLOCK_SKEW_MS: u64 = 10 * 60 * 1000;
+
+/// Whether an incarnation started (its high bits are the start time in
+/// milliseconds) no later than the driver's `now_ms` plus the skew
+/// allowed: a larger one would lock out every later process of its id.
+pub fn plausible(incarnation: u64, now_ms: u64) -> bool {
+    incarnation >> 16 <= now_ms.saturating_add(MAX_CLOCK_SKEW_MS)
+}
+
 /// Decides on a hello of `incarnation` when `attached` holds the
 /// incarnation of the connection with the same id, if any.
 pub fn admit(attached: Option<u64>, incarnation: u64) -> Admit {
@@ -49,6 +59,15 @@ pub fn conflict_message(id: &str, older: u64, newer: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_incarnation_from_the_future_is_implausible() {
+        let now = 1_700_000_000_000u64;
+        assert!(plausible(now << 16 | 0xffff, now));
+        assert!(plausible((now + MAX_CLOCK_SKEW_MS) << 16, now));
+        assert!(!plausible((now + MAX_CLOCK_SKEW_MS + 1) << 16, now));
+        assert!(!plausible(u64::MAX, now));
+    }
 
     #[test]
     fn the_newer_process_wins_once() {

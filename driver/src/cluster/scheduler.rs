@@ -318,6 +318,15 @@ impl Actor {
             tx,
             reply,
         } = a;
+        let now_ms = u64::try_from(sluice_common::time::now_ms()).unwrap_or(0);
+        if !identity::plausible(incarnation, now_ms) {
+            warn!(executor = %id, incarnation, "executor refused: its incarnation starts in the future");
+            let _ = reply.send(Err(format!(
+                "refused: incarnation {incarnation} starts more than {} min after this driver's clock",
+                identity::MAX_CLOCK_SKEW_MS / 60_000
+            )));
+            return;
+        }
         let attached = self.executors.iter().find(|(_, e)| e.id == id);
         let (old, old_incarnation) =
             attached.map_or((None, None), |(k, e)| (Some(*k), Some(e.incarnation)));

@@ -38,6 +38,7 @@ pub fn task(ctx: &Ctx, offsets: &OffsetRecord, stage: pb::Stage, p: u32) -> pb::
         epoch: ctx.term.epoch,
         sink: Some(ctx.spec.sink.to_proto()),
         stage: stage.into(),
+        checkpoint_root: ctx.driver.config.checkpoint_root.clone(),
         ..Default::default()
     }
 }

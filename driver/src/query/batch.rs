@@ -79,6 +79,7 @@ pub async fn execute(
     let bad_records: u64 = outputs.map.iter().map(|o| o.bad_records).sum();
     let state_rows_total: u64 = outputs.reduce.iter().map(|o| o.state_rows).sum();
     let state_bytes: u64 = outputs.reduce.iter().map(|o| o.state_bytes).sum();
+    check_state_budget(ctx, batch, state_bytes)?;
     let dropped: u64 = outputs
         .map
         .iter()
@@ -94,6 +95,7 @@ pub async fn execute(
             "batch {batch}: tasks read {input_rows} rows, the plan has {planned}"
         )));
     }
+    check_reported_rows(batch, outputs.writers())?;
     let files: Vec<SinkFile> = outputs
         .writers()
         .iter()
@@ -214,4 +216,37 @@ fn remove_shuffle(ctx: &Ctx, stateful: &super::ctx::Stateful, batch: u64) {
             warn!(batch, error = %e, "removing shuffle files failed; retention will");
         }
     });
+}
+
+/// Fails the query, before batch `batch` commits, when its state would
+/// hold more than its own budget (`max_state_bytes` of its spec): each
+/// query is bounded by its own, never by another's.
+fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), DriverError> {
+    let budget = ctx.spec.max_state_bytes();
+    if state_bytes <= budget {
+        return Ok(());
+    }
+    Err(DriverError::LimitExceeded(format!(
+        "query {}: batch {batch} would leave its state holding {state_bytes} bytes, above its \
+         max_state_bytes {budget}; raise max_state_bytes in a new query, or bound the state \
+         with a watermark",
+        ctx.entry.name
+    )))
+}
+
+/// An executor's report is checked where it can be: the rows a task says
+/// it wrote are the rows of the files it lists, so a batch never commits
+/// rows that no file holds (a faulty or rogue executor's report).
+fn check_reported_rows(batch: u64, writers: &[pb::TaskOutput]) -> Result<(), DriverError> {
+    for (task, o) in writers.iter().enumerate() {
+        let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
+        if o.rows != in_files {
+            return Err(DriverError::TaskFailed(format!(
+                "batch {batch}, task {task}: the executor reported {} rows written, but the files \
+                 it lists hold {in_files}",
+                o.rows
+            )));
+        }
+    }
+    Ok(())
 }

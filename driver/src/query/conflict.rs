@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use sluice_common::spec::QuerySpec;
-use sluice_common::storage::Stores;
 
+use crate::config::DriverConfig;
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 
 /// The error of submitting `new` where `old` exists (or a checkpoint whose
 /// spec cannot be read, when `old` is `None`).
 pub async fn conflict(
-    stores: &Stores,
+    config: &DriverConfig,
     new: &QuerySpec,
     old: Option<&QuerySpec>,
     state: QueryState,
@@ -29,8 +29,8 @@ pub async fn conflict(
             let mut what = old.diff(new);
             if old.sql() != new.sql()
                 && let (Some(a), Some(b)) = (
-                    grouping_key(stores, old).await,
-                    grouping_key(stores, new).await,
+                    grouping_key(config, old).await,
+                    grouping_key(config, new).await,
                 )
                 && a != b
             {
@@ -53,7 +53,8 @@ pub async fn conflict(
 
 /// The grouping key of a stateful query's aggregation; `None` when it
 /// keeps no state or its schema cannot be resolved now.
-async fn grouping_key(stores: &Stores, spec: &QuerySpec) -> Option<Vec<String>> {
+async fn grouping_key(config: &DriverConfig, spec: &QuerySpec) -> Option<Vec<String>> {
+    let stores = &config.stores;
     let input = crate::source::resolve_schema(stores, &spec.source)
         .await
         .ok()?;
@@ -62,7 +63,7 @@ async fn grouping_key(stores: &Stores, spec: &QuerySpec) -> Option<Vec<String>> 
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
-    sluice_sql::check(spec.sql(), input, &tables)
+    sluice_sql::check(spec.sql(), input, &tables, config.sql_plan_budget)
         .await
         .ok()?
         .keys

@@ -29,7 +29,7 @@ use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
 use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
-use sluice_common::storage::{Stores, check_sink_location, locations_overlap};
+use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
 
@@ -49,7 +49,8 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             let spec = qc.spec().await;
             let stopped = qc.exists("stopped").await?;
             let planned = qc.latest("offsets").await?.is_some();
-            Ok::<_, CommonError>((meta, spec, stopped, planned))
+            let failure = qc.failure().await?;
+            Ok::<_, CommonError>((meta, spec, stopped, planned, failure))
         }
         .await;
         let stop = term.cancel.child_token();
@@ -57,30 +58,29 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             // `metadata` is written last by a submit, and a query plans
             // batches only after it: a query that planned a batch and has
             // no metadata is damaged, not an interrupted submit.
-            Ok((None, _, _, true)) => {
+            Ok((None, _, _, true, _)) => {
                 let err = format!("missing checkpoint file {}", qc.describe("metadata"));
                 failed_entry(name.clone(), name, term, err)
             }
-            Ok((None, _, _, false)) => {
+            Ok((None, _, _, false, _)) => {
                 warn!(query = %name, "no metadata: an interrupted submit; skipped");
                 continue;
             }
-            Ok((Some(meta), Ok(Some(spec)), stopped, _)) => {
+            Ok((Some(meta), Ok(Some(spec)), stopped, _, failure)) => {
                 let state = if stopped {
                     QueryState::Stopped
                 } else {
                     QueryState::Running
                 };
-                QueryEntry::new(
-                    meta.id.to_string(),
-                    name,
-                    Some(spec),
-                    term.epoch,
-                    state,
-                    stop,
-                )
+                let id = meta.id.to_string();
+                let e = QueryEntry::new(id, name, Some(spec), term.epoch, state, stop);
+                // Invariant: a FAILED query stays FAILED until resubmitted.
+                if let Some(f) = failure.filter(|_| !stopped) {
+                    e.transition(QueryState::Failed, Some(f.error));
+                }
+                e
             }
-            Ok((Some(meta), spec, _, _)) => {
+            Ok((Some(meta), spec, _, _, _)) => {
                 let err = match spec {
                     Err(e) => e.to_string(),
                     _ => format!("missing checkpoint file {}", qc.describe("spec.json")),
@@ -123,15 +123,20 @@ async fn check_sql(
     spec: &QuerySpec,
     input: SchemaRef,
     tables: &BTreeMap<String, TableSchema>,
+    budget: std::time::Duration,
 ) -> Result<(), DriverError> {
     let tables: Vec<(String, SchemaRef)> = tables
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
     let input_schema = input.clone();
-    let checked = sluice_sql::check(spec.sql(), input, &tables)
+    let checked = sluice_sql::check(spec.sql(), input, &tables, budget)
         .await
-        .map_err(|e| DriverError::Invalid(format!("field `sql`: {e}")))?;
+        .map_err(|e| match e {
+            sluice_sql::SqlError::Busy(_) => DriverError::Busy(format!("field `sql`: {e}")),
+            sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
+            e => DriverError::Invalid(format!("field `sql`: {e}")),
+        })?;
     check_event_time(spec, &input_schema, &checked)?;
     check_partition_by(spec, &checked.output)
 }
@@ -271,7 +276,10 @@ pub async fn submit(
     term.fence()?;
     if let Some(existing) = term.queries.get(&spec.name) {
         let old = existing.spec.as_ref();
-        return Err(conflict::conflict(stores, &spec, old, existing.state()).await);
+        if existing.state() == QueryState::Failed && old == Some(&spec) {
+            return resubmit_failed(driver, term, &existing).await;
+        }
+        return Err(conflict::conflict(&driver.config, &spec, old, existing.state()).await);
     }
     let others: Vec<(String, String)> = term
         .queries
@@ -280,23 +288,30 @@ pub async fn submit(
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
         .collect();
     paths::check(&driver.config.allowed_paths, &spec).await?;
-    check_sink(&spec, &others, &driver.config.checkpoint_root)?;
+    let (checked, root) = (spec.clone(), driver.config.checkpoint_root.clone());
+    tokio::task::spawn_blocking(move || check_sink(&checked, &others, &root))
+        .await
+        .map_err(|e| DriverError::Internal(format!("the check of the sink panicked: {e}")))??;
     probe_sink(stores, spec.sink_path()).await?;
     let input = crate::source::resolve_schema(stores, &spec.source).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
-    check_sql(&spec, input.clone(), &tables).await?;
+    check_sql(&spec, input.clone(), &tables, driver.config.sql_plan_budget).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
         if old != spec || qc.metadata().await?.is_some() {
-            return Err(conflict::conflict(stores, &spec, Some(&old), QueryState::Running).await);
+            return Err(
+                conflict::conflict(&driver.config, &spec, Some(&old), QueryState::Running).await,
+            );
         }
     }
     crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create("spec.json", &spec).await?;
     if stored != spec {
-        return Err(conflict::conflict(stores, &spec, Some(&stored), QueryState::Running).await);
+        return Err(
+            conflict::conflict(&driver.config, &spec, Some(&stored), QueryState::Running).await,
+        );
     }
     let meta = QueryMetadata {
         version: RECORD_VERSION,
@@ -328,10 +343,36 @@ pub async fn submit(
     Ok(entry)
 }
 
+/// Runs a FAILED query again from its checkpoint, submitted again with
+/// the same spec: its failure marker is removed first, so a new leader
+/// runs it too.
+async fn resubmit_failed(
+    driver: &Arc<Driver>,
+    term: &Arc<Term>,
+    failed: &QueryEntry,
+) -> Result<Arc<QueryEntry>, DriverError> {
+    let qc = driver.checkpoint.query(&failed.name);
+    qc.clear_failure().await?;
+    let entry = Arc::new(QueryEntry::new(
+        failed.id.clone(),
+        failed.name.clone(),
+        failed.spec.clone(),
+        term.epoch,
+        QueryState::Running,
+        term.cancel.child_token(),
+    ));
+    info!(query = %entry.name, epoch = term.epoch, "FAILED query resubmitted");
+    term.queries.insert(entry.clone());
+    history::spawn_restore(term, entry.clone(), qc);
+    runner::spawn(driver.clone(), term.clone(), entry.clone());
+    Ok(entry)
+}
+
 /// Refuses a sink that can never be written (see
 /// [`check_sink_location`]) or that overlaps (is, contains or lies inside)
-/// another query's sink or the checkpoint root: their files would collide,
-/// or a sink would write into a checkpoint. `others` are (name, sink) pairs.
+/// another query's sink or the checkpoint root, as written or with its
+/// symbolic links followed: their files would collide, or a sink would
+/// write into a checkpoint. `others` are (name, sink) pairs. Reads the disk.
 fn check_sink(
     spec: &QuerySpec,
     others: &[(String, String)],
@@ -339,12 +380,12 @@ fn check_sink(
 ) -> Result<(), DriverError> {
     let sink = spec.sink_path();
     check_sink_location(sink).map_err(|r| DriverError::Invalid(format!("sink.files.path: {r}")))?;
-    if locations_overlap(sink, checkpoint_root) {
+    if overlap_resolved(sink, checkpoint_root) {
         return Err(DriverError::Invalid(format!(
             "sink.files.path: {sink} overlaps the checkpoint root {checkpoint_root}"
         )));
     }
-    if let Some((name, other)) = others.iter().find(|(_, o)| locations_overlap(sink, o)) {
+    if let Some((name, other)) = others.iter().find(|(_, o)| overlap_resolved(sink, o)) {
         return Err(DriverError::Invalid(format!(
             "sink.files.path: {sink} overlaps the sink of query {name:?} ({other})"
         )));

@@ -1,8 +1,10 @@
 //! Where a submitted query's files may be: every source, table and sink
 //! location under the driver's allowed paths (`--allowed-paths`, or else
 //! the data directory), compared lexically and, for local paths, with their
-//! symbolic links followed as far as they exist at submit. Executors check
-//! each task again when they run it (a link can appear later).
+//! symbolic links followed as far as they exist at submit. A link can
+//! appear later: the source and table planners check each file they
+//! discover (`source::check_allowed`), and confining executors check each
+//! task again when they run it.
 
 use sluice_common::spec::{QuerySpec, SinkSpec, SourceSpec};
 use sluice_common::storage::AllowedPaths;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{OffsetRecord, RECORD_VERSION, SourceOffsets, padded};
+use sluice_common::checkpoint::{FailRecord, OffsetRecord, RECORD_VERSION, SourceOffsets, padded};
 use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
@@ -48,7 +48,7 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let result = tokio::select! {
         biased;
         _ = stop.cancelled() => Err(DriverError::Cancelled),
-        r = drive(driver, term, entry.clone()) => r,
+        r = drive(driver.clone(), term.clone(), entry.clone()) => r,
     };
     let ended = matches!(result, Ok(())) || entry.state() == QueryState::Stopped;
     if let Some(path) = sink_path.filter(|_| ended)
@@ -64,8 +64,32 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
         Err(DriverError::Cancelled | DriverError::Deposed { .. }) => {}
         Err(e) => {
             error!(error = %e, "query failed");
+            record_failure(&driver, &term, &entry.name, &e.to_string()).await;
             entry.transition(QueryState::Failed, Some(e.to_string()));
         }
+    }
+}
+
+/// Writes the failure marker, so that the query stays FAILED under later
+/// leaders until it is resubmitted. A deposed leader writes nothing: its
+/// successor runs the query and decides.
+async fn record_failure(driver: &Driver, term: &Term, name: &str, error: &str) {
+    if term.fence().is_err() {
+        return;
+    }
+    let record = FailRecord {
+        version: RECORD_VERSION,
+        failed_ms: now_ms(),
+        epoch: term.epoch,
+        error: error.to_string(),
+    };
+    if let Err(e) = driver
+        .checkpoint
+        .query(name)
+        .create("failed", &record)
+        .await
+    {
+        error!(error = %e, "the failure could not be recorded: the next leader runs the query again");
     }
 }
 
@@ -84,6 +108,8 @@ async fn drive(
         sql: spec.sql().to_string(),
         input_schema: Vec::new(),
         tables: Vec::new(),
+        plan_budget_ms: driver.config.sql_plan_budget.as_millis() as u64,
+        max_output_bytes: driver.config.max_output_bytes_per_task,
     };
     let mut ctx = Ctx {
         driver,
@@ -335,7 +361,12 @@ async fn plan_next(
             .map(|e| e.slots)
             .sum();
         let limits = Limits {
-            max_rows_per_batch: ctx.spec.max_rows_per_batch,
+            max_rows_per_batch: Some(
+                ctx.spec
+                    .max_rows_per_batch
+                    .unwrap_or(ctx.driver.config.max_rows_per_batch),
+            ),
+            max_bytes_per_batch: ctx.driver.config.max_bytes_per_batch,
             max_rows_per_task: ctx.driver.config.max_rows_per_task,
             max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
             parallelism: slots.max(1),
@@ -365,6 +396,7 @@ async fn plan_next(
                 .and_then(|w| clock.next_watermark(w.delay_ms)),
             source: input,
             max_rows_per_task: Some(limits.max_rows_per_task),
+            max_rows_per_batch: limits.max_rows_per_batch,
         };
         let latest_offset = started.elapsed();
         let t = Instant::now();

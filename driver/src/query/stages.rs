@@ -34,9 +34,18 @@ pub async fn plan(
         .flat_map(|r| &r.tables)
         .map(|(n, t)| (n.clone(), std::sync::Arc::new(t.schema.clone())))
         .collect();
-    let checked = sluice_sql::check(ctx.spec.sql(), input, &tables)
-        .await
-        .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
+    let budget = ctx.driver.config.sql_plan_budget;
+    let checked = loop {
+        // Busy planning threads free up: wait for one.
+        match sluice_sql::check(ctx.spec.sql(), input.clone(), &tables, budget).await {
+            Err(e @ sluice_sql::SqlError::Busy(_)) => {
+                tracing::warn!(error = %e, "planning the query's SQL waits for a planning thread");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            checked => break checked,
+        }
+    }
+    .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
     let dedup = ctx.spec.dedup.as_ref().map(|d| pb::Dedup {
         columns: d.columns.clone(),
         within_ms: d.within_ms,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  list dir ─► skip `.`/`_` names and files already taken ─► first
-//!  max_files_per_batch ─► split into tasks ─► offsets/N ─► sources/files/N
+//!  max_files_per_batch ─► allowed paths? ─► split into tasks ─► offsets/N ─► sources/files/N
 //! ```
 //!
 //! Invariant: a file is taken by exactly one batch. `offsets/N` names the
@@ -93,6 +93,19 @@ impl FilesPlanner {
     }
 }
 
+/// The first files whose sizes add up to at most `cap` bytes, and at
+/// least one file, so that a file larger than the cap is read too.
+fn within_bytes(files: impl Iterator<Item = SourceFile>, cap: u64) -> Vec<SourceFile> {
+    let mut total = 0u64;
+    files
+        .take_while(|f| {
+            let first = total == 0;
+            total = total.saturating_add(f.size.max(1));
+            first || total <= cap
+        })
+        .collect()
+}
+
 fn missing(ctx: &Ctx, rel: &str) -> DriverError {
     sluice_common::Error::Corrupt {
         path: ctx.qc.describe(rel),
@@ -126,19 +139,21 @@ impl SourcePlanner for FilesPlanner {
                 .await?;
             let files: Vec<SourceFile> = {
                 let taken = self.taken();
-                listed
+                let fresh = listed
                     .into_iter()
                     .filter(|f| !taken.contains(&f.path))
                     .take(usize::try_from(room).unwrap_or(usize::MAX))
                     .map(|f| SourceFile {
                         path: f.path,
                         size: f.size,
-                    })
-                    .collect()
+                    });
+                within_bytes(fresh, limits.max_bytes_per_batch)
             };
             if files.is_empty() {
                 return Ok(Next::Wait(POLL));
             }
+            let paths = files.iter().map(|f| f.path.clone()).collect();
+            super::check_allowed(ctx, "source.files.path", &self.spec.path, paths).await?;
             let tasks = split(&files, limits.max_bytes_per_task, limits.parallelism);
             Ok(Next::Batch(SourceOffsets::Files {
                 start_seq: done,

@@ -50,7 +50,11 @@ pub enum Next {
 /// The caps on one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// The spec's `max_rows_per_batch`, or else the driver's
+    /// `--max-rows-per-batch`.
     pub max_rows_per_batch: Option<u64>,
+    /// The driver's cap on one batch's bytes of files (`--max-bytes-per-batch`).
+    pub max_bytes_per_batch: u64,
     /// The driver's cap on one task's rows (`--max-rows-per-task`).
     pub max_rows_per_task: u64,
     /// The driver's cap on one task's bytes of files (`--max-bytes-per-task`).
@@ -185,4 +189,27 @@ pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
             kafka::KafkaPlanner::open(ctx, spec.clone()).await?,
         )),
     }
+}
+
+/// Refuses input files of a batch (`paths` under the directory `root`)
+/// when one is outside the allowed paths: a symbolic link put there after
+/// submit. The query fails naming the file and `field`, before any task
+/// reads it. Checked as at submit, with the links followed.
+pub(crate) async fn check_allowed(
+    ctx: &Ctx,
+    field: &str,
+    root: &str,
+    paths: Vec<String>,
+) -> Result<(), DriverError> {
+    let allowed = ctx.driver.config.allowed_paths.clone();
+    let (field, root) = (field.to_string(), root.to_string());
+    tokio::task::spawn_blocking(move || {
+        paths.iter().try_for_each(|p| {
+            allowed
+                .check_file_resolved(&field, &root, p)
+                .map_err(DriverError::Invalid)
+        })
+    })
+    .await
+    .map_err(|e| DriverError::Internal(format!("the check of new input files panicked: {e}")))?
 }

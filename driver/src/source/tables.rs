@@ -122,6 +122,8 @@ pub async fn files(
                 ctx.spec.tables[name].path
             )));
         }
+        let paths = listed.iter().map(|f| f.path.clone()).collect();
+        super::check_allowed(ctx, &format!("tables.{name}.path"), &t.dir, paths).await?;
         let files = listed
             .into_iter()
             .map(|f| TableFile {

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  browser ─ GET /             index.html, app.js, charts.js, style.css, uPlot (static)
-//!          ─ POST /ui/api/login            token ─► cookie (session.rs)
+//!          ─ POST /ui/api/login            token ─► session id in a cookie (session.rs)
 //!          ─ GET /ui/events[/Q]            SSE: overview every second; query Q's
 //!                                          detail and its new progress records
 //!          ─ GET /ui/api/overview | /ui/api/queries/Q
@@ -17,29 +17,37 @@ mod events;
 pub mod session;
 pub mod view;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::tokens::Tokens;
+use crate::auth::layer::SLOW_DOWN;
+use crate::auth::tokens::{Tokens, hash_bytes};
 use crate::auth::{Role, TokenCheck};
 use crate::error::DriverError;
 use crate::query;
 use crate::reload::Watched;
 use crate::state::{Driver, Role as DriverRole};
+use session::Credential;
 
 /// What the UI's handlers share.
 pub struct Ui {
     pub driver: Arc<Driver>,
     /// `--auth-tokens`, reloaded as the file changes.
     pub tokens: Option<Arc<Watched<Tokens>>>,
+    /// The UI's sign-in sessions.
+    pub sessions: session::Sessions,
+    /// Failed sign-ins by peer: a peer past its budget waits.
+    pub failures: crate::auth::failures::Failures,
     /// Ends the event streams, so that the server's graceful shutdown does
     /// not wait for open pages.
     pub shutdown: CancellationToken,
@@ -48,8 +56,14 @@ pub struct Ui {
 impl Ui {
     /// The caller's role, if it may make a call that needs `need`.
     fn access(&self, headers: &HeaderMap, need: Role) -> Result<Role, DriverError> {
-        let check = match (&self.tokens, session::token(headers)) {
-            (Some(tokens), Some(t)) => tokens.get().check(t),
+        let check = match (&self.tokens, session::credential(headers)) {
+            (Some(tokens), Some(Credential::Bearer(t))) => tokens.get().check(t),
+            (Some(tokens), Some(Credential::Session(id))) => {
+                match self.sessions.token(id, Instant::now()) {
+                    Some(hash) => tokens.get().check_hash(&hash),
+                    None => TokenCheck::Unknown,
+                }
+            }
             _ => TokenCheck::Absent,
         };
         session::access(self.tokens.is_some(), &check, need)
@@ -147,15 +161,27 @@ async fn session_info(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Response
     Json(serde_json::json!({ "auth": ui.tokens.is_some(), "role": role })).into_response()
 }
 
-/// Takes a token (the body) and keeps it in the session cookie.
-async fn login(State(ui): State<Arc<Ui>>, body: String) -> Response {
+/// Takes a token (the body) and opens a session for it: the cookie holds
+/// the session's id.
+async fn login(
+    State(ui): State<Arc<Ui>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: String,
+) -> Response {
+    let (peer, now) = (Some(peer.ip()), Instant::now());
+    if !ui.failures.admits(peer, now) {
+        let body = Json(serde_json::json!({ "error": SLOW_DOWN, "retryable": true }));
+        return (StatusCode::TOO_MANY_REQUESTS, body).into_response();
+    }
     let token = body.trim();
     let check = match &ui.tokens {
         Some(tokens) => tokens.get().check(token),
         None => TokenCheck::Absent,
     };
-    let cookie = session::access(ui.tokens.is_some(), &check, Role::Viewer)
-        .and_then(|_| session::login_cookie(token));
+    let cookie = session::access(ui.tokens.is_some(), &check, Role::Viewer).map(|_| {
+        let id = ui.sessions.open(hash_bytes(token), Instant::now());
+        session::login_cookie(&id)
+    });
     match cookie {
         Ok(cookie) => {
             let role = match check {
@@ -166,11 +192,20 @@ async fn login(State(ui): State<Arc<Ui>>, body: String) -> Response {
             let body = Json(serde_json::json!({ "role": role.as_str() }));
             ([(SET_COOKIE, cookie)], body).into_response()
         }
-        Err(e) => error_response(e),
+        Err(e) => {
+            if matches!(e, DriverError::Unauthenticated(_)) {
+                ui.failures.failed(peer, now, "UI sign-in");
+            }
+            error_response(e)
+        }
     }
 }
 
-async fn logout() -> Response {
+/// Ends the caller's session.
+async fn logout(State(ui): State<Arc<Ui>>, headers: HeaderMap) -> Response {
+    if let Some(Credential::Session(id)) = session::credential(&headers) {
+        ui.sessions.close(id);
+    }
     (
         [(SET_COOKIE, session::logout_cookie())],
         StatusCode::NO_CONTENT,

@@ -45,6 +45,9 @@ pub struct Layout {
     pub format: String,
     pub partition_by: Vec<String>,
     pub max_file_bytes: u64,
+    /// The most bytes of part files the task may write, in all (`u64::MAX`:
+    /// no cap).
+    pub max_task_bytes: u64,
     pub batch: u64,
     pub partition: u32,
 }

@@ -63,6 +63,7 @@ fn pieces(format: &str, partition_by: &[&str], max_file_bytes: u64) -> Vec<Piece
         format: format.into(),
         partition_by: partition_by.iter().map(|s| s.to_string()).collect(),
         max_file_bytes,
+        max_task_bytes: u64::MAX,
         batch: 7,
         partition: 2,
     };

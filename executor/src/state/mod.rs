@@ -9,7 +9,8 @@
 //! A task takes its partition's state out of [`States`] and puts the next
 //! version back when it succeeds, so a failed or abandoned task leaves
 //! nothing half-applied behind: the next one reloads from storage. The
-//! bytes held are bounded by `--max-state-bytes`.
+//! bytes held are bounded by `--max-state-bytes`: other partitions' states
+//! are dropped to make room for the one a task holds.
 
 pub mod codec;
 pub mod table;
@@ -46,13 +47,28 @@ impl States {
         lock(&self.held).insert((query.to_string(), partition), table);
     }
 
-    /// The bytes of every state held, but for the one `(query, partition)`.
-    pub fn bytes_besides(&self, query: &str, partition: u32) -> usize {
-        lock(&self.held)
+    /// Drops the states held for other partitions, largest first, until
+    /// those left hold at most `room` bytes; the number dropped. A dropped
+    /// state costs its next task a reload from storage, never a result.
+    pub fn make_room(&self, query: &str, partition: u32, room: usize) -> usize {
+        let mut held = lock(&self.held);
+        let mut others: Vec<((String, u32), usize)> = held
             .iter()
             .filter(|(k, _)| !(k.0 == query && k.1 == partition))
-            .map(|(_, t)| t.bytes())
-            .sum()
+            .map(|(k, t)| (k.clone(), t.bytes()))
+            .collect();
+        others.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+        let mut total: usize = others.iter().map(|(_, b)| b).sum();
+        let mut dropped = 0;
+        for (key, bytes) in others {
+            if total <= room {
+                break;
+            }
+            held.remove(&key);
+            total -= bytes;
+            dropped += 1;
+        }
+        dropped
     }
 }
 

@@ -157,6 +157,8 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
             tables: Vec::new(),
+            plan_budget_ms: 0,
+            max_output_bytes: 0,
         }),
         ..Default::default()
     })

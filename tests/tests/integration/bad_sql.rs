@@ -120,6 +120,11 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             none,
             &["join of the stream with itself", "not supported"][..],
         ),
+        (
+            "SELECT * FROM generate_series(1, 10)",
+            none,
+            &["does not read the stream `input`", "not supported"][..],
+        ),
     ];
     for (i, (sql, extra, wanted)) in cases.iter().enumerate() {
         let name = format!("bad-{i}");

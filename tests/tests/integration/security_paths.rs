@@ -4,8 +4,9 @@
 //!   at submit with `INVALID_ARGUMENT`, naming the field and the prefixes;
 //! - so is one inside them whose symbolic link leads outside, when the
 //!   link exists at submit;
-//! - a link that appears after submit is caught by the executor: the query
-//!   turns FAILED naming the file, and nothing of it reaches the sink;
+//! - a link that appears after submit is caught by the driver, which checks
+//!   each file it discovers, and by a confining executor: the query turns
+//!   FAILED naming the file, and nothing of it reaches the sink;
 //! - an executor whose own `--allowed-paths` is narrower refuses the task;
 //! - a driver with no `--allowed-paths` allows only the directory that
 //!   holds its checkpoint root, and says so in its log;
@@ -240,10 +241,13 @@ async fn links_that_lead_outside_are_refused_at_submit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_link_made_after_submit_fails_the_query_on_the_executor() {
-    let cluster = Cluster::new("paths-late-link");
+async fn a_link_made_after_submit_fails_the_query_on_the_driver_by_default() {
+    let cluster = Cluster::new("paths-late-link-default");
     let (allowed, outside) = dirs(&cluster);
-    let (_driver, _executor, drivers) = start(&cluster, &allowed, Some(&allowed)).await;
+    // The executor does not confine (no --allowed-paths): the driver checks
+    // each file it discovers, as it checks a spec at submit.
+    let (_driver, _, drivers) = start(&cluster, &allowed, None).await;
+    let _executor = cluster.start_executor(&drivers);
     write_rows(&outside, "secret.jsonl", "secret");
     let input = allowed.join("in");
     std::fs::create_dir_all(&input).unwrap();
@@ -251,8 +255,6 @@ async fn a_link_made_after_submit_fails_the_query_on_the_executor() {
     let mut client = cluster.client(&drivers);
     let spec = files_spec("late", &input, &sink, 2, "");
     client.submit(&spec).await.expect("an empty source inside");
-
-    // Batch 0 reads a real file; then a link to the outside file appears.
     write_rows(&input, "a.jsonl", "in");
     client
         .wait_committed("late", 0, Duration::from_secs(30))
@@ -263,7 +265,6 @@ async fn a_link_made_after_submit_fails_the_query_on_the_executor() {
         .wait_state("late", QueryState::Failed, Duration::from_secs(30))
         .await;
     for w in [
-        "--allowed-paths",
         "source.files.path",
         &s(&link),
         &format!("resolves to {}", s(&outside.join("secret.jsonl"))),
@@ -271,7 +272,6 @@ async fn a_link_made_after_submit_fails_the_query_on_the_executor() {
     ] {
         assert!(failed.error.contains(w), "no {w:?} in {failed:#?}");
     }
-    // Batch 0, the real file, and nothing after it.
     assert_eq!(failed.last_committed_batch, 0, "{failed:#?}");
     let text = sink_text(&sink);
     assert_eq!(text.lines().count(), 3, "{text}");

@@ -1,5 +1,7 @@
 //! The web UI of a driver with `--auth-tokens`: pages need a viewer or
-//! admin token, kept in an HttpOnly cookie by the sign-in form; a viewer
+//! admin token; signing in opens a session whose random id (never the
+//! token) the HttpOnly cookie holds, ended by signing out and by the
+//! token's removal from the token file; a viewer
 //! reads but may not stop a query; an admin may. Checked over HTTP and in
 //! headless Chromium (the sign-in form and the viewer's query page).
 
@@ -68,14 +70,23 @@ async fn the_ui_needs_a_token_and_a_role() {
         .expect("a session cookie")
         .to_string();
     assert!(
-        set_cookie.contains(&format!("sluice_ui={viewer};")),
-        "{set_cookie}"
-    );
-    assert!(
         set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"),
         "{set_cookie}"
     );
-    let cookie = format!("sluice_ui={viewer}");
+    // The cookie holds a session id, never the token.
+    assert!(!set_cookie.contains(&viewer), "{set_cookie}");
+    let session = set_cookie
+        .split("sluice_ui=")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .expect("a sluice_ui cookie")
+        .to_string();
+    let cookie = format!("sluice_ui={session}");
+    let forged = format!("sluice_ui={viewer}");
+    let (code, _) = http::get_with(addr, "/ui/api/overview", &[("cookie", &forged)], T)
+        .await
+        .unwrap();
+    assert_eq!(code, 401, "a token in the cookie is no session");
 
     // A viewer reads, and may not stop.
     let (code, r) = http::get_with(addr, "/ui/api/overview", &[("cookie", &cookie)], T)
@@ -100,6 +111,58 @@ async fn the_ui_needs_a_token_and_a_role() {
         client.get("guarded").await.unwrap().state,
         QueryState::Running as i32
     );
+
+    // Signing out ends the session; so does removing its token.
+    let overview = |cookie: String| async move {
+        http::get_with(addr, "/ui/api/overview", &[("cookie", &cookie)], T)
+            .await
+            .unwrap()
+            .0
+    };
+    http::post_json(addr, "/ui/api/logout", &[("cookie", &cookie)], "", T)
+        .await
+        .unwrap();
+    assert_eq!(overview(cookie.clone()).await, 401, "signed out");
+    let (_, r) = login(viewer.clone()).await;
+    let again = text(&r)
+        .split("sluice_ui=")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .map(|id| format!("sluice_ui={id}"))
+        .expect("a new session");
+    assert_eq!(overview(again.clone()).await, 200);
+    let tokens_file = pki.file("tokens.yaml");
+    let original = std::fs::read_to_string(&tokens_file).unwrap();
+    // Each entry is three lines: name, role, sha256.
+    let lines: Vec<&str> = original.lines().collect();
+    let role = lines
+        .iter()
+        .position(|l| l.trim() == "role: viewer")
+        .expect("the viewer's entry");
+    let without_viewer: String = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !(role - 1..=role + 1).contains(i))
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    std::fs::write(&tokens_file, &without_viewer).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while overview(again.clone()).await != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the removed token's session lives on"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    std::fs::write(&tokens_file, &original).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while login(viewer.clone()).await.0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the token file was not reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // In the browser: the sign-in form, then the viewer's query page.
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("web_ui");

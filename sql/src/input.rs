@@ -1,0 +1,101 @@
+//! The `input` table of a task: its one partition, which the plan reads
+//! once, and the rest of it, which the task reads when the plan has
+//! ended without reading it all.
+//!
+//! A plan may end before its input does: DataFusion turns a filter that is
+//! never true into an empty relation, and a join with an empty table may
+//! never read its other side. Every task still reads its whole input (its
+//! row count proves that it read what the batch planned, its bad records
+//! are found and counted), so the input is shared between the plan and
+//! the task's [`crate::Output`], which reads what is left
+//! ([`crate::Output::read_rest`]).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use futures::{Stream, StreamExt};
+
+use crate::{InputBatches, InputError};
+
+/// A task's input, polled by whoever holds a clone: the plan, then the
+/// task. Ended, it stays ended.
+#[derive(Clone)]
+pub(crate) struct SharedInput(Arc<Mutex<InputBatches>>);
+
+impl SharedInput {
+    pub(crate) fn new(input: InputBatches) -> Self {
+        SharedInput(Arc::new(Mutex::new(Box::pin(input.fuse()))))
+    }
+
+    /// Reads the input to its end; the first error of the input ends it.
+    pub(crate) async fn read_rest(mut self) -> Result<(), InputError> {
+        while let Some(batch) = self.next().await {
+            batch?;
+        }
+        Ok(())
+    }
+}
+
+impl Stream for SharedInput {
+    type Item = Result<RecordBatch, InputError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut input = self.0.lock().expect("input lock poisoned");
+        input.as_mut().poll_next(cx)
+    }
+}
+
+/// The `input` table's one partition.
+pub(crate) struct Once {
+    pub(crate) schema: SchemaRef,
+    input: SharedInput,
+    read: AtomicBool,
+}
+
+impl std::fmt::Debug for Once {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Once")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Once {
+    pub(crate) fn new(schema: SchemaRef, input: SharedInput) -> Self {
+        Once {
+            schema,
+            input,
+            read: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn empty(schema: SchemaRef) -> Self {
+        Once::new(schema, SharedInput::new(Box::pin(futures::stream::empty())))
+    }
+}
+
+impl PartitionStream for Once {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        // Invariant: the planner refuses every query that reads `input`
+        // twice (see `support`), so a second read is a bug.
+        let again = self.read.swap(true, Ordering::SeqCst);
+        assert!(!again, "the input of a task is read once");
+        let stream = self
+            .input
+            .clone()
+            .map(|b| b.map_err(DataFusionError::External));
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
