@@ -11,6 +11,7 @@
 //! output (its rows and their order) a pure function of the SQL and the
 //! input: one partition, a fixed batch size, no repartitioning.
 
+pub mod bounded;
 mod error;
 pub mod guard;
 mod input;

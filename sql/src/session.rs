@@ -62,6 +62,7 @@ pub fn context() -> SessionContext {
     for f in crate::window::functions() {
         ctx.register_udf(f);
     }
+    crate::bounded::register(&ctx);
     ctx
 }
 

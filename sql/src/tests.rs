@@ -244,3 +244,34 @@ async fn a_query_that_emits_nothing_still_reads_its_whole_input() {
         assert_eq!(read.load(Ordering::SeqCst), 1000, "{sql}");
     }
 }
+
+#[tokio::test]
+async fn functions_that_grow_from_a_number_are_bounded_per_call() {
+    let ok = collect("SELECT repeat('ab', 3) AS s, range(3) AS r FROM input", 2).await;
+    let s = ok[0].column(0);
+    assert_eq!(
+        arrow_cast::display::array_value_to_string(s, 0).unwrap(),
+        "ababab"
+    );
+    for sql in [
+        "SELECT repeat('x', 1000000000) AS s FROM input",
+        "SELECT value, lpad('x', 100000000) AS s FROM input",
+        "SELECT range(100000000) AS r FROM input",
+        "SELECT repeat(tags, CAST(value * 100000000 AS BIGINT)) AS s FROM input",
+    ] {
+        let mut out = run(sql, schema(), input(100), &[], BUDGET).await.unwrap();
+        let e = loop {
+            match out.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => break e,
+                None => panic!("{sql}: no error"),
+            }
+        };
+        assert!(!e.is_retryable(), "{sql}: {e}");
+        assert!(
+            e.to_string()
+                .contains("bytes for one batch, above the limit of 268435456"),
+            "{sql}: {e}"
+        );
+    }
+}

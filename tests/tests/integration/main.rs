@@ -56,6 +56,7 @@ mod robust_logs;
 mod robust_memory;
 mod robust_output_cap;
 mod robust_poison;
+mod robust_poison_sql;
 mod robust_reported_files;
 mod robust_rogue_executor;
 mod robust_sink_links;
