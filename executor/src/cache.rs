@@ -34,6 +34,9 @@ pub struct Caches {
     /// The most state bytes held at once (`--max-state-bytes`); 0 is
     /// unbounded.
     max_state_bytes: u64,
+    /// The memory pool of one task's query operators
+    /// (`--max-task-memory-bytes`); `None` is unbounded.
+    task_memory: Option<usize>,
     /// Opens sources, tables, sinks and state.
     pub storage: Stores,
     /// Where tasks may read and write (`--allowed-paths`); `None` does not
@@ -55,6 +58,21 @@ impl Caches {
             storage: stores,
             allowed,
             ..Default::default()
+        }
+    }
+
+    /// With a memory pool of `bytes` for each task's query operators.
+    pub fn with_task_memory(mut self, bytes: u64) -> Self {
+        self.task_memory = Some(usize::try_from(bytes).unwrap_or(usize::MAX));
+        self
+    }
+
+    /// What a map task's query may use: the plan's budget, and this
+    /// executor's memory pool per task.
+    pub fn task_limits(&self, budget: std::time::Duration) -> sluice_sql::RunLimits {
+        sluice_sql::RunLimits {
+            budget,
+            memory: self.task_memory,
         }
     }
 

@@ -44,6 +44,10 @@ pub struct Cli {
     /// memory; a task whose state would pass it fails, naming the query.
     #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: u64,
+    /// The most bytes one task's query operators (aggregations, joins) may
+    /// hold; a task that needs more fails its query, naming this flag.
+    #[arg(long, env = "SLUICE_MAX_TASK_MEMORY_BYTES", default_value_t = DEFAULT_MAX_TASK_MEMORY_BYTES)]
+    pub max_task_memory_bytes: u64,
     /// CA (PEM) of the driver's certificate: connect over TLS (`https://`).
     #[arg(long, env = "SLUICE_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
@@ -72,6 +76,9 @@ pub struct Cli {
 /// `--max-state-bytes` unless set: 2 GiB.
 pub const DEFAULT_MAX_STATE_BYTES: u64 = 2 << 30;
 
+/// `--max-task-memory-bytes` unless set: 1 GiB.
+pub const DEFAULT_MAX_TASK_MEMORY_BYTES: u64 = 1 << 30;
+
 /// The validated configuration of one executor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutorConfig {
@@ -85,6 +92,8 @@ pub struct ExecutorConfig {
     pub id: String,
     /// The most bytes of state held in memory; at least 1.
     pub max_state_bytes: u64,
+    /// The most bytes one task's query operators may hold; at least 1.
+    pub max_task_memory_bytes: u64,
     /// Opens sources, tables, sinks and state.
     pub stores: Stores,
     /// TLS towards the driver; plaintext by default.
@@ -122,6 +131,7 @@ impl TryFrom<Cli> for ExecutorConfig {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(default_id),
             max_state_bytes: cli.max_state_bytes,
+            max_task_memory_bytes: cli.max_task_memory_bytes,
             stores: Stores::new(StoreOptions::from_env()),
             tls: ClientTls::from_flags(cli.tls_ca, cli.tls_cert, cli.tls_key)
                 .map_err(|e| ExecutorError::Config(e.to_string()))?,
@@ -149,6 +159,11 @@ impl ExecutorConfig {
         if drivers.is_empty() {
             return Err(ExecutorError::Config(
                 "--driver needs at least one address".into(),
+            ));
+        }
+        if self.max_task_memory_bytes == 0 {
+            return Err(ExecutorError::Config(
+                "--max-task-memory-bytes must be at least 1".into(),
             ));
         }
         if self.max_state_bytes == 0 {

@@ -95,11 +95,14 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
         incarnation,
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         max_epoch: AtomicU64::new(0),
-        sinks: Arc::new(crate::cache::Caches::new(
-            config.max_state_bytes,
-            config.stores.clone(),
-            config.allowed_paths.clone(),
-        )),
+        sinks: Arc::new(
+            crate::cache::Caches::new(
+                config.max_state_bytes,
+                config.stores.clone(),
+                config.allowed_paths.clone(),
+            )
+            .with_task_memory(config.max_task_memory_bytes),
+        ),
         config,
     });
     let result = connection::serve(shared.clone(), shutdown).await;

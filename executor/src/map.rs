@@ -237,7 +237,7 @@ fn produce(
         plan.input_schema,
         Box::pin(input),
         &opened.tables,
-        plan.budget,
+        caches.task_limits(plan.budget),
     ))?;
     let mut emitter = Emitter::new(plan.layout, &output.schema(), tx)?;
     // The input's own error says whether a retry may help.

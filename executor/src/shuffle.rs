@@ -87,7 +87,7 @@ fn partials(
                     plan.input_schema.clone(),
                     Box::pin(input),
                     &opened.tables,
-                    plan.budget,
+                    caches.task_limits(plan.budget),
                 ))?
                 .ok_or_else(|| {
                     ExecutorError::MalformedTask(
@@ -103,7 +103,7 @@ fn partials(
                 plan.input_schema.clone(),
                 Box::pin(input),
                 &opened.tables,
-                plan.budget,
+                caches.task_limits(plan.budget),
             ))?;
             let schema = out.schema();
             let keys = crate::dedup::key_columns(&schema, &d.columns)?;

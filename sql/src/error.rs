@@ -19,8 +19,11 @@ pub enum SqlError {
     #[error("sql: {0}")]
     Execution(String),
 
-    /// DataFusion ran out of memory for this task.
-    #[error("sql: {0}")]
+    /// The task's operators passed its memory pool: the same task would
+    /// again, so it is not retried.
+    #[error(
+        "sql: the task ran out of its memory ({0}); raise the executors' --max-task-memory-bytes"
+    )]
     Resources(String),
 
     /// The query is beyond a planning limit (its size, its nesting, the
@@ -43,11 +46,11 @@ pub enum SqlError {
 
 impl SqlError {
     /// True when the same task may succeed if tried again. Planning and
-    /// execution are deterministic; only exhausted resources and busy
-    /// planning threads may pass.
-    /// Whether an input error may pass is for its reader to say.
+    /// execution are deterministic, and so is a task's memory pool; only
+    /// busy planning threads may pass. Whether an input error may pass is
+    /// for its reader to say.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, SqlError::Resources(_) | SqlError::Busy(_))
+        matches!(self, SqlError::Busy(_))
     }
 
     pub(crate) fn from_planning(e: DataFusionError) -> Self {
@@ -55,9 +58,11 @@ impl SqlError {
     }
 
     pub(crate) fn from_execution(e: DataFusionError) -> Self {
+        if let DataFusionError::ResourcesExhausted(m) = e.find_root() {
+            return SqlError::Resources(m.clone());
+        }
         match e {
             DataFusionError::External(inner) => SqlError::Input(inner),
-            DataFusionError::ResourcesExhausted(m) => SqlError::Resources(m),
             other => SqlError::Execution(message(&other)),
         }
     }

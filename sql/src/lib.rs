@@ -80,7 +80,7 @@ pub async fn check(
         })
         .collect();
     guard::on_planning_thread(budget, move || {
-        let ctx = with_input(Once::empty(input), &tables)?;
+        let ctx = with_input(Once::empty(input), &tables, None)?;
         let (plan, shape) = block_on(session::logical_plan(&ctx, &sql))?;
         Ok(Checked {
             output: Arc::new(plan.schema().as_arrow().clone()),
@@ -135,17 +135,36 @@ impl Output {
     }
 }
 
+/// What a task's query may use: the time to plan it, and the memory its
+/// operators (aggregations, joins) may hold; `None` is unbounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub budget: Duration,
+    pub memory: Option<usize>,
+}
+
+impl From<Duration> for RunLimits {
+    /// A planning budget, with unbounded memory.
+    fn from(budget: Duration) -> Self {
+        RunLimits {
+            budget,
+            memory: None,
+        }
+    }
+}
+
 /// Runs `sql` over `input` and the static `tables`. The query is planned
-/// on a planning thread, within `budget`; the output is meant to be polled
-/// on a blocking thread: the input is read as it is polled.
+/// on a planning thread, within the limits' budget, and its operators hold
+/// at most their memory (a memory pool of its own); the output is meant to
+/// be polled on a blocking thread: the input is read as it is polled.
 pub async fn run(
     sql: &str,
     schema: SchemaRef,
     input: InputBatches,
     tables: &[Table],
-    budget: Duration,
+    limits: impl Into<RunLimits>,
 ) -> Result<Output, SqlError> {
-    let (ctx, physical, input) = physical(sql, schema, input, tables, budget).await?;
+    let (ctx, physical, input) = physical(sql, schema, input, tables, limits.into()).await?;
     let schema = physical.schema();
     let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
     Ok(Output {
@@ -157,20 +176,20 @@ pub async fn run(
 
 /// The physical plan of `sql` over `input` and the static `tables`, with
 /// the session that runs it and the input it reads, planned on a planning
-/// thread within `budget`.
+/// thread within `limits`.
 async fn physical(
     sql: &str,
     schema: SchemaRef,
     input: InputBatches,
     tables: &[Table],
-    budget: Duration,
+    limits: RunLimits,
 ) -> Result<(SessionContext, Arc<dyn ExecutionPlan>, SharedInput), SqlError> {
     let sql = sql.to_owned();
     let tables = tables.to_vec();
     let input = SharedInput::new(input);
     let partition = Once::new(schema, input.clone());
-    let (ctx, physical) = guard::on_planning_thread(budget, move || {
-        let ctx = with_input(partition, &tables)?;
+    let (ctx, physical) = guard::on_planning_thread(limits.budget, move || {
+        let ctx = with_input(partition, &tables, limits.memory)?;
         let (plan, _) = block_on(session::logical_plan(&ctx, &sql))?;
         let physical =
             block_on(ctx.state().create_physical_plan(&plan)).map_err(SqlError::from_planning)?;
@@ -180,9 +199,14 @@ async fn physical(
     Ok((ctx, physical, input))
 }
 
-/// A session whose table `input` is `input`, with the static `tables`.
-fn with_input(input: Once, tables: &[Table]) -> Result<SessionContext, SqlError> {
-    let ctx = session::context();
+/// A session whose table `input` is `input`, with the static `tables`,
+/// whose operators hold at most `memory` bytes.
+fn with_input(
+    input: Once,
+    tables: &[Table],
+    memory: Option<usize>,
+) -> Result<SessionContext, SqlError> {
+    let ctx = session::context(memory)?;
     let table = StreamingTable::try_new(input.schema.clone(), vec![Arc::new(input)])
         .map_err(SqlError::from_planning)?;
     ctx.register_table(INPUT, Arc::new(table))

@@ -8,6 +8,7 @@
 //! order.
 
 use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::Optimizer;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
@@ -35,8 +36,10 @@ const OFF: [&str; 5] = [
     "propagate_empty_relation",
 ];
 
-/// A fresh context with Sluice's settings. Nothing else creates one.
-pub fn context() -> SessionContext {
+/// A fresh context with Sluice's settings, whose operators hold at most
+/// `memory` bytes (a memory pool of its own; `None`: unbounded). Nothing
+/// else creates one.
+pub fn context(memory: Option<usize>) -> Result<SessionContext, SqlError> {
     let config = SessionConfig::new()
         .with_target_partitions(1)
         .with_batch_size(BATCH_ROWS)
@@ -53,8 +56,14 @@ pub fn context() -> SessionContext {
         .into_iter()
         .filter(|r| !OFF.contains(&r.name()))
         .collect();
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(bytes) = memory {
+        runtime = runtime.with_memory_limit(bytes, 1.0);
+    }
+    let runtime = runtime.build_arc().map_err(SqlError::from_planning)?;
     let state = SessionStateBuilder::new()
         .with_config(config)
+        .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rules(rules)
         .build();
@@ -63,7 +72,7 @@ pub fn context() -> SessionContext {
         ctx.register_udf(f);
     }
     crate::bounded::register(&ctx);
-    ctx
+    Ok(ctx)
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query

@@ -57,16 +57,17 @@ impl std::fmt::Debug for Aggregation {
 }
 
 impl Aggregation {
-    /// Plans `sql` over `input` and the static `tables` within `budget`;
+    /// Plans `sql` over `input` and the static `tables` within `limits`;
     /// `None` when the query keeps no state.
     pub async fn plan(
         sql: &str,
         schema: SchemaRef,
         input: InputBatches,
         tables: &[Table],
-        budget: std::time::Duration,
+        limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let (ctx, root, stream) = crate::physical(sql, schema, input, tables, budget).await?;
+        let (ctx, root, stream) =
+            crate::physical(sql, schema, input, tables, limits.into()).await?;
         let Some(node) = find(&root)? else {
             return Ok(None);
         };

@@ -275,3 +275,25 @@ async fn functions_that_grow_from_a_number_are_bounded_per_call() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_query_past_its_memory_pool_fails_and_is_not_retried() {
+    let limits = RunLimits {
+        budget: BUDGET,
+        memory: Some(100_000),
+    };
+    let sql = "SELECT value, count(*) AS n FROM input GROUP BY value";
+    let mut out = run(sql, schema(), input(100_000), &[], limits)
+        .await
+        .unwrap();
+    let e = loop {
+        match out.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break e,
+            None => panic!("the aggregation fit in 100 kB"),
+        }
+    };
+    assert!(matches!(e, SqlError::Resources(_)), "{e:?}");
+    assert!(!e.is_retryable());
+    assert!(e.to_string().contains("--max-task-memory-bytes"), "{e}");
+}
