@@ -239,45 +239,19 @@ impl TryFrom<Cli> for DriverConfig {
             .map_err(|r| DriverError::Config(format!("--checkpoint-root: {r}")))?;
         let (allowed_paths, allowed_paths_default) =
             allowed_paths(&cli.allowed_paths, &cli.checkpoint_root)?;
-        if cli.executor_timeout_ms == 0 {
-            return Err(DriverError::Config(
-                "--executor-timeout-ms must be above 0".into(),
-            ));
-        }
-        if cli.max_task_attempts == 0 {
-            return Err(DriverError::Config(
-                "--max-task-attempts must be at least 1".into(),
-            ));
-        }
-        if cli.max_rows_per_task == 0 {
-            return Err(DriverError::Config(
-                "--max-rows-per-task must be at least 1".into(),
-            ));
-        }
-        if cli.max_bytes_per_task == 0 {
-            return Err(DriverError::Config(
-                "--max-bytes-per-task must be at least 1".into(),
-            ));
-        }
-        if cli.max_rows_per_batch == 0 || cli.max_bytes_per_batch == 0 {
-            return Err(DriverError::Config(
-                "--max-rows-per-batch and --max-bytes-per-batch must be at least 1".into(),
-            ));
-        }
-        if cli.max_output_bytes_per_task == 0 {
-            return Err(DriverError::Config(
-                "--max-output-bytes-per-task must be at least 1".into(),
-            ));
-        }
-        if cli.sql_plan_budget_ms == 0 {
-            return Err(DriverError::Config(
-                "--sql-plan-budget-ms must be at least 1".into(),
-            ));
-        }
-        if cli.retain_batches == 0 {
-            return Err(DriverError::Config(
-                "--retain-batches must be at least 1".into(),
-            ));
+        let counts = [
+            ("--executor-timeout-ms", cli.executor_timeout_ms),
+            ("--max-task-attempts", u64::from(cli.max_task_attempts)),
+            ("--max-rows-per-task", cli.max_rows_per_task),
+            ("--max-bytes-per-task", cli.max_bytes_per_task),
+            ("--max-rows-per-batch", cli.max_rows_per_batch),
+            ("--max-bytes-per-batch", cli.max_bytes_per_batch),
+            ("--max-output-bytes-per-task", cli.max_output_bytes_per_task),
+            ("--sql-plan-budget-ms", cli.sql_plan_budget_ms),
+            ("--retain-batches", cli.retain_batches),
+        ];
+        if let Some((flag, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return Err(DriverError::Config(format!("{flag} must be at least 1")));
         }
         let advertise = match cli.advertise {
             Some(a) if !a.is_empty() => a,
