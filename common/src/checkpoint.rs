@@ -285,6 +285,12 @@ impl QueryCheckpoint {
         self.read("failed").await
     }
 
+    /// Writes the failure marker, create-only (a marker already there is
+    /// kept).
+    pub async fn record_failure(&self, record: &FailRecord) -> Result<()> {
+        self.create("failed", record).await.map(|_| ())
+    }
+
     /// Removes the failure marker of a resubmitted query.
     pub async fn clear_failure(&self) -> Result<()> {
         self.storage.delete(&self.path("failed")).await

@@ -83,12 +83,7 @@ async fn record_failure(driver: &Driver, term: &Term, name: &str, error: &str) {
         epoch: term.epoch,
         error: error.to_string(),
     };
-    if let Err(e) = driver
-        .checkpoint
-        .query(name)
-        .create("failed", &record)
-        .await
-    {
+    if let Err(e) = driver.checkpoint.query(name).record_failure(&record).await {
         error!(error = %e, "the failure could not be recorded: the next leader runs the query again");
     }
 }
