@@ -1,8 +1,8 @@
 //! The exactly-once checker. It reads a file sink the way a user would:
-//! every batch's manifest under `_sluice/` (the latest compacted manifest
-//! and the deltas after it, see [`FileSink::manifests`]), then every part
-//! file a manifest lists, and counts each `value`. A sink is exact when every expected value is
-//! there exactly once and nothing else is.
+//! every batch's manifest under `_sluice/` (every segment and the deltas
+//! after the latest, see [`FileSink::manifests`]), then every part file a
+//! manifest lists, and counts each `value`. A sink is exact when every
+//! expected value is there exactly once and nothing else is.
 
 use std::collections::{BTreeSet, HashSet};
 

@@ -1,21 +1,21 @@
 //! The manifest log of a file sink on storage (`_sluice/`, see
-//! [`super::manifest`]): writing a batch's delta, writing a compacted
-//! manifest, reading every batch's manifest, and purging what readers no
-//! longer need.
+//! [`super::manifest`]): writing a batch's delta, writing a segment (a
+//! compacted manifest), reading every batch's manifest, and purging what
+//! readers no longer need.
 //!
-//! Writing never lists `_sluice/`: a batch that compacts reads the previous
-//! compacted manifest and the deltas after it by name. Reading lists it
-//! once, and again when a file it listed is gone (a purge deleted it after
-//! a newer compacted manifest appeared). A purge lists it too; it runs in
-//! the background.
+//! A batch that compacts reads only its segment's deltas, by name, and
+//! lists `_sluice/` only when the previous segment is not where the
+//! interval puts it. Reading lists it once, and again when a delta it
+//! listed is gone (a purge deleted it once a segment listed it). A purge
+//! lists it too; it runs in the background.
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use tracing::{debug, info};
 
 use super::manifest::{
-    CompactManifest, MANIFEST_DIR, ManifestName, SinkManifest, compacts_at, latest_compact,
-    previous_compact, purge_plan, read_plan,
+    CompactManifest, MANIFEST_DIR, ManifestName, SinkManifest, compacts_at, merge,
+    previous_compact, purge_candidates, purge_plan, read_plan, segment_start,
 };
 use crate::checkpoint::{decode, encode};
 use crate::error::{Error, Result};
@@ -41,7 +41,8 @@ pub async fn write_delta(storage: &Storage, manifest: &SinkManifest) -> Result<S
 }
 
 /// After `last`, the stored manifest of its batch N: when N compacts (see
-/// [`compacts_at`]), writes `N.compact`, create-only. A compacted manifest
+/// [`compacts_at`]), writes `N.compact`, create-only: the segment of the
+/// deltas after the previous compacted manifest, up to N. A segment
 /// already there with the same entries is adopted (a replay of N builds
 /// the same one, from the same files); with other entries it is a
 /// [`Error::Conflict`]. Returns whether N compacts.
@@ -50,39 +51,24 @@ pub async fn write_compact(storage: &Storage, last: &SinkManifest, interval: u64
     if !compacts_at(batch, interval) {
         return Ok(false);
     }
-    let previous = match previous_compact(batch, interval) {
-        None => Vec::new(),
-        Some(p) => match read_compact(storage, p).await? {
-            Some(c) => c.manifests,
-            None => {
-                return write_compact_from_listing(storage, last)
-                    .await
-                    .map(|()| true);
-            }
-        },
+    let from = match previous_compact(batch, interval) {
+        Some(p) if storage.exists(&path(ManifestName::Compact(p))).await? => p + 1,
+        _ => {
+            let from = segment_start(&list(storage).await?, batch);
+            info!(
+                batch,
+                from,
+                "the previous segment is not where the interval puts it; starting after the latest one listed"
+            );
+            from
+        }
     };
-    let from = previous.last().map_or(0, |m| m.batch_id + 1);
     let mut deltas = read_deltas(storage, from..batch).await?;
     deltas.push(last.clone());
-    let compact = CompactManifest::build(batch, previous, deltas)
+    let compact = CompactManifest::build(batch, deltas)
         .map_err(|reason| corrupt(storage, ManifestName::Compact(batch), reason))?;
     create_compact(storage, &compact).await?;
     Ok(true)
-}
-
-/// [`write_compact`] when the previous compacted manifest is missing (a
-/// sink written before compaction, or with another interval): from every
-/// manifest before `last`, read as a reader reads them.
-async fn write_compact_from_listing(storage: &Storage, last: &SinkManifest) -> Result<()> {
-    let batch = last.batch_id;
-    info!(
-        batch,
-        "no previous compacted sink manifest; compacting every manifest before this batch"
-    );
-    let earlier = read(storage, Some(batch)).await?;
-    let compact = CompactManifest::build(batch, earlier, vec![last.clone()])
-        .map_err(|reason| corrupt(storage, ManifestName::Compact(batch), reason))?;
-    create_compact(storage, &compact).await
 }
 
 async fn create_compact(storage: &Storage, compact: &CompactManifest) -> Result<()> {
@@ -94,7 +80,7 @@ async fn create_compact(storage: &Storage, compact: &CompactManifest) -> Result<
             debug!(
                 batch = compact.batch_id,
                 batches = compact.manifests.len(),
-                "sink manifests compacted"
+                "sink manifests compacted into a segment"
             );
             Ok(())
         }
@@ -203,15 +189,14 @@ pub async fn list(storage: &Storage) -> Result<Vec<ManifestName>> {
     Ok(out)
 }
 
-/// Every batch's manifest below `before` (every one when `None`), in batch
-/// order: the latest compacted manifest's entries, then the deltas after
-/// it. A file that is listed and then gone was purged once a newer
-/// compacted manifest covered it: the reader lists again.
-pub async fn read(storage: &Storage, before: Option<u64>) -> Result<Vec<SinkManifest>> {
+/// Every batch's manifest, in batch order: every segment's entries, then
+/// the deltas after the latest. A delta that is listed and then gone was
+/// purged once a segment listed it: the reader lists again.
+pub async fn read(storage: &Storage) -> Result<Vec<SinkManifest>> {
     let mut gone = None;
     for attempt in 0..READ_ATTEMPTS {
         let names = list(storage).await?;
-        match read_listed(storage, &names, before).await? {
+        match read_listed(storage, &names).await? {
             Listed::Read(manifests) => return Ok(manifests),
             Listed::Gone(name) => {
                 debug!(
@@ -241,46 +226,53 @@ enum Listed {
 }
 
 /// What [`read`] reads of one listing, `names`.
-async fn read_listed(
-    storage: &Storage,
-    names: &[ManifestName],
-    before: Option<u64>,
-) -> Result<Listed> {
-    let plan = read_plan(names, before);
-    let mut out = match plan.compact {
-        None => Vec::new(),
-        Some(c) => match read_compact(storage, c).await? {
-            Some(compact) => compact.manifests,
-            None => return Ok(Listed::Gone(ManifestName::Compact(c))),
-        },
-    };
-    let deltas: Vec<Option<SinkManifest>> = futures::stream::iter(plan.deltas.iter().copied())
+async fn read_listed(storage: &Storage, names: &[ManifestName]) -> Result<Listed> {
+    let plan = read_plan(names);
+    let compacts: Vec<Option<CompactManifest>> =
+        futures::stream::iter(plan.compacts.iter().copied())
+            .map(|c| read_compact(storage, c))
+            .buffered(PARALLEL_READS)
+            .try_collect()
+            .await?;
+    let mut segments = Vec::with_capacity(compacts.len());
+    for (c, segment) in plan.compacts.iter().zip(compacts) {
+        match segment {
+            Some(s) => segments.push(s),
+            None => return Ok(Listed::Gone(ManifestName::Compact(*c))),
+        }
+    }
+    let read: Vec<Option<SinkManifest>> = futures::stream::iter(plan.deltas.iter().copied())
         .map(|b| read_delta(storage, b))
         .buffered(PARALLEL_READS)
         .try_collect()
         .await?;
-    for (b, m) in plan.deltas.iter().zip(deltas) {
+    let mut deltas = Vec::with_capacity(read.len());
+    for (b, m) in plan.deltas.iter().zip(read) {
         match m {
-            Some(m) => out.push(m),
+            Some(m) => deltas.push(m),
             None => return Ok(Listed::Gone(ManifestName::Delta(*b))),
         }
     }
-    Ok(Listed::Read(out))
+    merge(segments, deltas)
+        .map(Listed::Read)
+        .map_err(|d| corrupt(storage, ManifestName::Compact(d.compact), d.reason))
 }
 
-/// After batch `committed`: deletes the manifest files that readers no
-/// longer need, keeping the deltas of the last `retain` batches (see
-/// [`purge_plan`]). Only a compacted manifest up to `committed` is relied
-/// on, and only once it reads back whole. Returns how many were deleted.
+/// After batch `committed`: deletes the deltas that readers no longer
+/// need, keeping those of the last `retain` batches (see
+/// [`purge_candidates`]). A delta goes only once the segment that lists it
+/// reads back whole; segments are kept. Returns how many were deleted.
 pub async fn purge(storage: &Storage, committed: u64, retain: u64) -> Result<usize> {
     let names = list(storage).await?;
-    let Some(latest) = latest_compact(&names, committed) else {
-        return Ok(0);
-    };
-    let Some(compact) = read_compact(storage, latest).await? else {
-        return Ok(0);
-    };
-    let doomed = purge_plan(&names, &compact, committed, retain);
+    let candidates = purge_candidates(&names, committed, retain);
+    let keys: Vec<u64> = candidates.keys().copied().collect();
+    let segments: Vec<CompactManifest> = futures::stream::iter(keys)
+        .map(|c| read_compact(storage, c))
+        .buffered(PARALLEL_READS)
+        .try_filter_map(|s| async move { Ok(s) })
+        .try_collect()
+        .await?;
+    let doomed = purge_plan(&candidates, &segments);
     futures::stream::iter(doomed.iter().copied())
         .map(|n| async move { storage.delete(&path(n)).await })
         .buffer_unordered(PARALLEL_READS)

@@ -1,21 +1,31 @@
 //! The manifests of a file sink, what their files are named, and the pure
-//! decisions about them: which batch writes a compacted manifest, which
-//! files a reader reads, and which a purge deletes. Nothing here touches
-//! storage (see [`super::log`]).
+//! decisions about them: which batch writes a compacted manifest and which
+//! batches it covers, which files a reader reads, and which a purge
+//! deletes. Nothing here touches storage (see [`super::log`]).
 //!
 //! ```text
 //! _sluice/<batch:020>            the manifest of one batch (a delta)       create-only
-//! _sluice/<batch:020>.compact    the manifests of batches 0..=batch        create-only
+//! _sluice/<batch:020>.compact    a segment: the manifests of the batches   create-only
+//!                                after the previous compacted manifest,
+//!                                up to and including batch
 //! ```
 //!
-//! As Spark's `_spark_metadata` log does, every `interval` batches the log
-//! is compacted: batch N with `(N + 1) % interval == 0` writes `N.compact`,
-//! the entries of the previous compacted manifest (`N - interval`) and the
-//! deltas after it, up to and including N. A reader reads the latest
-//! compacted manifest and the deltas after it. A purge after batch
-//! `committed` deletes the compacted manifests older than the latest one up
-//! to `committed`, and the deltas that one lists which are older than the
-//! retain window.
+//! Every `interval` batches the log is compacted: batch N with
+//! `(N + 1) % interval == 0` writes `N.compact`, a segment holding the
+//! deltas after the previous compacted manifest, up to and including N.
+//! Segments never restate earlier ones, so the bytes written grow linearly
+//! with the batches, and a batch that compacts reads only its segment's
+//! deltas. (Spark's `_spark_metadata` restates the whole log in every
+//! compacted file; Sluice did too before segments, and a reader still
+//! accepts such files: they are segments that start at the first batch.)
+//!
+//! A reader reads every segment and the deltas after the latest one; two
+//! segments that both list a batch must list it alike. A purge after batch
+//! `committed` deletes the deltas older than the retain window that a
+//! segment up to `committed` lists; segments are kept.
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +55,10 @@ pub struct SinkManifest {
     pub batch_id: u64,
     pub epoch: u64,
     pub files: Vec<SinkFile>,
+    /// Claimed for a batch that its stopped query never committed: it
+    /// lists no files, and readers skip it (see [`SinkManifest::abandon`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
 }
 
 impl SinkManifest {
@@ -56,12 +70,25 @@ impl SinkManifest {
             batch_id: batch,
             epoch,
             files,
+            abandoned: false,
+        }
+    }
+
+    /// The manifest that claims `batch` for good once its query stopped
+    /// before committing it: written create-only, it wins against a late
+    /// write of the batch's real manifest, or loses to it, and only when
+    /// it wins may the batch's part files be removed.
+    pub fn abandon(batch: u64, epoch: u64) -> Self {
+        SinkManifest {
+            abandoned: true,
+            ..SinkManifest::new(batch, epoch, Vec::new())
         }
     }
 }
 
-/// `_sluice/<batch>.compact`: the manifest of every committed batch up to
-/// and including `batch_id`, each as its delta recorded it, in batch order.
+/// `_sluice/<batch>.compact`: a segment of the log, the manifests of
+/// consecutive committed batches up to and including `batch_id`, each as
+/// its delta recorded it, in batch order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactManifest {
     pub version: u32,
@@ -70,18 +97,12 @@ pub struct CompactManifest {
 }
 
 impl CompactManifest {
-    /// The compacted manifest of `batch`: the entries of the previous one,
-    /// then `deltas`, the last of which is `batch`'s own.
-    pub fn build(
-        batch: u64,
-        mut previous: Vec<SinkManifest>,
-        deltas: Vec<SinkManifest>,
-    ) -> Result<Self, String> {
-        previous.extend(deltas);
+    /// The segment of `batch`: `deltas`, the last of which is `batch`'s own.
+    pub fn build(batch: u64, deltas: Vec<SinkManifest>) -> Result<Self, String> {
         let compact = CompactManifest {
             version: RECORD_VERSION,
             batch_id: batch,
-            manifests: previous,
+            manifests: deltas,
         };
         compact.check()?;
         Ok(compact)
@@ -110,7 +131,7 @@ impl CompactManifest {
         }
     }
 
-    /// True when this compacted manifest lists batch `batch`.
+    /// True when this segment lists batch `batch`.
     pub fn covers(&self, batch: u64) -> bool {
         self.manifests
             .binary_search_by_key(&batch, |m| m.batch_id)
@@ -123,7 +144,7 @@ impl CompactManifest {
 pub enum ManifestName {
     /// `<batch:020>`: one batch's manifest.
     Delta(u64),
-    /// `<batch:020>.compact`: the manifests of batches up to `batch`.
+    /// `<batch:020>.compact`: a segment of the log ending at `batch`.
     Compact(u64),
 }
 
@@ -157,206 +178,163 @@ pub fn compacts_at(batch: u64, interval: u64) -> bool {
     interval > 0 && (batch + 1).is_multiple_of(interval)
 }
 
-/// The compacted manifest that batch `batch`'s builds on: the one
-/// `interval` batches before it, or `None` for the first.
+/// The compacted manifest that batch `batch`'s segment follows while the
+/// interval stays the same: the one `interval` batches before it, or
+/// `None` for the first.
 pub fn previous_compact(batch: u64, interval: u64) -> Option<u64> {
     batch
         .checked_sub(interval)
         .filter(|&p| compacts_at(p, interval))
 }
 
+/// The first batch of the segment that batch `batch` writes, from the
+/// names under `_sluice/` (when [`previous_compact`] is missing: a sink
+/// written before compaction, or with another interval): the batch after
+/// the latest compacted manifest before `batch`; without one, the first
+/// delta listed, or `batch` itself.
+pub fn segment_start(names: &[ManifestName], batch: u64) -> u64 {
+    let before = |n: &ManifestName, compact: bool| match *n {
+        ManifestName::Compact(c) if compact && c < batch => Some(c),
+        ManifestName::Delta(d) if !compact && d < batch => Some(d),
+        _ => None,
+    };
+    match names.iter().filter_map(|n| before(n, true)).max() {
+        Some(c) => c + 1,
+        None => names
+            .iter()
+            .filter_map(|n| before(n, false))
+            .min()
+            .unwrap_or(batch),
+    }
+}
+
 /// What a reader reads of a listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadPlan {
-    /// The latest compacted manifest, if there is one.
-    pub compact: Option<u64>,
-    /// The deltas after it (every delta without one), ascending.
+    /// Every compacted manifest, ascending.
+    pub compacts: Vec<u64>,
+    /// The deltas after the latest one (every delta without one), ascending.
     pub deltas: Vec<u64>,
 }
 
-/// What to read of the files `names` to see every batch below `before`
-/// (every batch when `None`): the latest compacted manifest, and the deltas
-/// that it does not cover.
-pub fn read_plan(names: &[ManifestName], before: Option<u64>) -> ReadPlan {
-    let below = |b: u64| before.is_none_or(|x| b < x);
-    let compact = names
+/// What to read of the files `names` to see every batch: every segment,
+/// and the deltas after the latest.
+pub fn read_plan(names: &[ManifestName]) -> ReadPlan {
+    let mut compacts: Vec<u64> = names
         .iter()
         .filter_map(|n| match n {
-            ManifestName::Compact(c) if below(*c) => Some(*c),
-            _ => None,
+            ManifestName::Compact(c) => Some(*c),
+            ManifestName::Delta(_) => None,
         })
-        .max();
+        .collect();
+    compacts.sort_unstable();
+    compacts.dedup();
+    let latest = compacts.last().copied();
     let mut deltas: Vec<u64> = names
         .iter()
         .filter_map(|n| match n {
-            ManifestName::Delta(d) if below(*d) && compact.is_none_or(|c| *d > c) => Some(*d),
+            ManifestName::Delta(d) if latest.is_none_or(|c| *d > c) => Some(*d),
             _ => None,
         })
         .collect();
     deltas.sort_unstable();
     deltas.dedup();
-    ReadPlan { compact, deltas }
+    ReadPlan { compacts, deltas }
 }
 
-/// The latest compacted manifest among `names` of a batch up to
-/// `committed`: the one a purge after `committed` relies on.
-pub fn latest_compact(names: &[ManifestName], committed: u64) -> Option<u64> {
-    names
-        .iter()
-        .filter_map(|n| match n {
-            ManifestName::Compact(c) if *c <= committed => Some(*c),
-            _ => None,
-        })
-        .max()
+/// Two segments list one batch differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The segment read second.
+    pub compact: u64,
+    pub reason: String,
 }
 
-/// The files a purge after batch `committed` deletes, given `compact`, the
-/// latest compacted manifest up to `committed` (see [`latest_compact`]):
-///
-/// - every older compacted manifest;
-/// - every delta that `compact` lists, except those of the last `retain`
-///   batches (`committed + 1 - retain` on).
-///
-/// A delta that `compact` does not list is kept, whatever its age, and so
-/// is every name of a batch after `committed`.
-pub fn purge_plan(
+/// Every committed batch's manifest, in batch order, from `segments` (a
+/// sink written before segments has ones that overlap: each batch they
+/// share must be listed alike) and the `deltas` after the latest segment,
+/// without the batches a stopped query abandoned.
+pub fn merge(
+    segments: Vec<CompactManifest>,
+    deltas: Vec<SinkManifest>,
+) -> Result<Vec<SinkManifest>, Disagreement> {
+    let mut by_batch: BTreeMap<u64, (u64, SinkManifest)> = BTreeMap::new();
+    for segment in segments {
+        for m in segment.manifests {
+            match by_batch.entry(m.batch_id) {
+                Entry::Vacant(v) => {
+                    v.insert((segment.batch_id, m));
+                }
+                Entry::Occupied(o) if o.get().1 == m => {}
+                Entry::Occupied(o) => {
+                    return Err(Disagreement {
+                        compact: segment.batch_id,
+                        reason: format!(
+                            "lists batch {} unlike {}",
+                            m.batch_id,
+                            ManifestName::Compact(o.get().0).file_name()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let mut out: Vec<SinkManifest> = by_batch.into_values().map(|(_, m)| m).collect();
+    out.extend(deltas);
+    out.retain(|m| !m.abandoned);
+    Ok(out)
+}
+
+/// The deltas a purge after batch `committed` may delete, each under the
+/// segment that must list it: the deltas older than the last `retain`
+/// batches (`committed + 1 - retain` on), each under the first segment up
+/// to `committed` that ends at or after it. A delta without one is kept,
+/// whatever its age, and so is every name of a batch after `committed`.
+pub fn purge_candidates(
     names: &[ManifestName],
-    compact: &CompactManifest,
     committed: u64,
     retain: u64,
-) -> Vec<ManifestName> {
+) -> BTreeMap<u64, Vec<u64>> {
     let keep_from = (committed + 1).saturating_sub(retain);
-    let mut out: Vec<ManifestName> = names
+    let compacts: BTreeSet<u64> = names
         .iter()
-        .copied()
-        .filter(|n| match *n {
-            ManifestName::Compact(c) => c < compact.batch_id,
-            ManifestName::Delta(d) => d < keep_from && d <= committed && compact.covers(d),
+        .filter_map(|n| match *n {
+            ManifestName::Compact(c) if c <= committed => Some(c),
+            _ => None,
         })
         .collect();
-    out.sort_unstable();
-    out.dedup();
+    let mut out: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for n in names {
+        if let ManifestName::Delta(d) = *n
+            && d < keep_from
+            && d <= committed
+            && let Some(&c) = compacts.range(d..).next()
+        {
+            out.entry(c).or_default().push(d);
+        }
+    }
+    for deltas in out.values_mut() {
+        deltas.sort_unstable();
+        deltas.dedup();
+    }
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn m(batch: u64) -> SinkManifest {
-        SinkManifest::new(batch, 1, Vec::new())
-    }
-
-    fn compact(upto: u64) -> CompactManifest {
-        CompactManifest::build(upto, Vec::new(), (0..=upto).map(m).collect()).unwrap()
-    }
-
-    /// Every delta of batches `0..=last` and the compacted manifests of
-    /// every batch that compacts up to `last`.
-    fn names(last: u64, interval: u64) -> Vec<ManifestName> {
-        let mut out: Vec<ManifestName> = (0..=last).map(ManifestName::Delta).collect();
-        out.extend(
-            (0..=last)
-                .filter(|&b| compacts_at(b, interval))
-                .map(ManifestName::Compact),
-        );
-        out
-    }
-
-    #[test]
-    fn every_interval_th_batch_compacts_on_the_previous_compact() {
-        let at: Vec<u64> = (0..35).filter(|&b| compacts_at(b, 10)).collect();
-        assert_eq!(at, [9, 19, 29]);
-        assert_eq!(previous_compact(9, 10), None);
-        assert_eq!(previous_compact(19, 10), Some(9));
-        assert_eq!(previous_compact(29, 10), Some(19));
-        assert!((0..5).all(|b| compacts_at(b, 1)));
-        assert_eq!(previous_compact(4, 1), Some(3));
-        assert!(!(0..100).any(|b| compacts_at(b, 0)), "0 turns it off");
-    }
-
-    #[test]
-    fn names_round_trip_and_strangers_are_refused() {
-        for n in [ManifestName::Delta(7), ManifestName::Compact(19)] {
-            assert_eq!(ManifestName::parse(&n.file_name()), Some(n));
-        }
-        assert_eq!(
-            ManifestName::Compact(19).file_name(),
-            "00000000000000000019.compact"
-        );
-        for bad in ["7", "7.compact", "0000000000000000001x", "x.compact", ""] {
-            assert_eq!(ManifestName::parse(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_reader_reads_the_latest_compact_and_the_deltas_after_it() {
-        let all = names(24, 10);
-        let plan = read_plan(&all, None);
-        assert_eq!(plan.compact, Some(19));
-        assert_eq!(plan.deltas, [20, 21, 22, 23, 24]);
-        // Without a compacted manifest: every delta, as before compaction.
-        let plain: Vec<ManifestName> = (0..4).rev().map(ManifestName::Delta).collect();
-        assert_eq!(
-            read_plan(&plain, None),
-            ReadPlan {
-                compact: None,
-                deltas: vec![0, 1, 2, 3]
-            }
-        );
-        // Bounded: what a batch that compacts reads when its previous
-        // compacted manifest is missing.
-        let plan = read_plan(&all, Some(19));
-        assert_eq!(plan.compact, Some(9));
-        assert_eq!(plan.deltas, (10..19).collect::<Vec<_>>());
-        assert_eq!(read_plan(&[], None), ReadPlan::default());
-    }
-
-    #[test]
-    fn a_purge_keeps_the_latest_compact_its_later_deltas_and_the_retain_window() {
-        let all = names(499, 10);
-        assert_eq!(latest_compact(&all, 499), Some(499));
-        assert_eq!(latest_compact(&all, 498), Some(489));
-        let purged = purge_plan(&all, &compact(499), 499, 100);
-        let left: Vec<ManifestName> = all.into_iter().filter(|n| !purged.contains(n)).collect();
-        let mut want: Vec<ManifestName> = (400..500).map(ManifestName::Delta).collect();
-        want.push(ManifestName::Compact(499));
-        assert_eq!(left, want);
-        assert!(left.len() as u64 <= 100 + 10);
-    }
-
-    #[test]
-    fn a_purge_never_deletes_what_the_compact_does_not_cover() {
-        // The compact up to 19, with deltas up to 27 and a retain of 1:
-        // deltas after 19 stay, and so do the ones the compact lacks.
-        let mut all = names(27, 10);
-        all.push(ManifestName::Compact(29));
-        let mut c = compact(19);
-        c.manifests.retain(|m| m.batch_id != 5);
-        let purged = purge_plan(&all, &c, 27, 1);
-        let mut want: Vec<ManifestName> = (0..=19)
-            .filter(|&d| d != 5)
-            .map(ManifestName::Delta)
-            .collect();
-        want.push(ManifestName::Compact(9));
-        want.sort();
-        assert_eq!(purged, want);
-        // A retain window longer than the log deletes only old compacts.
-        assert_eq!(
-            purge_plan(&names(29, 10), &compact(29), 29, 100),
-            [ManifestName::Compact(9), ManifestName::Compact(19)]
-        );
-    }
-
-    #[test]
-    fn a_compact_is_the_previous_entries_then_the_deltas_in_order() {
-        let prev = compact(9).manifests;
-        let c = CompactManifest::build(19, prev.clone(), (10..=19).map(m).collect()).unwrap();
-        assert_eq!(c.manifests.len(), 20);
-        assert!(c.covers(0) && c.covers(19) && !c.covers(20));
-        let err = CompactManifest::build(19, prev.clone(), vec![m(12), m(11), m(19)]);
-        assert!(err.unwrap_err().contains("out of order"));
-        let err = CompactManifest::build(19, prev, vec![m(10)]);
-        assert!(err.unwrap_err().contains("last entry is batch 10"));
-    }
+/// The deltas a purge deletes of `candidates` (see [`purge_candidates`]):
+/// those that the segment they are filed under, as read back, lists. A
+/// segment that was not read back (absent from `segments`) deletes none.
+pub fn purge_plan(
+    candidates: &BTreeMap<u64, Vec<u64>>,
+    segments: &[CompactManifest],
+) -> Vec<ManifestName> {
+    segments
+        .iter()
+        .filter_map(|s| candidates.get(&s.batch_id).map(|ds| (s, ds)))
+        .flat_map(|(s, ds)| ds.iter().filter(|d| s.covers(**d)))
+        .map(|&d| ManifestName::Delta(d))
+        .collect()
 }
+
+#[cfg(test)]
+#[path = "manifest_tests.rs"]
+mod tests;

@@ -5,7 +5,8 @@
 //! <path>/[<col>=<value>/...]part-<batch:020>-<partition:05>[-<seq:04>].<ext>
 //!                                                one file of a task's rows
 //! <path>/_sluice/<batch:020>                     the batch's manifest
-//! <path>/_sluice/<batch:020>.compact             the manifests of batches 0..=batch
+//! <path>/_sluice/<batch:020>.compact             a segment: the manifests of the batches
+//!                                                after the previous one, up to batch
 //! <path>/.../.<name>.<uuid>.tmp                  in-flight writes (skipped by readers)
 //! ```
 //!
@@ -61,6 +62,16 @@ pub fn temp_batch(name: &str) -> Option<u64> {
         return None;
     }
     rest.get(..20)?.parse().ok()
+}
+
+/// The batch of a part file's name (see [`part_name`]); `None` for any
+/// other name.
+pub fn part_batch(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("part-")?;
+    if rest.as_bytes().get(20) != Some(&b'-') {
+        return None;
+    }
+    crate::checkpoint::parse_padded(rest.get(..20)?)
 }
 
 /// A file sink rooted at one directory.
@@ -165,26 +176,50 @@ impl FileSink {
 
     /// After `last`, the stored manifest of its batch: writes the batch's
     /// compacted manifest when it is one that compacts every `interval`
-    /// batches (create-only, adopted when a replay finds it written).
-    /// Lists nothing: it reads the previous compacted manifest and the
-    /// deltas after it by name. Returns whether the batch compacts.
+    /// batches (create-only, adopted when a replay finds it written): the
+    /// segment of the deltas since the previous one, read by name. Returns
+    /// whether the batch compacts.
     pub async fn write_compact(&self, last: &SinkManifest, interval: u64) -> Result<bool> {
         log::write_compact(&self.storage, last, interval).await
     }
 
-    /// Every committed batch's manifest, in batch order: the latest
-    /// compacted manifest's entries, then the deltas after it (every delta
-    /// of a sink without one). Lists `_sluice/` once, and again if a purge
-    /// deleted a file it listed.
+    /// Every committed batch's manifest, in batch order: every segment's
+    /// entries, then the deltas after the latest (every delta of a sink
+    /// without one). Lists `_sluice/` once, and again if a purge deleted a
+    /// file it listed.
     pub async fn manifests(&self) -> Result<Vec<SinkManifest>> {
-        log::read(&self.storage, None).await
+        log::read(&self.storage).await
     }
 
-    /// After batch `committed`: deletes the manifests readers no longer
-    /// need, older compacted manifests and the deltas the latest one lists,
-    /// except those of the last `retain` batches. Returns how many.
+    /// After batch `committed`: deletes the deltas readers no longer need,
+    /// those a segment lists, except those of the last `retain` batches.
+    /// Returns how many.
     pub async fn purge_manifests(&self, committed: u64, retain: u64) -> Result<usize> {
         log::purge(&self.storage, committed, retain).await
+    }
+
+    /// For a query that stopped before it committed `batch`: claims the
+    /// batch's manifest, create-only, as abandoned (see
+    /// [`SinkManifest::abandon`]) and removes the batch's part files. A
+    /// real manifest already there (the batch's commit wrote it first)
+    /// keeps the batch, files and all. Returns how many files were removed.
+    pub async fn abandon(&self, batch: u64, epoch: u64) -> Result<usize> {
+        let stored = log::write_delta(&self.storage, &SinkManifest::abandon(batch, epoch)).await?;
+        if !stored.abandoned {
+            return Ok(0);
+        }
+        let doomed: Vec<Path> = self
+            .storage
+            .list_recursive(&Path::from(""))
+            .await?
+            .into_iter()
+            .map(|meta| meta.location)
+            .filter(|p| p.filename().and_then(part_batch) == Some(batch))
+            .collect();
+        for p in &doomed {
+            self.storage.delete(p).await?;
+        }
+        Ok(doomed.len())
     }
 
     /// A sink manifest for `batch` listing `files`, with `version` set.
@@ -235,6 +270,14 @@ mod tests {
         }
         assert_eq!(temp_batch(names[1]), Some(4));
         assert_eq!(temp_batch(names[3]), None);
+        assert_eq!(part_batch(names[4]), Some(3));
+        assert_eq!(
+            part_batch("part-00000000000000000003-0001-x.jsonl"),
+            Some(3)
+        );
+        for other in [names[0], "part-0000000000000000003-00001.jsonl", "part-x"] {
+            assert_eq!(part_batch(other), None, "{other}");
+        }
         assert_eq!(sink.purge_temp(Some(4)).await.unwrap(), 2);
         assert_eq!(sink.purge_temp(None).await.unwrap(), 1);
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
@@ -243,6 +286,45 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, [".keep-me", "part-00000000000000000003-00001.jsonl"]);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_batch_loses_its_part_files_unless_its_manifest_won() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = FileSink::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
+        let committed = sink.write_part(3, 0, 1, b"{}\n".to_vec()).await.unwrap();
+        sink.write_manifest(&FileSink::manifest(3, 1, vec![committed]))
+            .await
+            .unwrap();
+        sink.write_part(4, 0, 1, b"{}\n".to_vec()).await.unwrap();
+        std::fs::create_dir(dir.path().join("day=1")).unwrap();
+        std::fs::write(
+            dir.path()
+                .join("day=1/part-00000000000000000004-00001.jsonl"),
+            "x",
+        )
+        .unwrap();
+        // Batch 3's manifest was written first: the claim loses.
+        assert_eq!(sink.abandon(3, 2).await.unwrap(), 0);
+        assert_eq!(sink.abandon(4, 2).await.unwrap(), 2);
+        assert!(
+            !dir.path()
+                .join("day=1/part-00000000000000000004-00001.jsonl")
+                .exists()
+        );
+        assert!(
+            dir.path()
+                .join("part-00000000000000000003-00000.jsonl")
+                .exists()
+        );
+        // Readers skip the abandoned batch; a late manifest of it loses.
+        let read = sink.manifests().await.unwrap();
+        assert_eq!(read.iter().map(|m| m.batch_id).collect::<Vec<_>>(), [3]);
+        let late = sink
+            .write_manifest(&FileSink::manifest(4, 1, Vec::new()))
+            .await
+            .unwrap();
+        assert!(late.abandoned);
     }
 
     #[tokio::test]

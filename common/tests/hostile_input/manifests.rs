@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use sluice_common::checkpoint::{encode, padded, parse_padded};
-use sluice_common::sink::manifest::{purge_plan, read_plan};
+use sluice_common::sink::manifest::{merge, purge_candidates, purge_plan, read_plan};
 use sluice_common::sink::{
     CompactManifest, ManifestName, SinkFile, SinkManifest, decode_compact, decode_delta,
 };
@@ -36,7 +36,7 @@ fn manifest(batch: u64) -> SinkManifest {
 /// `write_compact` does.
 fn seeds() -> Vec<(ManifestName, Vec<u8>)> {
     let delta = encode(&manifest(BATCH)).unwrap().to_vec();
-    let compact = CompactManifest::build(BATCH, Vec::new(), (0..=BATCH).map(manifest).collect());
+    let compact = CompactManifest::build(BATCH, (10..=BATCH).map(manifest).collect());
     let compact = serde_json::to_vec(&compact.unwrap()).unwrap();
     vec![
         (ManifestName::Delta(BATCH), delta),
@@ -60,10 +60,10 @@ fn decoded(name: ManifestName, bytes: &[u8]) -> Result<(), TestCaseError> {
                 .map(|m| ManifestName::Delta(m.batch_id))
                 .chain([name])
                 .collect();
-            let plan = read_plan(&names, None);
-            assert_eq!(plan.compact, Some(b));
-            purge_plan(&names, &c, b, 3);
-            c.manifests
+            let plan = read_plan(&names);
+            assert_eq!(plan.compacts, [b]);
+            purge_plan(&purge_candidates(&names, b, 3), std::slice::from_ref(&c));
+            merge(vec![c], Vec::new()).expect("one segment merges")
         }),
     };
     match outcome {
@@ -174,7 +174,7 @@ fn near_miss_names_are_not_parsed() {
 fn a_manifest_of_another_batch_or_out_of_order_is_refused() {
     let err = decode_delta(&seeds()[0].1, "/sink/_sluice/x", 3).unwrap_err();
     assert!(err.to_string().contains("records batch 19"), "{err}");
-    let mut c = CompactManifest::build(2, Vec::new(), (0..=2).map(manifest).collect()).unwrap();
+    let mut c = CompactManifest::build(2, (0..=2).map(manifest).collect()).unwrap();
     c.manifests.swap(0, 1);
     let err = decode_compact(&serde_json::to_vec(&c).unwrap(), "/sink/_sluice/y", 2).unwrap_err();
     assert!(

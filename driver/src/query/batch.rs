@@ -117,6 +117,13 @@ pub async fn execute(
     let stored = ctx
         .storage("write sink manifest", || sink.write_manifest(&manifest))
         .await?;
+    if stored.abandoned {
+        // Invariant: only a stopped query abandons a batch, and a stopped
+        // query never runs again.
+        return Err(DriverError::Internal(format!(
+            "batch {batch} was abandoned when its query stopped; it cannot commit"
+        )));
+    }
     // Before `commits/N` too: a replay of N rebuilds the same compacted
     // manifest from the same files and adopts it.
     let interval = ctx.driver.config.compact_interval;

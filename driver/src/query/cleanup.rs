@@ -9,12 +9,15 @@
 //! - when the query finishes or is stopped, all of them.
 //!
 //! The files of a batch that is not committed are left alone while the
-//! query runs: an attempt may still be writing them.
+//! query runs: an attempt may still be writing them. A stopped query never
+//! runs again, so the batches it planned and never committed are abandoned
+//! when it stops: their part files are removed (see [`abandon_uncommitted`]).
 
 use std::time::{Duration, Instant};
 
+use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::sink::FileSink;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::ctx::Ctx;
 
@@ -60,6 +63,38 @@ pub async fn purge(sink: FileSink, upto: Option<u64>) {
         Ok(0) => {}
         Ok(n) => debug!(removed = n, upto, "temporary sink files removed"),
         Err(e) => warn!(error = %e, upto, "cannot remove temporary sink files; will try again"),
+    }
+}
+
+/// After a query stopped for good: abandons each batch it planned and
+/// never committed (`offsets/N` without `commits/N`), removing its part
+/// files unless the batch's sink manifest was written first (see
+/// [`FileSink::abandon`]). A failure is logged: those files are in no
+/// manifest, so readers never see them.
+pub async fn abandon_uncommitted(sink: FileSink, qc: QueryCheckpoint, epoch: u64) {
+    let abandoned = async {
+        let Some(planned) = qc.latest("offsets").await? else {
+            return Ok(None);
+        };
+        let first = qc.latest("commits").await?.map_or(0, |c| c + 1);
+        let mut removed = 0;
+        for batch in first..=planned {
+            removed += sink.abandon(batch, epoch).await?;
+        }
+        Ok::<_, sluice_common::Error>(Some((first, planned, removed)))
+    };
+    match abandoned.await {
+        Ok(Some((first, last, removed))) if first <= last => {
+            info!(
+                first,
+                last, removed, "uncommitted batches of the stopped query abandoned"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => warn!(
+            error = %e,
+            "cannot abandon the stopped query's uncommitted batches; their part files stay, in no manifest"
+        ),
     }
 }
 

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
+use sluice_common::sink::FileSink;
 use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
@@ -425,8 +426,18 @@ pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEn
         .query(&entry.name)
         .create("stopped", &record)
         .await?;
+    let was_failed = entry.state() == QueryState::Failed;
     entry.transition(QueryState::Stopped, None);
     entry.stop.cancel();
+    // A FAILED query's runner has ended: nothing else abandons its batch.
+    if was_failed
+        && let Some(spec) = &entry.spec
+        && let Ok(sink) = FileSink::open(&driver.config.stores, spec.sink_path())
+    {
+        let qc = driver.checkpoint.query(&entry.name);
+        term.tasks
+            .spawn(cleanup::abandon_uncommitted(sink, qc, term.epoch));
+    }
     info!(query = %entry.name, epoch = term.epoch, "query stopped");
     Ok(entry)
 }

@@ -6,12 +6,11 @@
 //! - state files that no version from the oldest retained batch on needs
 //!   to be rebuilt (see `sluice_common::state::expired`);
 //! - shuffle files of committed batches that a crash left behind;
-//! - after each batch that writes a compacted sink manifest: the older
-//!   compacted manifests, and the per-batch sink manifests it lists that
-//!   are older than the last `retain_batches` (see
-//!   `sluice_common::sink::manifest::purge_plan`). Readers read the latest
-//!   compacted manifest and the deltas after it, and list again when a file
-//!   they listed is gone.
+//! - after each batch that writes a sink manifest segment: the per-batch
+//!   sink manifests that a segment lists and that are older than the last
+//!   `retain_batches` (see `sluice_common::sink::manifest::purge_candidates`).
+//!   Segments are kept; readers read them all and the deltas after the
+//!   latest, and list again when a file they listed is gone.
 
 use sluice_common::checkpoint::PROGRESS_RETAINED;
 use sluice_common::sink::FileSink;

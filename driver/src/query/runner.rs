@@ -50,11 +50,17 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
         _ = stop.cancelled() => Err(DriverError::Cancelled),
         r = drive(driver.clone(), term.clone(), entry.clone()) => r,
     };
-    let ended = matches!(result, Ok(())) || entry.state() == QueryState::Stopped;
+    let stopped = entry.state() == QueryState::Stopped;
+    let ended = matches!(result, Ok(())) || stopped;
     if let Some(path) = sink_path.filter(|_| ended)
         && let Ok(sink) = FileSink::open(&stores, &path)
     {
-        // Nothing of this query runs any more: no temporary file is in use.
+        // Nothing of this query runs any more: no temporary file is in
+        // use, and a stopped query never re-runs what it did not commit.
+        if stopped {
+            let qc = driver.checkpoint.query(&entry.name);
+            cleanup::abandon_uncommitted(sink.clone(), qc, term.epoch).await;
+        }
         cleanup::purge(sink, None).await;
     }
     match result {

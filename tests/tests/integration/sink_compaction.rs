@@ -1,8 +1,8 @@
-//! A sink's manifest log stays bounded: after 520 batches at trigger 0,
-//! `_sluice/` holds the latest compacted manifest and the per-batch
-//! manifests of the last `retain_batches` (100) batches, at most
-//! retain + compact interval files, and the sink still reads exactly-once
-//! through the compacted manifest.
+//! A sink's manifest log grows linearly: after 520 batches at trigger 0,
+//! `_sluice/` holds one segment per 10 batches, each listing only its own
+//! 10 batches, and the per-batch manifests of the last `retain_batches`
+//! (100) batches, and the sink still reads exactly-once through the
+//! segments.
 
 use std::time::{Duration, Instant};
 
@@ -44,28 +44,53 @@ async fn the_manifest_log_is_compacted_and_purged() {
 
     // The purge after the last batch runs in the background.
     let deadline = Instant::now() + Duration::from_secs(20);
+    let is_delta = |f: &&String| !f.ends_with(".compact");
     let mut files = manifest_files(&sink);
-    let settled = |files: &[String]| {
-        files.len() as u64 <= RETAIN + INTERVAL
-            && files.iter().filter(|f| f.ends_with(".compact")).count() == 1
-    };
-    while !settled(&files) && Instant::now() < deadline {
+    while files.iter().filter(is_delta).count() as u64 > RETAIN && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
         files = manifest_files(&sink);
     }
-    assert!(
-        files.len() as u64 <= RETAIN + INTERVAL,
-        "{} files under _sluice/: {files:?}",
-        files.len()
+    let deltas: Vec<&String> = files.iter().filter(is_delta).collect();
+    let want: Vec<String> = (BATCHES - RETAIN..BATCHES)
+        .map(|b| format!("{b:020}"))
+        .collect();
+    assert_eq!(deltas, want.iter().collect::<Vec<_>>(), "the retain window");
+    let segments: Vec<&String> = files.iter().filter(|f| f.ends_with(".compact")).collect();
+    let want: Vec<String> = (0..BATCHES / INTERVAL)
+        .map(|k| format!("{:020}.compact", k * INTERVAL + INTERVAL - 1))
+        .collect();
+    assert_eq!(
+        segments,
+        want.iter().collect::<Vec<_>>(),
+        "one per interval"
     );
-    let compacts: Vec<&String> = files.iter().filter(|f| f.ends_with(".compact")).collect();
-    assert_eq!(compacts, [&format!("{last:020}.compact")], "{files:?}");
-    for b in BATCHES - RETAIN..BATCHES {
-        assert!(
-            files.contains(&format!("{b:020}")),
-            "the manifest of batch {b}, in the retain window, is kept: {files:?}"
-        );
-    }
+    // Each segment lists its own batches only, so the last one is no
+    // larger than the first: manifest bytes written grow linearly.
+    let listed = |name: &str| -> Vec<u64> {
+        let bytes = std::fs::read(sink.join("_sluice").join(name)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["batch_id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(listed(&want[0]), (0..INTERVAL).collect::<Vec<_>>());
+    assert_eq!(
+        listed(&want[want.len() - 1]),
+        (last + 1 - INTERVAL..=last).collect::<Vec<_>>()
+    );
+    let size = |name: &str| {
+        std::fs::metadata(sink.join("_sluice").join(name))
+            .unwrap()
+            .len()
+    };
+    let (first, latest) = (size(&want[0]), size(&want[want.len() - 1]));
+    assert!(
+        latest < first * 2,
+        "the last segment is {latest} bytes, the first {first}"
+    );
 
     let report = assert_exactly_once(&sink, BATCHES * PER_BATCH).await;
     assert_eq!(report.committed_batches, BATCHES, "{report:#?}");
