@@ -5,6 +5,7 @@
 //!   metadata        {"id", "name", "created_ms", "epoch"}     create-only
 //!   spec.json       the spec as submitted                      create-only
 //!   stopped         exists once the user has stopped it        create-only
+//!   failed          why it FAILED, until resubmitted            create-only, removed on resubmit
 //!   offsets/<N>     the plan of batch N                        create-only
 //!   commits/<N>     what batch N committed                     create-only
 //!   progress/<N>    the progress batch N reported              create-only
@@ -18,7 +19,13 @@
 //! `N` and `E` are zero-padded to 20 digits so that a listing's lexical
 //! order is the numeric order. Every record carries a `version` field, and
 //! every decode error names the file.
+//!
+//! Only this module spells these paths ([`layout`]): callers name a file as
+//! a [`Record`] or as a [`Log`] entry, through [`QueryCheckpoint`]'s typed
+//! readers and writers. A query's state (`state/`, `shuffle/`) is laid out
+//! by [`crate::state`], under [`query_location`].
 
+mod layout;
 mod offsets;
 mod progress;
 
@@ -33,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
+pub use layout::{Log, QUERIES_DIR, Record, query_location};
 pub use offsets::{FileRange, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
 pub use progress::{
     PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord, RecentProgress,
@@ -209,7 +217,7 @@ impl Checkpoint {
 
     /// The names of every query with a checkpoint directory.
     pub async fn query_names(&self) -> Result<Vec<String>> {
-        self.storage.list_dirs(&Path::from("queries")).await
+        self.storage.list_dirs(&Path::from(QUERIES_DIR)).await
     }
 
     /// Bytes of the records this process created through this root.
@@ -221,7 +229,7 @@ impl Checkpoint {
         QueryCheckpoint {
             written: self.written.clone(),
             storage: self.storage.clone(),
-            dir: Path::from_iter(["queries", name]),
+            dir: Path::from_iter([QUERIES_DIR, name]),
         }
     }
 }
@@ -245,12 +253,22 @@ impl QueryCheckpoint {
         self.dir.filename().unwrap_or_default()
     }
 
-    /// Human-readable location of a file of this query, for errors.
-    pub fn describe(&self, rel: &str) -> String {
-        self.storage.describe(&self.path(rel))
+    /// Human-readable location of the query's directory, for errors.
+    pub fn describe_dir(&self) -> String {
+        self.storage.describe(&self.dir)
     }
 
-    pub async fn read<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>> {
+    /// Human-readable location of `record`, for errors.
+    pub fn describe(&self, record: Record) -> String {
+        self.storage.describe(&self.path(record.rel()))
+    }
+
+    /// Human-readable location of batch `batch`'s entry in `log`.
+    pub fn describe_entry(&self, log: Log, batch: u64) -> String {
+        self.storage.describe(&self.path(&log.entry(batch)))
+    }
+
+    async fn read_rel<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>> {
         let path = self.path(rel);
         match self.storage.get(&path).await? {
             None => Ok(None),
@@ -260,7 +278,7 @@ impl QueryCheckpoint {
 
     /// Creates `rel` with `value`, or adopts the record already there.
     /// Returns the record that is now on storage and whether this call wrote it.
-    pub async fn create<T>(&self, rel: &str, value: &T) -> Result<(T, bool)>
+    async fn create_rel<T>(&self, rel: &str, value: &T) -> Result<(T, bool)>
     where
         T: Serialize + DeserializeOwned + Clone,
     {
@@ -276,32 +294,78 @@ impl QueryCheckpoint {
         }
     }
 
-    pub async fn exists(&self, rel: &str) -> Result<bool> {
-        self.storage.exists(&self.path(rel)).await
+    /// `record`, decoded, or `None` when it does not exist.
+    pub async fn read<T: DeserializeOwned>(&self, record: Record) -> Result<Option<T>> {
+        self.read_rel(record.rel()).await
+    }
+
+    /// `record`, decoded; one that does not exist is damage, named.
+    pub async fn require<T: DeserializeOwned>(&self, record: Record) -> Result<T> {
+        self.read(record).await?.ok_or_else(|| Error::Corrupt {
+            path: self.describe(record),
+            reason: "missing".into(),
+        })
+    }
+
+    /// Creates `record` with `value`, or adopts the one already there.
+    /// Returns the record that is now on storage and whether this call
+    /// wrote it.
+    pub async fn create<T>(&self, record: Record, value: &T) -> Result<(T, bool)>
+    where
+        T: Serialize + DeserializeOwned + Clone,
+    {
+        self.create_rel(record.rel(), value).await
+    }
+
+    pub async fn exists(&self, record: Record) -> Result<bool> {
+        self.storage.exists(&self.path(record.rel())).await
+    }
+
+    /// Batch `batch`'s entry in `log`, decoded, or `None`.
+    pub async fn entry<T: DeserializeOwned>(&self, log: Log, batch: u64) -> Result<Option<T>> {
+        self.read_rel(&log.entry(batch)).await
+    }
+
+    /// Batch `batch`'s entry in `log`, decoded; one that does not exist is
+    /// damage, named.
+    pub async fn require_entry<T: DeserializeOwned>(&self, log: Log, batch: u64) -> Result<T> {
+        self.entry(log, batch).await?.ok_or_else(|| Error::Corrupt {
+            path: self.describe_entry(log, batch),
+            reason: "missing".into(),
+        })
+    }
+
+    /// Creates batch `batch`'s entry in `log`, or adopts the one already
+    /// there; as [`QueryCheckpoint::create`].
+    pub async fn create_entry<T>(&self, log: Log, batch: u64, value: &T) -> Result<(T, bool)>
+    where
+        T: Serialize + DeserializeOwned + Clone,
+    {
+        self.create_rel(&log.entry(batch), value).await
     }
 
     /// The failure marker: `Some` while the query is FAILED.
     pub async fn failure(&self) -> Result<Option<FailRecord>> {
-        self.read("failed").await
+        self.read(Record::Failed).await
     }
 
     /// Writes the failure marker, create-only (a marker already there is
     /// kept).
     pub async fn record_failure(&self, record: &FailRecord) -> Result<()> {
-        self.create("failed", record).await.map(|_| ())
+        self.create(Record::Failed, record).await.map(|_| ())
     }
 
     /// Removes the failure marker of a resubmitted query.
     pub async fn clear_failure(&self) -> Result<()> {
-        self.storage.delete(&self.path("failed")).await
+        self.storage.delete(&self.path(Record::Failed.rel())).await
     }
 
     pub async fn metadata(&self) -> Result<Option<QueryMetadata>> {
-        self.read("metadata").await
+        self.read(Record::Metadata).await
     }
 
     pub async fn spec(&self) -> Result<Option<QuerySpec>> {
-        let path = self.path("spec.json");
+        let path = self.path(Record::Spec.rel());
         match self.storage.get(&path).await? {
             None => Ok(None),
             Some(b) => decode_spec(&b, &self.storage.describe(&path)).map(Some),
@@ -309,22 +373,34 @@ impl QueryCheckpoint {
     }
 
     pub async fn offsets(&self, batch: u64) -> Result<Option<OffsetRecord>> {
-        self.read(&format!("offsets/{}", padded(batch))).await
+        self.entry(Log::Offsets, batch).await
+    }
+
+    /// Writes `offsets/N` for `record`'s batch, or adopts the plan there.
+    pub async fn write_offsets(&self, record: &OffsetRecord) -> Result<(OffsetRecord, bool)> {
+        self.create_entry(Log::Offsets, record.batch_id, record)
+            .await
     }
 
     pub async fn commit(&self, batch: u64) -> Result<Option<CommitRecord>> {
-        self.read(&format!("commits/{}", padded(batch))).await
+        self.entry(Log::Commits, batch).await
     }
 
-    /// The highest batch id under `offsets`, `commits` or `progress`. A name that is not
-    /// a batch id is damage, reported by file name.
-    pub async fn latest(&self, log: &str) -> Result<Option<u64>> {
+    /// Writes `commits/N` for `record`'s batch, or adopts the one there.
+    pub async fn write_commit(&self, record: &CommitRecord) -> Result<(CommitRecord, bool)> {
+        self.create_entry(Log::Commits, record.batch_id, record)
+            .await
+    }
+
+    /// The highest batch id in `log`. A name that is not a batch id is
+    /// damage, reported by file name.
+    pub async fn latest(&self, log: Log) -> Result<Option<u64>> {
         Ok(self.batches(log).await?.last().copied())
     }
 
-    /// Every batch id under `offsets`, `commits` or `progress`, ascending.
-    pub async fn batches(&self, log: &str) -> Result<Vec<u64>> {
-        let files = self.storage.list_files(&self.path(log)).await?;
+    /// Every batch id in `log`, ascending.
+    pub async fn batches(&self, log: Log) -> Result<Vec<u64>> {
+        let files = self.storage.list_files(&self.path(log.dir())).await?;
         let mut ids = Vec::with_capacity(files.len());
         for f in files {
             let name = f.location.filename().unwrap_or_default();
@@ -342,21 +418,19 @@ impl QueryCheckpoint {
     /// Only committed batches are ever passed here.
     pub async fn purge_before(&self, keep_from: u64) -> Result<usize> {
         let mut removed = 0;
-        for log in ["commits", "offsets"] {
+        for log in [Log::Commits, Log::Offsets] {
             removed += self.purge_log_before(log, keep_from).await?;
         }
         Ok(removed)
     }
 
-    async fn purge_log_before(&self, log: &str, keep_from: u64) -> Result<usize> {
+    async fn purge_log_before(&self, log: Log, keep_from: u64) -> Result<usize> {
         let mut removed = 0;
         for n in self.batches(log).await? {
             if n >= keep_from {
                 break;
             }
-            self.storage
-                .delete(&self.path(&format!("{log}/{}", padded(n))))
-                .await?;
+            self.storage.delete(&self.path(&log.entry(n))).await?;
             removed += 1;
         }
         Ok(removed)
@@ -414,12 +488,10 @@ mod tests {
                 max_event_time_ms: None,
                 input_rows_total: Some(n),
             };
-            q.create(&format!("commits/{}", padded(n)), &rec)
-                .await
-                .unwrap();
+            q.write_commit(&rec).await.unwrap();
         }
-        assert_eq!(q.batches("commits").await.unwrap(), vec![1, 2, 10]);
-        assert_eq!(q.latest("offsets").await.unwrap(), None);
+        assert_eq!(q.batches(Log::Commits).await.unwrap(), vec![1, 2, 10]);
+        assert_eq!(q.latest(Log::Offsets).await.unwrap(), None);
         std::fs::write(
             dir.path().join("queries/q/commits").join(padded(11)),
             b"{trunc",

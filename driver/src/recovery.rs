@@ -9,6 +9,8 @@
 //!   anything else      damaged: fail this query, naming the files
 //! ```
 
+use sluice_common::checkpoint::Log::{Commits, Offsets};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// No batch was ever planned.
@@ -28,14 +30,20 @@ pub fn decide(latest_offsets: Option<u64>, latest_commit: Option<u64>) -> Recove
         (Some(n), Some(m)) if m + 1 == n => Recovery::Rerun { batch: n },
         (Some(0), None) => Recovery::Rerun { batch: 0 },
         (None, Some(m)) => Recovery::Damaged {
-            reason: format!("commits/{m:020} exists but offsets/ is empty"),
+            reason: format!("{} exists but {} is empty", Commits.entry(m), Offsets),
         },
         (Some(n), None) => Recovery::Damaged {
-            reason: format!("offsets/{n:020} is the latest plan but commits/ is empty"),
+            reason: format!(
+                "{} is the latest plan but {} is empty",
+                Offsets.entry(n),
+                Commits
+            ),
         },
         (Some(n), Some(m)) => Recovery::Damaged {
             reason: format!(
-                "latest plan offsets/{n:020} and latest commit commits/{m:020} are not adjacent"
+                "latest plan {} and latest commit {} are not adjacent",
+                Offsets.entry(n),
+                Commits.entry(m)
             ),
         },
     }

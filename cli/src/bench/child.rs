@@ -1,15 +1,15 @@
 //! Child processes for the benchmarks that kill things (always killed and
-//! reaped on drop), and polling of a query's `commits/` directory.
+//! reaped on drop), and polling of a query's commits through its checkpoint.
 
 use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use sluice_common::storage::{Path as StoragePath, Storage};
+use sluice_common::checkpoint::{CommitRecord, Log, QueryCheckpoint};
 
 pub const POLL: Duration = Duration::from_millis(5);
 const COMMIT_LIMIT: Duration = Duration::from_secs(60);
@@ -132,64 +132,16 @@ impl Drop for ChildProcess {
     }
 }
 
-/// The highest batch id among checkpoint log file names (20-digit numbers;
-/// anything else, such as a temporary `.name`, is ignored).
-pub fn highest_batch<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Option<u64> {
-    names
-        .into_iter()
-        .filter_map(|n| {
-            let n = n.as_ref();
-            let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-            digits.then(|| n.parse::<u64>().ok()).flatten()
-        })
-        .max()
-}
-
-/// The highest committed batch in a `commits/` directory, `None` when empty
-/// or absent.
-pub fn highest_commit(dir: &Path) -> anyhow::Result<Option<u64>> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            let names = entries
-                .filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned());
-            Ok(highest_batch(names))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    }
+/// The highest committed batch of a query, `None` before its first.
+pub async fn highest_commit(qc: &QueryCheckpoint) -> anyhow::Result<Option<u64>> {
+    Ok(qc.latest(Log::Commits).await?)
 }
 
 /// Polls until a commit above `above` appears; returns its batch id.
-pub async fn commit_above(dir: &Path, above: Option<u64>) -> anyhow::Result<u64> {
+pub async fn commit_above(qc: &QueryCheckpoint, above: Option<u64>) -> anyhow::Result<u64> {
     let deadline = Instant::now() + COMMIT_LIMIT;
     loop {
-        if let Some(b) = highest_commit(dir)?.filter(|&b| above.is_none_or(|a| b > a)) {
-            return Ok(b);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "no commit above {above:?} in {} within {COMMIT_LIMIT:?}",
-            dir.display()
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// [`highest_commit`] of a commit log opened through storage (any
-/// backend; one LIST).
-pub async fn highest_commit_at(log: &Storage) -> anyhow::Result<Option<u64>> {
-    let files = log.list_files(&StoragePath::from("")).await?;
-    Ok(highest_batch(
-        files.iter().filter_map(|m| m.location.filename()),
-    ))
-}
-
-/// [`commit_above`] of a commit log opened through storage.
-pub async fn commit_above_at(log: &Storage, above: Option<u64>) -> anyhow::Result<u64> {
-    let deadline = Instant::now() + COMMIT_LIMIT;
-    loop {
-        if let Some(b) = highest_commit_at(log)
+        if let Some(b) = highest_commit(qc)
             .await?
             .filter(|&b| above.is_none_or(|a| b > a))
         {
@@ -198,38 +150,13 @@ pub async fn commit_above_at(log: &Storage, above: Option<u64>) -> anyhow::Resul
         anyhow::ensure!(
             Instant::now() < deadline,
             "no commit above {above:?} in {} within {COMMIT_LIMIT:?}",
-            log.describe(&StoragePath::from(""))
+            qc.describe_dir()
         );
         tokio::time::sleep(POLL).await;
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn highest_batch_ignores_other_names() {
-        assert_eq!(highest_batch(Vec::<String>::new()), None);
-        let names = [
-            "00000000000000000003",
-            "00000000000000000012",
-            ".00000000000000000013.abc.tmp",
-            "",
-            "x",
-        ];
-        assert_eq!(highest_batch(names), Some(12));
-    }
-
-    #[test]
-    fn highest_commit_of_a_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let commits = dir.path().join("commits");
-        assert_eq!(highest_commit(&commits).unwrap(), None);
-        std::fs::create_dir(&commits).unwrap();
-        for n in [0u64, 1, 7] {
-            std::fs::write(commits.join(format!("{n:020}")), b"{}").unwrap();
-        }
-        assert_eq!(highest_commit(&commits).unwrap(), Some(7));
-    }
+/// Commit `batch` of a query, which must exist.
+pub async fn commit(qc: &QueryCheckpoint, batch: u64) -> anyhow::Result<CommitRecord> {
+    Ok(qc.require_entry(Log::Commits, batch).await?)
 }

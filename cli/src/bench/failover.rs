@@ -11,17 +11,19 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use sluice_common::checkpoint::{Checkpoint, QueryCheckpoint};
+use sluice_common::storage::Stores;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, cores, workdir};
-use super::child::{ChildProcess, POLL, commit_above};
+use super::child::{ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::secure::BenchTls;
 use crate::client::Client;
 use crate::inproc::{self, free_addr};
@@ -178,7 +180,7 @@ async fn measure(
         sql: None,
         format: "jsonl",
     };
-    let commits = Path::new(&root).join("queries").join(QUERY).join("commits");
+    let commits = Checkpoint::open(&Stores::default(), &root)?.query(QUERY);
     let measured = tokio::select! {
         biased;
         _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
@@ -214,7 +216,7 @@ async fn rounds(
     addrs: &[String],
     tls: Option<&BenchTls>,
     drivers: &mut [Driver],
-    commits: &Path,
+    commits: &QueryCheckpoint,
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let mut client = Client::new(addrs.to_vec())?;
     if let Some(tls) = tls {
@@ -231,10 +233,10 @@ async fn rounds(
     ] {
         for round in 0..n {
             let leader = find_leader(drivers).await?;
-            let epoch = latest_epoch(commits)?;
+            let epoch = latest_epoch(commits).await?;
             let t0 = Instant::now();
             drivers[leader].process.signal(signal)?;
-            wait_for(|| async { latest_epoch(commits).is_ok_and(|e| e > epoch) }).await?;
+            wait_for(|| async { latest_epoch(commits).await.is_ok_and(|e| e > epoch) }).await?;
             let ms = t0.elapsed().as_secs_f64() * 1000.0;
             tracing::info!(round, ?signal, ms, "failover");
             out.push(ms);
@@ -244,7 +246,7 @@ async fn rounds(
             let http = d.http;
             wait_for(|| async move { http_status(http, "/healthz").await == Some(200) }).await?;
             // Let the cluster settle before the next round.
-            let now = super::child::highest_commit(commits)?;
+            let now = highest_commit(commits).await?;
             commit_above(commits, now).await?;
         }
     }
@@ -268,12 +270,10 @@ async fn find_leader(drivers: &[Driver]) -> anyhow::Result<usize> {
     }
 }
 
-/// The epoch of the highest commit in `commits/`.
-fn latest_epoch(commits: &Path) -> anyhow::Result<u64> {
-    let n = super::child::highest_commit(commits)?.context("no commit yet")?;
-    let text = std::fs::read(commits.join(format!("{n:020}")))?;
-    let v: Value = serde_json::from_slice(&text)?;
-    v["epoch"].as_u64().context("commit without an epoch")
+/// The epoch of the query's highest commit.
+async fn latest_epoch(qc: &QueryCheckpoint) -> anyhow::Result<u64> {
+    let n = highest_commit(qc).await?.context("no commit yet")?;
+    Ok(commit(qc, n).await?.epoch)
 }
 
 async fn wait_for<F, Fut>(mut probe: F) -> anyhow::Result<()>

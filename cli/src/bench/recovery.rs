@@ -11,7 +11,7 @@ use sluice_common::storage::AllowedPaths;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, cores};
-use super::child::{ChildProcess, POLL, commit_above_at, highest_commit_at};
+use super::child::{ChildProcess, POLL, commit_above, highest_commit};
 use super::storage::BenchStorage;
 use crate::client::Client;
 use crate::inproc::{self, InProcess};
@@ -52,25 +52,25 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         sql: None,
         format: "jsonl",
     };
-    let commits = storage.stores.open(&storage.commits(QUERY))?;
+    let commits = storage.checkpoint(QUERY)?;
     let rounds = cluster
         .supervise(async {
             let mut client = Client::new(vec![addr.clone()])?;
             queries::submit(&mut client, &q.spec_text()).await?;
-            commit_above_at(&commits, Some(1)).await?;
+            commit_above(&commits, Some(1)).await?;
             let mut rounds = Vec::new();
             for i in 0..args.iterations {
                 let t0 = Instant::now();
                 driver.kill()?;
                 // Read after the kill: nothing the old driver did can count.
-                let before = highest_commit_at(&commits).await?;
+                let before = highest_commit(&commits).await?;
                 driver.start()?;
-                let after = commit_above_at(&commits, before).await?;
+                let after = commit_above(&commits, before).await?;
                 let ms = t0.elapsed().as_secs_f64() * 1000.0;
                 tracing::info!(round = i, ms, ?before, after, "recovered");
                 rounds.push(json!({ "ms": round3(ms), "before": before, "after": after }));
                 // Let the restarted driver settle before the next kill.
-                commit_above_at(&commits, Some(after)).await?;
+                commit_above(&commits, Some(after)).await?;
             }
             client
                 .call(|mut rpc| async move {

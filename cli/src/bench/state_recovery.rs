@@ -20,18 +20,18 @@
 //! row of every key to hold its exact count of the 2 × K values.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use sluice_common::checkpoint::CommitRecord;
+use sluice_common::checkpoint::{Checkpoint, QueryCheckpoint};
 use sluice_common::spec::{DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS};
+use sluice_common::storage::Stores;
 use sluice_proto::{BatchProgress, QueryState};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, workdir};
-use super::child::{ChildProcess, POLL, commit_above, highest_commit};
+use super::child::{ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
 use crate::client::Client;
 use crate::queries::{self, RateQuery};
@@ -91,7 +91,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         format: "jsonl",
     };
     let spec = q.spec_text_with(json!({ "output_mode": "update" }));
-    let commits = Path::new(&root).join("queries").join(QUERY).join("commits");
+    let commits = Checkpoint::open(&Stores::default(), &root)?.query(QUERY);
     let measured = tokio::select! {
         biased;
         _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
@@ -162,7 +162,7 @@ async fn measure(
     addr: &str,
     spec: &str,
     (keys, total): (u64, u64),
-    commits: &Path,
+    commits: &QueryCheckpoint,
     driver: &mut ChildProcess,
     executor: &mut ChildProcess,
 ) -> anyhow::Result<Measured> {
@@ -173,9 +173,11 @@ async fn measure(
     driver.kill()?;
     executor.kill()?;
     // Read after the kill: nothing the old processes did can count.
-    let before = highest_commit(commits)?.context("no commit before the kill")?;
+    let before = highest_commit(commits)
+        .await?
+        .context("no commit before the kill")?;
     anyhow::ensure!(
-        committed_end(commits, before)? < total,
+        commit(commits, before).await?.end_value < total,
         "the query finished before the kill: too few rows to measure a reload"
     );
     let t0 = Instant::now();
@@ -207,22 +209,13 @@ async fn measure(
 }
 
 /// Waits for a commit whose batches cover the values `0..rows`; returns it.
-async fn commit_reaching(commits: &Path, rows: u64) -> anyhow::Result<u64> {
+async fn commit_reaching(commits: &QueryCheckpoint, rows: u64) -> anyhow::Result<u64> {
     let mut seen = None;
     loop {
         let b = commit_above(commits, seen).await?;
-        if committed_end(commits, b)? >= rows {
+        if commit(commits, b).await?.end_value >= rows {
             return Ok(b);
         }
         seen = Some(b);
     }
-}
-
-/// The end of the source values that commit `batch` covers.
-fn committed_end(commits: &Path, batch: u64) -> anyhow::Result<u64> {
-    let path = commits.join(format!("{batch:020}"));
-    let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let commit: CommitRecord = serde_json::from_slice(&text)
-        .with_context(|| format!("cannot parse {}", path.display()))?;
-    Ok(commit.end_value)
 }

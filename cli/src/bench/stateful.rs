@@ -20,12 +20,10 @@
 //! watermark passed in full (see `state_check.rs`). `state-recovery` is
 //! in `state_recovery.rs`.
 
-use std::path::Path;
-
-use anyhow::Context;
 use serde_json::{Value, json};
-use sluice_common::checkpoint::RateSourceMeta;
+use sluice_common::checkpoint::{Checkpoint, RateSourceMeta, Record};
 use sluice_common::spec::DEFAULT_STATE_PARTITIONS;
+use sluice_common::storage::Stores;
 use sluice_proto::Durations;
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +115,7 @@ pub async fn windowed(
     let (c, client) = cluster::start(&root, shutdown).await?;
     let run = cluster::run_query(c, client, &q.name, &spec).await?;
     let windows = Windows {
-        start_ms: rate_start_ms(&root, &q.name)?,
+        start_ms: rate_start_ms(&root, &q.name).await?,
         rows_per_second,
         rows: args.rows,
         keys,
@@ -206,11 +204,9 @@ fn extend(figures: &mut Value, more: Value) {
 }
 
 /// The rate source's start time, from the checkpoint of `query` under `root`.
-pub fn rate_start_ms(root: &str, query: &str) -> anyhow::Result<i64> {
-    let path = Path::new(root).join(format!("queries/{query}/sources/rate"));
-    let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let meta: RateSourceMeta = serde_json::from_slice(&text)
-        .with_context(|| format!("cannot parse {}", path.display()))?;
+pub async fn rate_start_ms(root: &str, query: &str) -> anyhow::Result<i64> {
+    let qc = Checkpoint::open(&Stores::default(), root)?.query(query);
+    let meta: RateSourceMeta = qc.require(Record::RateStart).await?;
     Ok(meta.start_ms)
 }
 

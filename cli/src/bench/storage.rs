@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sluice_common::checkpoint::{Checkpoint, QueryCheckpoint};
 use sluice_common::storage::{StoreOptions, Stores};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -93,9 +94,9 @@ impl BenchStorage {
         }
     }
 
-    /// The location of `query`'s commit log.
-    pub fn commits(&self, query: &str) -> String {
-        format!("{}/queries/{query}/commits", self.root)
+    /// `query`'s checkpoint, read through the benchmark's stores.
+    pub fn checkpoint(&self, query: &str) -> anyhow::Result<QueryCheckpoint> {
+        Ok(Checkpoint::open(&self.stores, &self.root)?.query(query))
     }
 }
 

@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
-use super::{QueryCheckpoint, padded};
+use super::{Log, QueryCheckpoint};
 use crate::error::{Error, Result};
 
 /// Progress records a query keeps: in memory on the leader and on storage.
@@ -188,7 +188,7 @@ impl QueryCheckpoint {
     /// Stores batch `record.batch_id`'s progress; a record already there
     /// (the same batch, reported by a driver before this one) stays.
     pub async fn write_progress(&self, record: &ProgressRecord) -> Result<()> {
-        self.create(&format!("progress/{}", padded(record.batch_id)), record)
+        self.create_entry(Log::Progress, record.batch_id, record)
             .await
             .map(|_| ())
     }
@@ -198,15 +198,14 @@ impl QueryCheckpoint {
     /// storage error fails the call.
     pub async fn recent_progress(&self, limit: usize) -> Result<RecentProgress> {
         use futures::StreamExt;
-        let ids = self.batches("progress").await?;
+        let ids = self.batches(Log::Progress).await?;
         let from = ids.len().saturating_sub(limit);
         let reads = ids.into_iter().skip(from).map(|n| {
             let qc = self.clone();
             async move {
-                let rel = format!("progress/{}", padded(n));
-                let record = qc.read::<ProgressRecord>(&rel).await?;
+                let record = qc.entry::<ProgressRecord>(Log::Progress, n).await?;
                 match record {
-                    Some(r) => qc.check_progress_identity(&rel, n, r).map(Some),
+                    Some(r) => qc.check_progress_identity(n, r).map(Some),
                     None => Ok(None),
                 }
             }
@@ -226,20 +225,15 @@ impl QueryCheckpoint {
         Ok(recent)
     }
 
-    /// A progress record read from `progress/N` (`rel`), if it is that
-    /// query's record of batch N: one copied from another batch or query
-    /// is damage, left out of the history.
-    fn check_progress_identity(
-        &self,
-        rel: &str,
-        n: u64,
-        record: ProgressRecord,
-    ) -> Result<ProgressRecord> {
+    /// A progress record read from `progress/N`, if it is that query's
+    /// record of batch N: one copied from another batch or query is
+    /// damage, left out of the history.
+    fn check_progress_identity(&self, n: u64, record: ProgressRecord) -> Result<ProgressRecord> {
         let name = self.name();
         let elsewhere = record.query.as_deref().is_some_and(|q| q != name);
         if record.batch_id != n || elsewhere {
             return Err(Error::Corrupt {
-                path: self.describe(rel),
+                path: self.describe_entry(Log::Progress, n),
                 reason: format!(
                     "holds the progress of query {:?}, batch {}, not of query {name:?}, batch {n}",
                     record.query.as_deref().unwrap_or(name),
@@ -252,7 +246,7 @@ impl QueryCheckpoint {
 
     /// Deletes `progress/N` for every N below `keep_from`.
     pub async fn purge_progress_before(&self, keep_from: u64) -> Result<usize> {
-        self.purge_log_before("progress", keep_from).await
+        self.purge_log_before(Log::Progress, keep_from).await
     }
 }
 
@@ -359,10 +353,10 @@ mod tests {
         assert!(damaged.contains(&padded(4)), "{damaged}");
 
         assert_eq!(q.purge_progress_before(3).await.unwrap(), 3);
-        assert_eq!(q.batches("progress").await.unwrap(), [3, 4, 5]);
+        assert_eq!(q.batches(Log::Progress).await.unwrap(), [3, 4, 5]);
         // The other logs are not touched by it, nor it by theirs.
         assert_eq!(q.purge_before(10).await.unwrap(), 0);
-        assert_eq!(q.batches("progress").await.unwrap(), [3, 4, 5]);
+        assert_eq!(q.batches(Log::Progress).await.unwrap(), [3, 4, 5]);
 
         // A valid record copied to another batch's place, or from another
         // query, is damage too.

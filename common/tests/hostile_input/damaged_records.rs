@@ -7,7 +7,7 @@ use std::fmt::Debug;
 
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    Checkpoint, CommitRecord, OffsetRecord, SchemaRecord, decode, padded, parse_padded,
+    Checkpoint, CommitRecord, Log, OffsetRecord, SchemaRecord, decode, padded, parse_padded,
 };
 use sluice_common::epochs::EpochClaim;
 use sluice_common::storage::Stores;
@@ -94,7 +94,7 @@ async fn readers_refuse_damage_by_file_name() {
     );
     // A name that `u64::from_str` reads as batch 1 is not batch 1's file.
     std::fs::write(offsets.join("+0000000000000000001"), plan).unwrap();
-    let err = q.batches("offsets").await.unwrap_err().to_string();
+    let err = q.batches(Log::Offsets).await.unwrap_err().to_string();
     assert!(err.contains("+0000000000000000001"), "{err}");
     assert!(parse_padded("+0000000000000000001").is_none());
 }

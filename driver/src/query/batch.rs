@@ -11,9 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{
-    CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION, padded,
-};
+use sluice_common::checkpoint::{CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION};
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
@@ -146,9 +144,8 @@ pub async fn execute(
         max_event_time_ms: clock.max_event.max(seen),
         input_rows_total: Some(rows_so_far),
     };
-    let rel = format!("commits/{}", padded(batch));
     let (_, ours) = ctx
-        .storage("write commit", || ctx.qc.create(&rel, &record))
+        .storage("write commit", || ctx.qc.write_commit(&record))
         .await?;
     if !ours {
         warn!(batch, "commit already written by another driver; adopting");

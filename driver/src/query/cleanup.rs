@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::QueryCheckpoint;
+use sluice_common::checkpoint::{Log, QueryCheckpoint};
 use sluice_common::sink::FileSink;
 use tracing::{debug, info, warn};
 
@@ -73,10 +73,10 @@ pub async fn purge(sink: FileSink, upto: Option<u64>) {
 /// manifest, so readers never see them.
 pub async fn abandon_uncommitted(sink: FileSink, qc: QueryCheckpoint, epoch: u64) {
     let abandoned = async {
-        let Some(planned) = qc.latest("offsets").await? else {
+        let Some(planned) = qc.latest(Log::Offsets).await? else {
             return Ok(None);
         };
-        let first = qc.latest("commits").await?.map_or(0, |c| c + 1);
+        let first = qc.latest(Log::Commits).await?.map_or(0, |c| c + 1);
         let mut removed = 0;
         for batch in first..=planned {
             removed += sink.abandon(batch, epoch).await?;

@@ -26,7 +26,9 @@ use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{QueryMetadata, RECORD_VERSION, StopRecord, TableSchema};
+use sluice_common::checkpoint::{
+    Log, QueryMetadata, RECORD_VERSION, Record, StopRecord, TableSchema,
+};
 use sluice_common::sink::FileSink;
 use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
@@ -48,8 +50,8 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
         let loaded = async {
             let meta = qc.metadata().await?;
             let spec = qc.spec().await;
-            let stopped = qc.exists("stopped").await?;
-            let planned = qc.latest("offsets").await?.is_some();
+            let stopped = qc.exists(Record::Stopped).await?;
+            let planned = qc.latest(Log::Offsets).await?.is_some();
             let failure = qc.failure().await?;
             Ok::<_, CommonError>((meta, spec, stopped, planned, failure))
         }
@@ -60,7 +62,7 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             // batches only after it: a query that planned a batch and has
             // no metadata is damaged, not an interrupted submit.
             Ok((None, _, _, true, _)) => {
-                let err = format!("missing checkpoint file {}", qc.describe("metadata"));
+                let err = format!("missing checkpoint file {}", qc.describe(Record::Metadata));
                 failed_entry(name.clone(), name, term, err)
             }
             Ok((None, _, _, false, _)) => {
@@ -84,7 +86,7 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             Ok((Some(meta), spec, _, _, _)) => {
                 let err = match spec {
                     Err(e) => e.to_string(),
-                    _ => format!("missing checkpoint file {}", qc.describe("spec.json")),
+                    _ => format!("missing checkpoint file {}", qc.describe(Record::Spec)),
                 };
                 failed_entry(meta.id.to_string(), name, term, err)
             }
@@ -308,7 +310,7 @@ pub async fn submit(
     }
     crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
-    let (stored, _) = qc.create("spec.json", &spec).await?;
+    let (stored, _) = qc.create(Record::Spec, &spec).await?;
     if stored != spec {
         return Err(
             conflict::conflict(&driver.config, &spec, Some(&stored), QueryState::Running).await,
@@ -321,7 +323,7 @@ pub async fn submit(
         created_ms: now_ms(),
         epoch: term.epoch,
     };
-    let (meta, created) = qc.create("metadata", &meta).await?;
+    let (meta, created) = qc.create(Record::Metadata, &meta).await?;
     if !created {
         return Err(DriverError::AlreadyExists(format!(
             "query {:?} already exists",
@@ -424,7 +426,7 @@ pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEn
     driver
         .checkpoint
         .query(&entry.name)
-        .create("stopped", &record)
+        .create(Record::Stopped, &record)
         .await?;
     let was_failed = entry.state() == QueryState::Failed;
     entry.transition(QueryState::Stopped, None);

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{FailRecord, OffsetRecord, RECORD_VERSION, SourceOffsets, padded};
+use sluice_common::checkpoint::{
+    CommitRecord, FailRecord, Log, OffsetRecord, RECORD_VERSION, SourceOffsets,
+};
 use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
@@ -239,10 +241,10 @@ struct Resumed {
 /// Where to start, from the checkpoint (see [`crate::recovery`]).
 async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, DriverError> {
     let offsets = ctx
-        .storage("list offsets", || ctx.qc.latest("offsets"))
+        .storage("list offsets", || ctx.qc.latest(Log::Offsets))
         .await?;
     let commits = ctx
-        .storage("list commits", || ctx.qc.latest("commits"))
+        .storage("list commits", || ctx.qc.latest(Log::Commits))
         .await?;
     match decide(offsets, commits) {
         Recovery::Fresh => Ok(Resumed {
@@ -261,10 +263,9 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
             })
         }
         Recovery::Rerun { batch } => {
-            let o = ctx
-                .storage("read offsets", || ctx.qc.offsets(batch))
+            let o: OffsetRecord = ctx
+                .storage("read offsets", || ctx.qc.require_entry(Log::Offsets, batch))
                 .await?;
-            let o = o.ok_or_else(|| missing(ctx, format!("offsets/{}", padded(batch))))?;
             let (committed, rows) = match batch.checked_sub(1) {
                 Some(prev) => {
                     let (input, rows) = committed_input(ctx, prev).await?;
@@ -277,7 +278,7 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
                 .or_else(|| (o.batch_id != batch).then(|| format!("records batch {}", o.batch_id)))
             {
                 return Err(CommonError::Corrupt {
-                    path: ctx.qc.describe(&format!("offsets/{}", padded(batch))),
+                    path: ctx.qc.describe_entry(Log::Offsets, batch),
                     reason,
                 }
                 .into());
@@ -290,7 +291,7 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
             })
         }
         Recovery::Damaged { reason } => Err(CommonError::Corrupt {
-            path: ctx.qc.describe(""),
+            path: ctx.qc.describe_dir(),
             reason,
         }
         .into()),
@@ -302,23 +303,20 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
 /// reported by name even when its batch committed long ago. With it, the
 /// input rows of batches 0 to `batch`.
 async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), DriverError> {
-    let rel = |log: &str| format!("{log}/{}", padded(batch));
-    let c = ctx
-        .storage("read commit", || ctx.qc.commit(batch))
-        .await?
-        .ok_or_else(|| missing(ctx, rel("commits")))?;
-    let o = ctx
-        .storage("read offsets", || ctx.qc.offsets(batch))
-        .await?
-        .ok_or_else(|| missing(ctx, rel("offsets")))?;
+    let c: CommitRecord = ctx
+        .storage("read commit", || ctx.qc.require_entry(Log::Commits, batch))
+        .await?;
+    let o: OffsetRecord = ctx
+        .storage("read offsets", || ctx.qc.require_entry(Log::Offsets, batch))
+        .await?;
     if o.batch_id != batch || c.batch_id != batch || o.source.end_value() != c.end_value {
         return Err(CommonError::Corrupt {
-            path: ctx.qc.describe(&rel("offsets")),
+            path: ctx.qc.describe_entry(Log::Offsets, batch),
             reason: format!(
-                "plans batch {} ending at {}, but commits/{} records batch {} ending at {}",
+                "plans batch {} ending at {}, but {} records batch {} ending at {}",
                 o.batch_id,
                 o.source.end_value(),
-                padded(batch),
+                Log::Commits.entry(batch),
                 c.batch_id,
                 c.end_value
             ),
@@ -326,14 +324,6 @@ async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), 
         .into());
     }
     Ok((o.source, c.rows_so_far()))
-}
-
-/// A checkpoint file of this query that should exist and does not.
-fn missing(ctx: &Ctx, rel: String) -> CommonError {
-    CommonError::Corrupt {
-        path: ctx.qc.describe(&rel),
-        reason: "missing".into(),
-    }
 }
 
 /// Waits for the trigger and for new input, then writes `offsets/N`.
@@ -401,9 +391,8 @@ async fn plan_next(
         };
         let latest_offset = started.elapsed();
         let t = Instant::now();
-        let rel = format!("offsets/{}", padded(batch_id));
         let (stored, ours) = ctx
-            .storage("write offsets", || ctx.qc.create(&rel, &record))
+            .storage("write offsets", || ctx.qc.write_offsets(&record))
             .await?;
         if !ours {
             warn!(

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
-use sluice_common::checkpoint::OffsetRecord;
+use sluice_common::checkpoint::{OffsetRecord, query_location};
 use sluice_proto as pb;
 
 use super::attempts;
@@ -53,8 +53,7 @@ pub async fn plan(
     if checked.keys.is_none() && dedup.is_none() {
         return Ok(None);
     }
-    let root = ctx.driver.config.checkpoint_root.trim_end_matches('/');
-    let checkpoint = format!("{root}/queries/{}", ctx.entry.name);
+    let checkpoint = query_location(&ctx.driver.config.checkpoint_root, &ctx.entry.name);
     let store = ctx
         .storage("open state store", || async {
             sluice_common::state::StateStore::open(&ctx.driver.config.stores, &checkpoint)

@@ -20,7 +20,7 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    FileLogEntry, OffsetRecord, RECORD_VERSION, SourceFile, SourceOffsets, padded,
+    FileLogEntry, Log, OffsetRecord, RECORD_VERSION, SourceFile, SourceOffsets,
 };
 use sluice_common::spec::{FileSourceSpec, OnBadRecord};
 use sluice_common::storage::Storage;
@@ -34,9 +34,6 @@ use crate::query::ctx::Ctx;
 /// How long to wait before listing the directory again when it has
 /// nothing new.
 const POLL: Duration = Duration::from_millis(250);
-
-/// The log of files taken, under the query's checkpoint.
-const LOG: &str = "sources/files";
 
 pub struct FilesPlanner {
     spec: FileSourceSpec,
@@ -59,23 +56,22 @@ impl FilesPlanner {
             .await?;
         let mut taken = HashSet::new();
         let logged = ctx
-            .storage("list the source log", || ctx.qc.batches(LOG))
+            .storage("list the source log", || ctx.qc.batches(Log::SourceFiles))
             .await?;
         for &n in &logged {
-            let rel = format!("{LOG}/{}", padded(n));
             let entry: Option<FileLogEntry> = ctx
-                .storage("read the source log", || ctx.qc.read(&rel))
+                .storage("read the source log", || ctx.qc.entry(Log::SourceFiles, n))
                 .await?;
-            let entry = entry.ok_or_else(|| missing(ctx, &rel))?;
+            let entry = entry.ok_or_else(|| missing(ctx, Log::SourceFiles, n))?;
             taken.extend(entry.files);
         }
         let after = logged.last().map_or(0, |l| l + 1);
         let planned = ctx
-            .storage("list offsets", || ctx.qc.batches("offsets"))
+            .storage("list offsets", || ctx.qc.batches(Log::Offsets))
             .await?;
         for n in planned.into_iter().filter(|&n| n >= after) {
             let o = ctx.storage("read offsets", || ctx.qc.offsets(n)).await?;
-            let o = o.ok_or_else(|| missing(ctx, &format!("offsets/{}", padded(n))))?;
+            let o = o.ok_or_else(|| missing(ctx, Log::Offsets, n))?;
             if let SourceOffsets::Files { files, .. } = o.source {
                 taken.extend(files.into_iter().map(|f| f.path));
             }
@@ -106,9 +102,9 @@ fn within_bytes(files: impl Iterator<Item = SourceFile>, cap: u64) -> Vec<Source
         .collect()
 }
 
-fn missing(ctx: &Ctx, rel: &str) -> DriverError {
+fn missing(ctx: &Ctx, log: Log, batch: u64) -> DriverError {
     sluice_common::Error::Corrupt {
-        path: ctx.qc.describe(rel),
+        path: ctx.qc.describe_entry(log, batch),
         reason: "missing".into(),
     }
     .into()
@@ -181,14 +177,15 @@ impl SourcePlanner for FilesPlanner {
                 batch_id: batch,
                 files: files.iter().map(|f| f.path.clone()).collect(),
             };
-            let rel = format!("{LOG}/{}", padded(batch));
             let (stored, _) = ctx
-                .storage("write the source log", || ctx.qc.create(&rel, &entry))
+                .storage("write the source log", || {
+                    ctx.qc.create_entry(Log::SourceFiles, batch, &entry)
+                })
                 .await?;
             if stored != entry {
                 return Err(sluice_common::Error::Corrupt {
-                    path: ctx.qc.describe(&rel),
-                    reason: format!("lists other files than offsets/{} plans", padded(batch)),
+                    path: ctx.qc.describe_entry(Log::SourceFiles, batch),
+                    reason: format!("lists other files than {} plans", Log::Offsets.entry(batch)),
                 }
                 .into());
             }

@@ -25,8 +25,8 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    OffsetRecord, PartitionProgress, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, SchemaRecord,
-    SourceOffsets,
+    OffsetRecord, PartitionProgress, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, Record,
+    SchemaRecord, SourceOffsets,
 };
 use sluice_common::spec::SourceSpec;
 use sluice_common::storage::Stores;
@@ -153,7 +153,7 @@ pub async fn create(
                 start_ms: now_ms(),
                 epoch,
             };
-            qc.create("sources/rate", &rate).await?;
+            qc.create(Record::RateStart, &rate).await?;
         }
         SourceSpec::Files(_) => {
             let record = SchemaRecord {
@@ -161,7 +161,7 @@ pub async fn create(
                 schema: schema.as_ref().clone(),
                 epoch,
             };
-            qc.create("sources/schema", &record).await?;
+            qc.create(Record::Schema, &record).await?;
         }
         SourceSpec::Kafka(k) => kafka::create(qc, k, epoch).await?,
     }
@@ -173,13 +173,9 @@ pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
     match &ctx.spec.source {
         SourceSpec::Rate(spec) => Ok(Box::new(rate::RatePlanner::open(ctx, spec.clone()).await?)),
         SourceSpec::Files(spec) => {
-            let record: Option<SchemaRecord> = ctx
-                .storage("read sources/schema", || ctx.qc.read("sources/schema"))
+            let record: SchemaRecord = ctx
+                .storage("read sources/schema", || ctx.qc.require(Record::Schema))
                 .await?;
-            let record = record.ok_or_else(|| sluice_common::Error::Corrupt {
-                path: ctx.qc.describe("sources/schema"),
-                reason: "missing".into(),
-            })?;
             let schema = Arc::new(record.schema);
             Ok(Box::new(
                 files::FilesPlanner::open(ctx, spec.clone(), schema).await?,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::{OffsetRecord, RateSourceMeta, SourceOffsets};
+use sluice_common::checkpoint::{OffsetRecord, RateSourceMeta, Record, SourceOffsets};
 use sluice_common::rate;
 use sluice_common::spec::RateSpec;
 use sluice_common::time::now_ms;
@@ -27,13 +27,9 @@ pub struct RatePlanner {
 
 impl RatePlanner {
     pub async fn open(ctx: &Ctx, spec: RateSpec) -> Result<Self, DriverError> {
-        let meta: Option<RateSourceMeta> = ctx
-            .storage("read sources/rate", || ctx.qc.read("sources/rate"))
+        let meta: RateSourceMeta = ctx
+            .storage("read sources/rate", || ctx.qc.require(Record::RateStart))
             .await?;
-        let meta = meta.ok_or_else(|| sluice_common::Error::Corrupt {
-            path: ctx.qc.describe("sources/rate"),
-            reason: "missing".into(),
-        })?;
         Ok(RatePlanner {
             spec,
             start_ms: meta.start_ms,

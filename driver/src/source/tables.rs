@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_common::checkpoint::{RECORD_VERSION, TableFile, TableSchema, TablesRecord};
+use sluice_common::checkpoint::{RECORD_VERSION, Record, TableFile, TableSchema, TablesRecord};
 use sluice_common::spec::{QuerySpec, TableSpec};
 use sluice_common::storage::{FileMeta, Storage, Stores};
 use sluice_proto as pb;
@@ -21,9 +21,6 @@ use sluice_proto as pb;
 use super::infer;
 use crate::error::DriverError;
 use crate::query::ctx::Ctx;
-
-/// The checkpoint record of the tables.
-pub const RECORD: &str = "sources/tables";
 
 /// The files of a table now.
 async fn list(dir: &Storage, file: Option<&str>) -> Result<Vec<FileMeta>, sluice_common::Error> {
@@ -82,7 +79,7 @@ pub async fn create(
         tables,
         epoch,
     };
-    qc.create(RECORD, &record).await?;
+    qc.create(Record::Tables, &record).await?;
     Ok(())
 }
 
@@ -91,13 +88,9 @@ pub async fn load(ctx: &Ctx) -> Result<Option<TablesRecord>, DriverError> {
     if ctx.spec.tables.is_empty() {
         return Ok(None);
     }
-    let record: Option<TablesRecord> = ctx
-        .storage("read sources/tables", || ctx.qc.read(RECORD))
+    let record: TablesRecord = ctx
+        .storage("read sources/tables", || ctx.qc.require(Record::Tables))
         .await?;
-    let record = record.ok_or_else(|| sluice_common::Error::Corrupt {
-        path: ctx.qc.describe(RECORD),
-        reason: "missing".into(),
-    })?;
     Ok(Some(record))
 }
 

@@ -24,7 +24,7 @@ use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
     KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord, PartitionProgress, QueryCheckpoint,
-    RECORD_VERSION, SourceOffsets,
+    RECORD_VERSION, Record, SourceOffsets,
 };
 use sluice_common::kafka::Kafka;
 use sluice_common::spec::{EARLIEST, KafkaSourceSpec, LATEST, OnBadRecord};
@@ -47,9 +47,6 @@ pub const DEADLINE: Duration = Duration::from_secs(5);
 /// a broker that does not answer within it is reported, not waited for.
 const SUBMIT_DEADLINE: Duration = Duration::from_secs(2);
 
-/// Where the starting offsets are kept, under the query's checkpoint.
-const START: &str = "sources/kafka";
-
 pub struct KafkaPlanner {
     spec: KafkaSourceSpec,
     schema: SchemaRef,
@@ -60,13 +57,9 @@ pub struct KafkaPlanner {
 impl KafkaPlanner {
     pub async fn open(ctx: &Ctx, spec: KafkaSourceSpec) -> Result<Self, DriverError> {
         let schema = spec.schema()?;
-        let record: Option<KafkaStartRecord> = ctx
-            .storage("read sources/kafka", || ctx.qc.read(START))
+        let record: KafkaStartRecord = ctx
+            .storage("read sources/kafka", || ctx.qc.require(Record::KafkaStart))
             .await?;
-        let record = record.ok_or_else(|| sluice_common::Error::Corrupt {
-            path: ctx.qc.describe(START),
-            reason: "missing".into(),
-        })?;
         let initial = record
             .partitions
             .into_iter()
@@ -315,6 +308,6 @@ pub async fn create(
         partitions,
     };
     // Create-only: a retried submit keeps the offsets the first one found.
-    qc.create(START, &record).await?;
+    qc.create(Record::KafkaStart, &record).await?;
     Ok(())
 }

@@ -1,0 +1,109 @@
+//! Where each of a query's checkpoint files is, by name: the one place
+//! that spells the layout drawn in [`super`]'s header. Everything else
+//! names a file as a [`Record`] or a [`Log`] entry.
+
+use super::padded;
+
+/// The directory of every query, under the checkpoint root.
+pub const QUERIES_DIR: &str = "queries";
+
+/// The location of query `name`'s checkpoint directory under the
+/// checkpoint root `root` (a path or URL, as `--checkpoint-root` takes).
+pub fn query_location(root: &str, name: &str) -> String {
+    format!("{}/{QUERIES_DIR}/{name}", root.trim_end_matches('/'))
+}
+
+/// A file that a query has at most one of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// `metadata`: id, name, creation time and epoch; written last at
+    /// submit, it marks a complete submit.
+    Metadata,
+    /// `spec.json`: the spec as submitted.
+    Spec,
+    /// `stopped`: the user's stop.
+    Stopped,
+    /// `failed`: why the query FAILED, until it is resubmitted.
+    Failed,
+    /// `sources/rate`: the rate source's fixed start.
+    RateStart,
+    /// `sources/kafka`: where a Kafka source starts in each partition.
+    KafkaStart,
+    /// `sources/schema`: the input's schema, fixed at submit.
+    Schema,
+    /// `sources/tables`: each static table's schema, fixed at submit.
+    Tables,
+}
+
+impl Record {
+    /// The file's path relative to the query's directory.
+    pub(super) fn rel(self) -> &'static str {
+        match self {
+            Record::Metadata => "metadata",
+            Record::Spec => "spec.json",
+            Record::Stopped => "stopped",
+            Record::Failed => "failed",
+            Record::RateStart => "sources/rate",
+            Record::KafkaStart => "sources/kafka",
+            Record::Schema => "sources/schema",
+            Record::Tables => "sources/tables",
+        }
+    }
+}
+
+/// A log of one record per batch, each named by its zero-padded batch id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Log {
+    /// `offsets/<N>`: the plan of batch N (the write-ahead log).
+    Offsets,
+    /// `commits/<N>`: what batch N committed.
+    Commits,
+    /// `progress/<N>`: the progress batch N reported.
+    Progress,
+    /// `sources/files/<N>`: the files batch N of a file source read; it
+    /// outlives `offsets/`, so that no file is read twice.
+    SourceFiles,
+}
+
+impl Log {
+    /// The log's directory relative to the query's directory.
+    pub(super) fn dir(self) -> &'static str {
+        match self {
+            Log::Offsets => "offsets",
+            Log::Commits => "commits",
+            Log::Progress => "progress",
+            Log::SourceFiles => "sources/files",
+        }
+    }
+
+    /// The path of batch `batch`'s entry relative to the query's directory,
+    /// as messages name it (`offsets/00000000000000000007`).
+    pub fn entry(self, batch: u64) -> String {
+        format!("{}/{}", self.dir(), padded(batch))
+    }
+}
+
+impl std::fmt::Display for Log {
+    /// The log as messages name it: `offsets/`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/", self.dir())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_documented_layout() {
+        assert_eq!(Log::Offsets.entry(7), "offsets/00000000000000000007");
+        assert_eq!(
+            Log::SourceFiles.entry(0),
+            "sources/files/00000000000000000000"
+        );
+        assert_eq!(Log::Commits.to_string(), "commits/");
+        assert_eq!(Record::Spec.rel(), "spec.json");
+        assert_eq!(query_location("s3://b/ckpt/", "q"), "s3://b/ckpt/queries/q");
+        assert_eq!(query_location("/data/ckpt", "q"), "/data/ckpt/queries/q");
+    }
+}
