@@ -20,7 +20,7 @@
 //! order is the numeric order. Every record carries a `version` field, and
 //! every decode error names the file.
 //!
-//! Only this module spells these paths ([`layout`]): callers name a file as
+//! Only this module spells these paths (`checkpoint/layout.rs`): callers name a file as
 //! a [`Record`] or as a [`Log`] entry, through [`QueryCheckpoint`]'s typed
 //! readers and writers. A query's state (`state/`, `shuffle/`) is laid out
 //! by [`crate::state`], under [`query_location`].

@@ -39,6 +39,8 @@ use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, WriteMultipart};
 
+use tracing::warn;
+
 use super::{Created, Kind, Storage};
 use crate::error::{Error, Result};
 
@@ -170,7 +172,14 @@ impl VisibleWriter {
             Sink::Uploading(upload) => {
                 let describe = || storage.describe(&path);
                 if storage.size(&path).await?.is_some() {
-                    let _ = upload.abort().await;
+                    if let Err(e) = upload.abort().await {
+                        // Its parts stay until a lifecycle rule aborts them.
+                        warn!(
+                            path = %describe(),
+                            error = %e,
+                            "cannot abort the upload of a name already taken"
+                        );
+                    }
                     return Ok(same(ours, storage.digest(&path).await?, bytes));
                 }
                 upload
@@ -221,7 +230,16 @@ impl Storage {
                 .map(|theirs| same(ours, theirs, ours.1)),
             Err(e) => Err(Error::storage(self.describe(path), e)),
         };
-        let _ = self.store.delete(&tmp).await;
+        match self.store.delete(&tmp).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            // A hidden leftover: readers skip it and the driver's purge of
+            // temporary files removes it.
+            Err(e) => warn!(
+                path = %self.describe(&tmp),
+                error = %e,
+                "cannot remove a temporary file"
+            ),
+        }
         outcome
     }
 

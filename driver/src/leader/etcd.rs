@@ -146,7 +146,9 @@ async fn session(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => {
-                let _ = revoke_all(&mut client, stale_leases, ttl).await;
+                if let Err(e) = revoke_all(&mut client, stale_leases, ttl).await {
+                    warn!(error = %e, "cannot revoke this driver's leases; they expire after their TTL");
+                }
                 return Ok(());
             }
             r = &mut keeper => return Err(lease_lost(r)),
@@ -200,7 +202,9 @@ async fn session(
             let resigned = within(ttl, client.resign(Some(resign))).await;
             term.cancel.cancel();
             driver.set_role(Role::standby());
-            let _ = revoke_all(&mut client, stale_leases, ttl).await;
+            if let Err(e) = revoke_all(&mut client, stale_leases, ttl).await {
+                warn!(error = %e, "cannot revoke this driver's leases; they expire after their TTL");
+            }
             info!(
                 epoch,
                 resigned = resigned.is_ok(),
@@ -318,42 +322,91 @@ async fn watch_leader(
     cancel: CancellationToken,
 ) {
     let mut known: Option<(String, Option<String>)> = None;
+    let mut failing = false;
     loop {
-        let kv = match within(Duration::from_secs(1), client.leader(name.as_str())).await {
-            Ok(mut resp) => resp.take_kv(),
-            Err(_) => None,
-        };
-        let leader = kv
-            .as_ref()
-            .and_then(|kv| kv.value_str().ok())
-            .map(super::value::parse_election_value);
-        let term = kv
-            .as_ref()
-            .zip(leader.as_ref())
-            .map(|(kv, (grpc, _))| Seen {
-                epoch: kv.create_revision() as u64,
-                lease: kv.lease(),
-                grpc: grpc.clone(),
-            });
-        seen.send_if_modified(|s| {
-            let changed = *s != term;
-            if changed {
-                s.clone_from(&term);
+        let read = tokio::time::timeout(Duration::from_secs(1), client.leader(name.as_str())).await;
+        let kv = match read {
+            Ok(Ok(mut resp)) => Some(resp.take_kv()),
+            Ok(Err(e)) if is_no_leader(&e) => Some(None),
+            // Not knowing is not "no leader": keep what was last seen.
+            Ok(Err(e)) => {
+                if !failing {
+                    warn!(error = %e, "cannot read the election's leader; keeping the last one seen");
+                }
+                None
             }
-            changed
-        });
-        if leader != known && !driver.is_leader() {
-            let (grpc, ui) = leader.clone().unzip();
-            driver.set_role(Role::Standby {
-                leader: grpc,
-                leader_ui: ui.flatten(),
-            });
-            known = leader;
+            Err(_) => {
+                if !failing {
+                    warn!("etcd did not say who leads within 1s; keeping the last one seen");
+                }
+                None
+            }
+        };
+        failing = kv.is_none();
+        if let Some(kv) = kv {
+            publish_leader(kv, &driver, &seen, &mut known);
         }
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
+    }
+}
+
+/// True when etcd's answer is that the election has no leader (its
+/// `ErrElectionNoLeader`), rather than a failure to answer.
+fn is_no_leader(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("election: no leader"))
+}
+
+/// Tells the driver's role and the failure detector who leads now, per
+/// the election's key `kv` (`None`: nobody).
+fn publish_leader(
+    kv: Option<etcd_client::KeyValue>,
+    driver: &Driver,
+    seen: &watch::Sender<Option<Seen>>,
+    known: &mut Option<(String, Option<String>)>,
+) {
+    let leader = kv
+        .as_ref()
+        .and_then(|kv| kv.value_str().ok())
+        .map(super::value::parse_election_value);
+    let term = kv
+        .as_ref()
+        .zip(leader.as_ref())
+        .map(|(kv, (grpc, _))| Seen {
+            epoch: kv.create_revision() as u64,
+            lease: kv.lease(),
+            grpc: grpc.clone(),
+        });
+    seen.send_if_modified(|s| {
+        let changed = *s != term;
+        if changed {
+            s.clone_from(&term);
+        }
+        changed
+    });
+    if leader != *known && !driver.is_leader() {
+        let (grpc, ui) = leader.clone().unzip();
+        driver.set_role(Role::Standby {
+            leader: grpc,
+            leader_ui: ui.flatten(),
+        });
+        *known = leader;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_etcds_no_leader_answer_means_nobody_leads() {
+        let no_leader = tonic::Status::failed_precondition("etcdserver: election: no leader");
+        assert!(is_no_leader(&etcd_client::Error::GRpcStatus(no_leader)));
+        let down = tonic::Status::unavailable("etcdserver: request timed out");
+        assert!(!is_no_leader(&etcd_client::Error::GRpcStatus(down)));
+        assert!(!is_no_leader(&etcd_client::Error::InvalidArgs("x".into())));
     }
 }
