@@ -23,7 +23,11 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use futures::{Stream, StreamExt};
 
-use crate::{InputBatches, InputError};
+/// An error of the input, passed through DataFusion unchanged.
+pub type InputError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A task's input, read as the output is polled.
+pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
 /// A task's input, polled by whoever holds a clone: the plan, then the
 /// task. Ended, it stays ended.

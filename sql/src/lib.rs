@@ -37,6 +37,7 @@ use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use datafusion::prelude::SessionContext;
 use futures::executor::block_on;
 
+pub use input::{InputBatches, InputError};
 use input::{Once, SharedInput};
 
 /// The table name of a query's input.
@@ -44,12 +45,6 @@ pub const INPUT: &str = "input";
 
 /// The query of a spec without `sql`.
 pub const DEFAULT_SQL: &str = "SELECT * FROM input";
-
-/// An error of the input, passed through DataFusion unchanged.
-pub type InputError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A task's input, read as the output is polled.
-pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
 /// A static table, loaded: its rows, shared by the tasks that join with it.
 #[derive(Debug, Clone)]

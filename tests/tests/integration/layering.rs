@@ -3,7 +3,8 @@
 //! - no import cycles between the files of a crate;
 //! - each external system has one owner: only `driver/src/leader/` names
 //!   `etcd_client`, only `common/src/storage/` names `object_store`, only
-//!   `common/src/kafka.rs` names `rskafka`.
+//!   `common/src/kafka.rs` names `rskafka`, and only `sql/` (and the
+//!   tests' oracle, `tests/src/oracle.rs`) names `datafusion`.
 //!
 //! Imports are read from the text: `use` trees and `crate::`/`super::`
 //! paths in code. A reference resolves to the deepest file whose module
@@ -13,7 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const CRATES: &[&str] = &["common", "driver", "executor", "cli", "proto", "tests"];
+const CRATES: &[&str] = &[
+    "common", "driver", "executor", "sql", "cli", "proto", "tests",
+];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -360,6 +363,20 @@ fn only_the_kafka_module_names_rskafka() {
     assert!(
         hits.is_empty(),
         "rskafka named outside common/src/kafka.rs:\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn only_sql_names_datafusion() {
+    let hits: Vec<String> = names_outside("datafusion::", "sql/")
+        .into_iter()
+        .chain(names_outside("use datafusion", "sql/"))
+        .filter(|h| !h.starts_with("tests/src/oracle.rs:"))
+        .collect();
+    assert!(
+        hits.is_empty(),
+        "datafusion named outside sql/ and the tests' oracle:\n{}",
         hits.join("\n")
     );
 }
