@@ -13,6 +13,7 @@ pub mod conflict;
 pub mod ctx;
 pub mod entry;
 pub mod history;
+pub mod outcome;
 pub mod paths;
 pub mod registry;
 pub mod retention;

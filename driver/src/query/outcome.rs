@@ -1,0 +1,186 @@
+//! What a batch's tasks reported, summed ([`Outcome`]), the checks the
+//! driver makes of it before the batch may commit, and the progress report
+//! built from it once it has.
+
+use std::time::{Duration, Instant};
+
+use sluice_common::checkpoint::OffsetRecord;
+use sluice_common::sink::SinkFile;
+use sluice_proto as pb;
+
+use super::ctx::Ctx;
+use super::stages::Outputs;
+use crate::error::DriverError;
+use crate::source::SourcePlanner;
+
+/// A batch's task reports, summed.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub input_rows: u64,
+    pub bad_records: u64,
+    pub state_rows_total: u64,
+    pub state_bytes: u64,
+    pub rows_dropped_by_watermark: u64,
+    /// The latest event time of the input (a query with a watermark).
+    pub max_event_time_ms: Option<i64>,
+    /// Records the tasks found lost (a Kafka log's gaps).
+    pub records_lost: u64,
+    /// The sink files the writing tasks made, in the manifest's form.
+    pub files: Vec<SinkFile>,
+    pub rows: u64,
+    pub sink_bytes: u64,
+    pub map_time: Duration,
+    pub reduce_time: Duration,
+}
+
+impl Outcome {
+    /// Sums `outputs`, after checking what can be checked of each writer's
+    /// report (see [`check_reported_rows`]).
+    pub fn of(batch: u64, outputs: &Outputs) -> Result<Self, DriverError> {
+        let map = &outputs.map;
+        let reduce = &outputs.reduce;
+        check_reported_rows(batch, outputs.writers())?;
+        let files: Vec<SinkFile> = outputs
+            .writers()
+            .iter()
+            .flat_map(|o| &o.files)
+            .map(|f| SinkFile {
+                path: f.path.clone(),
+                rows: f.rows,
+                bytes: f.bytes,
+            })
+            .collect();
+        Ok(Outcome {
+            input_rows: map.iter().map(|o| o.input_rows).sum(),
+            bad_records: map.iter().map(|o| o.bad_records).sum(),
+            state_rows_total: reduce.iter().map(|o| o.state_rows).sum(),
+            state_bytes: reduce.iter().map(|o| o.state_bytes).sum(),
+            rows_dropped_by_watermark: map.iter().map(|o| o.rows_dropped_by_watermark).sum(),
+            max_event_time_ms: map.iter().filter_map(|o| o.max_event_time_ms).max(),
+            records_lost: map.iter().map(|o| o.records_lost).sum(),
+            rows: files.iter().map(|f| f.rows).sum(),
+            sink_bytes: files.iter().map(|f| f.bytes).sum(),
+            files,
+            map_time: outputs.map_time,
+            reduce_time: outputs.reduce_time,
+        })
+    }
+
+    /// The checks against the plan and the query's limits: the input rows
+    /// are what the source planned (where it knows), and the state fits
+    /// the query's own budget.
+    pub fn check(
+        &self,
+        ctx: &Ctx,
+        source: &dyn SourcePlanner,
+        offsets: &OffsetRecord,
+    ) -> Result<(), DriverError> {
+        let batch = offsets.batch_id;
+        if let Some(planned) = source.planned_rows(&offsets.source)
+            && planned != self.input_rows
+        {
+            return Err(DriverError::Internal(format!(
+                "batch {batch}: tasks read {} rows, the plan has {planned}",
+                self.input_rows
+            )));
+        }
+        check_state_budget(ctx, batch, self.state_bytes)
+    }
+}
+
+/// Fails the query, before batch `batch` commits, when its state would
+/// hold more than its own budget (`max_state_bytes` of its spec): each
+/// query is bounded by its own, never by another's.
+fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), DriverError> {
+    let budget = ctx.spec.max_state_bytes();
+    if state_bytes <= budget {
+        return Ok(());
+    }
+    Err(DriverError::LimitExceeded(format!(
+        "query {}: batch {batch} would leave its state holding {state_bytes} bytes, above its \
+         max_state_bytes {budget}; raise max_state_bytes in a new query, or bound the state \
+         with a watermark",
+        ctx.entry.name
+    )))
+}
+
+/// An executor's report is checked where it can be: the rows a task says
+/// it wrote are the rows of the files it lists, so a batch never commits
+/// rows that no file holds (a faulty or rogue executor's report).
+fn check_reported_rows(batch: u64, writers: &[pb::TaskOutput]) -> Result<(), DriverError> {
+    for (task, o) in writers.iter().enumerate() {
+        let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
+        if o.rows != in_files {
+            return Err(DriverError::TaskFailed(format!(
+                "batch {batch}, task {task}: the executor reported {} rows written, but the files \
+                 it lists hold {in_files}",
+                o.rows
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// When each phase of a batch started or how long it took.
+#[derive(Debug, Clone, Copy)]
+pub struct Phases {
+    /// When the batch started (its planning, for a new batch).
+    pub started: Instant,
+    /// When the batch before it started, if any.
+    pub previous: Option<Instant>,
+    pub latest_offset: Duration,
+    pub wal_commit: Duration,
+    pub execution: Duration,
+    pub sink_commit: Duration,
+    pub commit: Duration,
+}
+
+/// The progress report of committed batch `offsets.batch_id`.
+pub fn progress(
+    ctx: &Ctx,
+    source: &dyn SourcePlanner,
+    offsets: &OffsetRecord,
+    outcome: &Outcome,
+    phases: &Phases,
+) -> pb::BatchProgress {
+    let total = phases.started.elapsed();
+    let secs = |d: Duration| d.as_secs_f64().max(1e-6);
+    let since_previous = phases
+        .previous
+        .map_or(total, |p| phases.started.duration_since(p));
+    let ms = |d: Duration| d.as_millis() as u64;
+    let from_source = source.progress(&offsets.source);
+    let input_rows = outcome.input_rows;
+    pb::BatchProgress {
+        id: ctx.entry.id.clone(),
+        name: ctx.entry.name.clone(),
+        batch_id: offsets.batch_id,
+        num_input_rows: input_rows,
+        input_rows_per_second: input_rows as f64 / secs(since_previous),
+        processed_rows_per_second: input_rows as f64 / secs(total),
+        duration_ms: Some(pb::Durations {
+            latest_offset: ms(phases.latest_offset),
+            wal_commit: ms(phases.wal_commit),
+            execution: ms(phases.execution),
+            sink_commit: ms(phases.sink_commit),
+            commit: ms(phases.commit),
+            total: ms(total),
+            map: ms(outcome.map_time),
+            reduce: ms(outcome.reduce_time),
+        }),
+        timestamp_ms: offsets.batch_timestamp_ms,
+        epoch: ctx.term.epoch,
+        skipped_before: 0,
+        bad_records: outcome.bad_records,
+        state_rows_total: outcome.state_rows_total,
+        state_bytes: outcome.state_bytes,
+        watermark_ms: offsets.watermark_ms,
+        rows_dropped_by_watermark: outcome.rows_dropped_by_watermark,
+        records_lost: from_source.records_lost + outcome.records_lost,
+        partitions: from_source
+            .partitions
+            .iter()
+            .map(|p| p.to_proto())
+            .collect(),
+    }
+}
