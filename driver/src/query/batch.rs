@@ -121,7 +121,7 @@ async fn run_tasks(
     if let Some(record) = &ctx.tables {
         plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
     }
-    stages::run(ctx, offsets, source.tasks(offsets), &plan).await
+    stages::run(ctx, offsets, source.tasks(offsets)?, &plan).await
 }
 
 /// Makes the batch's files visible in the sink: checked, listed in the

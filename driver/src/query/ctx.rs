@@ -59,43 +59,63 @@ impl Ctx {
 
     /// Sleeps unless the query is stopped or the term ends first.
     pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
-        if d.is_zero() {
-            return Ok(());
-        }
-        tokio::select! {
-            biased;
-            _ = self.entry.stop.cancelled() => Err(DriverError::Cancelled),
-            _ = tokio::time::sleep(d) => Ok(()),
-        }
+        sleep(&self.entry, d).await
     }
 
-    /// Runs a storage operation of this term, retrying retryable errors with
-    /// backoff for as long as they last; the error shows in the query's
-    /// status meanwhile. Each attempt first checks the term's fence.
-    pub async fn storage<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, DriverError>
+    /// Runs a storage operation of this term (see [`retried`]).
+    pub async fn storage<T, F, Fut>(&self, what: &str, op: F) -> Result<T, DriverError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = sluice_common::Result<T>>,
     {
-        let mut streak = 0u32;
-        loop {
-            // A term that may no longer commit touches nothing (fencing).
-            self.term.fence()?;
-            match op().await {
-                Ok(v) => {
-                    if streak > 0 {
-                        self.entry.set_error(String::new());
-                    }
-                    return Ok(v);
+        retried(&self.term, &self.entry, what, op).await
+    }
+}
+
+/// Sleeps unless `entry`'s query is stopped first.
+pub async fn sleep(entry: &QueryEntry, d: Duration) -> Result<(), DriverError> {
+    if d.is_zero() {
+        return Ok(());
+    }
+    tokio::select! {
+        biased;
+        _ = entry.stop.cancelled() => Err(DriverError::Cancelled),
+        _ = tokio::time::sleep(d) => Ok(()),
+    }
+}
+
+/// Runs a storage operation of `term` for `entry`'s query, retrying
+/// retryable errors with backoff for as long as they last; the error shows
+/// in the query's status meanwhile. Each attempt first checks the term's
+/// fence.
+pub async fn retried<T, F, Fut>(
+    term: &Term,
+    entry: &QueryEntry,
+    what: &str,
+    mut op: F,
+) -> Result<T, DriverError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = sluice_common::Result<T>>,
+{
+    let mut streak = 0u32;
+    loop {
+        // A term that may no longer commit touches nothing (fencing).
+        term.fence()?;
+        match op().await {
+            Ok(v) => {
+                if streak > 0 {
+                    entry.set_error(String::new());
                 }
-                Err(e) if e.is_retryable() => {
-                    warn!(error = %e, what, attempt = streak + 1, "storage error; retrying");
-                    self.entry.set_error(format!("{what}: {e} (retrying)"));
-                    self.sleep(STORAGE_BACKOFF.delay(streak)).await?;
-                    streak += 1;
-                }
-                Err(e) => return Err(e.into()),
+                return Ok(v);
             }
+            Err(e) if e.is_retryable() => {
+                warn!(error = %e, what, attempt = streak + 1, "storage error; retrying");
+                entry.set_error(format!("{what}: {e} (retrying)"));
+                sleep(entry, STORAGE_BACKOFF.delay(streak)).await?;
+                streak += 1;
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

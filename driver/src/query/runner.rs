@@ -32,7 +32,7 @@ use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::recovery::{Recovery, decide};
-use crate::source::{self, Limits, Next, SourcePlanner};
+use crate::source::{self, Limits, Next, SourceIo, SourcePlanner};
 use crate::state::{Driver, Term};
 use crate::watermark::EventClock;
 
@@ -125,8 +125,9 @@ async fn drive(
         tables: None,
         stateful: None,
     };
-    ctx.tables = source::tables::load(&ctx).await?;
-    let source = source::open(&ctx).await?;
+    let io = SourceIo::of(&ctx);
+    ctx.tables = source::tables::load(&io, &ctx.spec).await?;
+    let source = source::open(&io, &ctx.spec.source).await?;
     let source = source.as_ref();
     ctx.plan.input_schema = sluice_sql::encode_schema(&source.schema());
     ctx.stateful = super::stages::plan(&ctx, source.schema()).await?;
@@ -157,21 +158,19 @@ async fn drive(
         rerun = rerun.is_some(),
         "query resumed"
     );
-    let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
     let mut last_start: Option<Instant> = None;
     let mut summary = Summarizer::new(Instant::now());
     loop {
         let (offsets, timings) = match rerun.take() {
             Some(o) => {
-                source.planned(&ctx, o.batch_id, &o.source).await?;
+                source.planned(&io, o.batch_id, &o.source).await?;
                 (o, Timings::replay(last_start))
             }
             None => match plan_next(
                 &ctx,
-                source,
+                (source, &io),
                 next,
                 committed.as_ref(),
-                interval,
                 last_start,
                 clock,
             )
@@ -330,13 +329,13 @@ async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), 
 /// Returns `None` once a bounded source is fully committed.
 async fn plan_next(
     ctx: &Ctx,
-    source: &dyn SourcePlanner,
+    (source, io): (&dyn SourcePlanner, &SourceIo),
     batch_id: u64,
     committed: Option<&SourceOffsets>,
-    interval: Duration,
     last_start: Option<Instant>,
     clock: EventClock,
 ) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
+    let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
     if let Some(prev) = last_start {
         ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
             .await?;
@@ -362,7 +361,7 @@ async fn plan_next(
             max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
             parallelism: slots.max(1),
         };
-        let input = match source.next(ctx, committed, limits).await? {
+        let input = match source.next(io, committed, limits).await? {
             Next::Finished => return Ok(None),
             Next::Wait(d) => {
                 ctx.sleep(d).await?;
@@ -371,7 +370,7 @@ async fn plan_next(
             Next::Batch(input) => input,
         };
         let tables = match &ctx.tables {
-            Some(record) => source::tables::files(ctx, record).await?,
+            Some(record) => source::tables::files(io, &ctx.spec, record).await?,
             None => Default::default(),
         };
         let record = OffsetRecord {
@@ -401,7 +400,7 @@ async fn plan_next(
             );
             ctx.driver.confirm_leadership(&ctx.term).await?;
         }
-        source.planned(ctx, batch_id, &stored.source).await?;
+        source.planned(io, batch_id, &stored.source).await?;
         let timings = Timings {
             started,
             latest_offset,

@@ -20,16 +20,17 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    FileLogEntry, Log, OffsetRecord, RECORD_VERSION, SourceFile, SourceOffsets,
+    FileLogEntry, Log, OffsetRecord, QueryCheckpoint, RECORD_VERSION, Record, SchemaRecord,
+    SourceFile, SourceOffsets,
 };
 use sluice_common::spec::{FileSourceSpec, OnBadRecord};
-use sluice_common::storage::Storage;
+use sluice_common::storage::{Storage, Stores};
 use sluice_proto as pb;
 
+use super::io::SourceIo;
 use super::split::split;
 use super::{Limits, Next, SourcePlanner};
 use crate::error::DriverError;
-use crate::query::ctx::Ctx;
 
 /// How long to wait before listing the directory again when it has
 /// nothing new.
@@ -43,35 +44,102 @@ pub struct FilesPlanner {
     taken: Mutex<HashSet<String>>,
 }
 
+/// The file source's registration (see [`super::SourceKind`]): its schema
+/// is inferred (or declared) at submit and fixed in `sources/schema`.
+pub(super) struct Kind<'s>(pub &'s FileSourceSpec);
+
+impl super::SourceKind for Kind<'_> {
+    fn resolve_schema<'a>(
+        &'a self,
+        stores: &'a Stores,
+    ) -> BoxFuture<'a, Result<SchemaRef, DriverError>> {
+        Box::pin(async move {
+            let f = self.0;
+            let invalid = |r: String| DriverError::Invalid(format!("source.files.path: {r}"));
+            stores.check_input_dir(&f.path).await.map_err(invalid)?;
+            let dir = stores.open(&f.path)?;
+            let files = dir.list_inputs().await?;
+            let input = super::infer::Input {
+                field: "source.files".into(),
+                path: &f.path,
+                format: f.format,
+                schema: &f.schema,
+                csv: f.csv(),
+            };
+            super::infer::schema(&input, &dir, &files).await
+        })
+    }
+
+    fn create<'a>(
+        &'a self,
+        qc: &'a QueryCheckpoint,
+        schema: &'a SchemaRef,
+        epoch: u64,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let record = SchemaRecord {
+                version: RECORD_VERSION,
+                schema: schema.as_ref().clone(),
+                epoch,
+            };
+            qc.create(Record::Schema, &record).await?;
+            Ok(())
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        io: &'a SourceIo,
+    ) -> BoxFuture<'a, Result<Box<dyn SourcePlanner>, DriverError>> {
+        Box::pin(async move {
+            let record: SchemaRecord = io
+                .storage("read sources/schema", || {
+                    io.checkpoint().require(Record::Schema)
+                })
+                .await?;
+            let schema = std::sync::Arc::new(record.schema);
+            let planner: Box<dyn SourcePlanner> =
+                Box::new(FilesPlanner::open(io, self.0.clone(), schema).await?);
+            Ok(planner)
+        })
+    }
+}
+
 impl FilesPlanner {
     pub async fn open(
-        ctx: &Ctx,
+        io: &SourceIo,
         spec: FileSourceSpec,
         schema: SchemaRef,
     ) -> Result<Self, DriverError> {
-        let dir = ctx
+        let dir = io
             .storage("open source directory", || async {
-                ctx.driver.config.stores.open(&spec.path)
+                io.stores().open(&spec.path)
             })
             .await?;
         let mut taken = HashSet::new();
-        let logged = ctx
-            .storage("list the source log", || ctx.qc.batches(Log::SourceFiles))
+        let logged = io
+            .storage("list the source log", || {
+                io.checkpoint().batches(Log::SourceFiles)
+            })
             .await?;
         for &n in &logged {
-            let entry: Option<FileLogEntry> = ctx
-                .storage("read the source log", || ctx.qc.entry(Log::SourceFiles, n))
+            let entry: Option<FileLogEntry> = io
+                .storage("read the source log", || {
+                    io.checkpoint().entry(Log::SourceFiles, n)
+                })
                 .await?;
-            let entry = entry.ok_or_else(|| missing(ctx, Log::SourceFiles, n))?;
+            let entry = entry.ok_or_else(|| missing(io, Log::SourceFiles, n))?;
             taken.extend(entry.files);
         }
         let after = logged.last().map_or(0, |l| l + 1);
-        let planned = ctx
-            .storage("list offsets", || ctx.qc.batches(Log::Offsets))
+        let planned = io
+            .storage("list offsets", || io.checkpoint().batches(Log::Offsets))
             .await?;
         for n in planned.into_iter().filter(|&n| n >= after) {
-            let o = ctx.storage("read offsets", || ctx.qc.offsets(n)).await?;
-            let o = o.ok_or_else(|| missing(ctx, Log::Offsets, n))?;
+            let o = io
+                .storage("read offsets", || io.checkpoint().offsets(n))
+                .await?;
+            let o = o.ok_or_else(|| missing(io, Log::Offsets, n))?;
             if let SourceOffsets::Files { files, .. } = o.source {
                 taken.extend(files.into_iter().map(|f| f.path));
             }
@@ -102,9 +170,9 @@ fn within_bytes(files: impl Iterator<Item = SourceFile>, cap: u64) -> Vec<Source
         .collect()
 }
 
-fn missing(ctx: &Ctx, log: Log, batch: u64) -> DriverError {
+fn missing(io: &SourceIo, log: Log, batch: u64) -> DriverError {
     sluice_common::Error::Corrupt {
-        path: ctx.qc.describe_entry(log, batch),
+        path: io.checkpoint().describe_entry(log, batch),
         reason: "missing".into(),
     }
     .into()
@@ -117,7 +185,7 @@ impl SourcePlanner for FilesPlanner {
 
     fn next<'a>(
         &'a self,
-        ctx: &'a Ctx,
+        io: &'a SourceIo,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
@@ -130,7 +198,7 @@ impl SourcePlanner for FilesPlanner {
                 }
                 room = room.min(total - done);
             }
-            let listed = ctx
+            let listed = io
                 .storage("list the source directory", || self.dir.list_inputs())
                 .await?;
             let files: Vec<SourceFile> = {
@@ -149,7 +217,8 @@ impl SourcePlanner for FilesPlanner {
                 return Ok(Next::Wait(POLL));
             }
             let paths = files.iter().map(|f| f.path.clone()).collect();
-            super::check_allowed(ctx, "source.files.path", &self.spec.path, paths).await?;
+            io.check_allowed("source.files.path", &self.spec.path, paths)
+                .await?;
             let tasks = split(&files, limits.max_bytes_per_task, limits.parallelism);
             Ok(Next::Batch(SourceOffsets::Files {
                 start_seq: done,
@@ -162,7 +231,7 @@ impl SourcePlanner for FilesPlanner {
 
     fn planned<'a>(
         &'a self,
-        ctx: &'a Ctx,
+        io: &'a SourceIo,
         batch: u64,
         offsets: &'a SourceOffsets,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
@@ -177,14 +246,15 @@ impl SourcePlanner for FilesPlanner {
                 batch_id: batch,
                 files: files.iter().map(|f| f.path.clone()).collect(),
             };
-            let (stored, _) = ctx
+            let (stored, _) = io
                 .storage("write the source log", || {
-                    ctx.qc.create_entry(Log::SourceFiles, batch, &entry)
+                    io.checkpoint()
+                        .create_entry(Log::SourceFiles, batch, &entry)
                 })
                 .await?;
             if stored != entry {
                 return Err(sluice_common::Error::Corrupt {
-                    path: ctx.qc.describe_entry(Log::SourceFiles, batch),
+                    path: io.checkpoint().describe_entry(Log::SourceFiles, batch),
                     reason: format!("lists other files than {} plans", Log::Offsets.entry(batch)),
                 }
                 .into());
@@ -207,10 +277,9 @@ impl SourcePlanner for FilesPlanner {
         }
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
+    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
         let SourceOffsets::Files { files, tasks, .. } = &plan.source else {
-            // Invariant: recovery's `gap` refuses another source's offsets.
-            panic!("a file source was given a rate source's offsets");
+            return Err(super::other_source("files", plan));
         };
         let csv = (self.spec.format == sluice_common::spec::Format::Csv)
             .then(|| pb::CsvOptions::from(&self.spec.csv()));
@@ -242,7 +311,7 @@ impl SourcePlanner for FilesPlanner {
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Files(task)),
                 };
-                (p as u32, source)
+                Ok((p as u32, source))
             })
             .collect()
     }

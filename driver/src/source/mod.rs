@@ -8,33 +8,31 @@
 //!                                      Wait / Finished        tasks(offsets) ─► one TaskSource per partition
 //! ```
 //!
-//! A new source adds its spec and proto message, one planner module here,
-//! named in [`resolve_schema`], [`create`] and [`open`], and its reader on
-//! the executor.
+//! A new source adds its spec and proto message, one planner module here
+//! with its [`SourceKind`], registered once in [`kind`], and its reader on
+//! the executor. A planner touches its query only through [`SourceIo`].
 
 mod files;
 mod infer;
+mod io;
 mod kafka;
 mod rate;
 mod split;
 pub mod tables;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
-    OffsetRecord, PartitionProgress, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, Record,
-    SchemaRecord, SourceOffsets,
+    Log, OffsetRecord, PartitionProgress, QueryCheckpoint, SourceOffsets,
 };
 use sluice_common::spec::SourceSpec;
 use sluice_common::storage::Stores;
-use sluice_common::time::now_ms;
 use sluice_proto as pb;
 
 use crate::error::DriverError;
-use crate::query::ctx::Ctx;
+pub use io::SourceIo;
 
 /// What comes next for a query's input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +79,7 @@ pub trait SourcePlanner: Send + Sync {
     /// last committed batch; `None` before the first).
     fn next<'a>(
         &'a self,
-        ctx: &'a Ctx,
+        io: &'a SourceIo,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>>;
@@ -90,7 +88,7 @@ pub trait SourcePlanner: Send + Sync {
     /// again for a batch that is re-run: the source records what it took.
     fn planned<'a>(
         &'a self,
-        _ctx: &'a Ctx,
+        _io: &'a SourceIo,
         _batch: u64,
         _offsets: &'a SourceOffsets,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
@@ -102,8 +100,9 @@ pub trait SourcePlanner: Send + Sync {
     fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String>;
 
     /// The tasks of a batch's plan, each with its index (the part files'
-    /// partition) and its source range; a pure function of the plan.
-    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)>;
+    /// partition) and its source range; a pure function of the plan. A plan
+    /// of another source's input is an error (see [`other_source`]).
+    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError>;
 
     /// The rows a batch reads, when its plan fixes them.
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;
@@ -114,98 +113,75 @@ pub trait SourcePlanner: Send + Sync {
     }
 }
 
-/// The schema of the `input` table of a new query with source `spec`:
-/// fixed, declared, or inferred from the files present now. Errors name
-/// the spec field.
-pub async fn resolve_schema(stores: &Stores, spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
+/// The error of a planner of source `kind` given a plan of another
+/// source's input: recovery's `gap` refuses such a checkpoint first, so
+/// this names a damaged `offsets/N` rather than panicking.
+pub(crate) fn other_source(kind: &str, plan: &OffsetRecord) -> DriverError {
+    let found = match plan.source {
+        SourceOffsets::Rate { .. } => "rate",
+        SourceOffsets::Files { .. } => "files",
+        SourceOffsets::Kafka { .. } => "kafka",
+    };
+    DriverError::Internal(format!(
+        "{} plans {found} input, but the query reads a {kind} source",
+        Log::Offsets.entry(plan.batch_id)
+    ))
+}
+
+/// One kind of source: what a submit resolves and records of it, and how
+/// a runner opens its planner. Each kind registers once, in [`kind`].
+trait SourceKind: Send + Sync {
+    /// The schema of the `input` table of a new query: fixed, declared,
+    /// or inferred from the files present now. Errors name the spec field.
+    fn resolve_schema<'a>(
+        &'a self,
+        stores: &'a Stores,
+    ) -> BoxFuture<'a, Result<SchemaRef, DriverError>>;
+
+    /// Writes the source's records of a new query (create-only; a retried
+    /// submit adopts what is there).
+    fn create<'a>(
+        &'a self,
+        qc: &'a QueryCheckpoint,
+        schema: &'a SchemaRef,
+        epoch: u64,
+    ) -> BoxFuture<'a, Result<(), DriverError>>;
+
+    /// The planner, with its state read from the checkpoint.
+    fn open<'a>(
+        &'a self,
+        io: &'a SourceIo,
+    ) -> BoxFuture<'a, Result<Box<dyn SourcePlanner>, DriverError>>;
+}
+
+/// The registry of source kinds: the one place that matches on a
+/// source's spec.
+fn kind(spec: &SourceSpec) -> Box<dyn SourceKind + '_> {
     match spec {
-        SourceSpec::Rate(_) => Ok(sluice_common::rate::schema()),
-        SourceSpec::Files(f) => {
-            let invalid = |r: String| DriverError::Invalid(format!("source.files.path: {r}"));
-            stores.check_input_dir(&f.path).await.map_err(invalid)?;
-            let dir = stores.open(&f.path)?;
-            let files = dir.list_inputs().await?;
-            let input = infer::Input {
-                field: "source.files".into(),
-                path: &f.path,
-                format: f.format,
-                schema: &f.schema,
-                csv: f.csv(),
-            };
-            infer::schema(&input, &dir, &files).await
-        }
-        SourceSpec::Kafka(k) => Ok(k.schema()?),
+        SourceSpec::Rate(s) => Box::new(rate::Kind(s)),
+        SourceSpec::Files(s) => Box::new(files::Kind(s)),
+        SourceSpec::Kafka(s) => Box::new(kafka::Kind(s)),
     }
 }
 
-/// Writes the source's records of a new query (create-only; a retried
-/// submit adopts what is there).
+/// The schema of the `input` table of a new query with source `spec`
+/// (see [`SourceKind::resolve_schema`]).
+pub async fn resolve_schema(stores: &Stores, spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
+    kind(spec).resolve_schema(stores).await
+}
+
+/// Writes the source's records of a new query (see [`SourceKind::create`]).
 pub async fn create(
     qc: &QueryCheckpoint,
     spec: &SourceSpec,
     schema: &SchemaRef,
     epoch: u64,
 ) -> Result<(), DriverError> {
-    match spec {
-        SourceSpec::Rate(_) => {
-            let rate = RateSourceMeta {
-                version: RECORD_VERSION,
-                start_ms: now_ms(),
-                epoch,
-            };
-            qc.create(Record::RateStart, &rate).await?;
-        }
-        SourceSpec::Files(_) => {
-            let record = SchemaRecord {
-                version: RECORD_VERSION,
-                schema: schema.as_ref().clone(),
-                epoch,
-            };
-            qc.create(Record::Schema, &record).await?;
-        }
-        SourceSpec::Kafka(k) => kafka::create(qc, k, epoch).await?,
-    }
-    Ok(())
+    kind(spec).create(qc, schema, epoch).await
 }
 
-/// The planner of `ctx`'s query, with its state read from the checkpoint.
-pub async fn open(ctx: &Ctx) -> Result<Box<dyn SourcePlanner>, DriverError> {
-    match &ctx.spec.source {
-        SourceSpec::Rate(spec) => Ok(Box::new(rate::RatePlanner::open(ctx, spec.clone()).await?)),
-        SourceSpec::Files(spec) => {
-            let record: SchemaRecord = ctx
-                .storage("read sources/schema", || ctx.qc.require(Record::Schema))
-                .await?;
-            let schema = Arc::new(record.schema);
-            Ok(Box::new(
-                files::FilesPlanner::open(ctx, spec.clone(), schema).await?,
-            ))
-        }
-        SourceSpec::Kafka(spec) => Ok(Box::new(
-            kafka::KafkaPlanner::open(ctx, spec.clone()).await?,
-        )),
-    }
-}
-
-/// Refuses input files of a batch (`paths` under the directory `root`)
-/// when one is outside the allowed paths: a symbolic link put there after
-/// submit. The query fails naming the file and `field`, before any task
-/// reads it. Checked as at submit, with the links followed.
-pub(crate) async fn check_allowed(
-    ctx: &Ctx,
-    field: &str,
-    root: &str,
-    paths: Vec<String>,
-) -> Result<(), DriverError> {
-    let allowed = ctx.driver.config.allowed_paths.clone();
-    let (field, root) = (field.to_string(), root.to_string());
-    tokio::task::spawn_blocking(move || {
-        paths.iter().try_for_each(|p| {
-            allowed
-                .check_file_resolved(&field, &root, p)
-                .map_err(DriverError::Invalid)
-        })
-    })
-    .await
-    .map_err(|e| DriverError::Internal(format!("the check of new input files panicked: {e}")))?
+/// The planner of a query reading `spec`, with its state read from the
+/// checkpoint.
+pub async fn open(io: &SourceIo, spec: &SourceSpec) -> Result<Box<dyn SourcePlanner>, DriverError> {
+    kind(spec).open(io).await
 }

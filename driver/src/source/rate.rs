@@ -9,26 +9,71 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::{OffsetRecord, RateSourceMeta, Record, SourceOffsets};
+use sluice_common::checkpoint::{
+    OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, Record, SourceOffsets,
+};
 use sluice_common::rate;
 use sluice_common::spec::RateSpec;
+use sluice_common::storage::Stores;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 
+use super::io::SourceIo;
 use super::{Limits, Next, SourcePlanner};
 use crate::error::DriverError;
 use crate::planner::{PlanDecision, PlanInput, plan};
-use crate::query::ctx::Ctx;
 
 pub struct RatePlanner {
     spec: RateSpec,
     start_ms: i64,
 }
 
+/// The rate source's registration (see [`super::SourceKind`]).
+pub(super) struct Kind<'s>(pub &'s RateSpec);
+
+impl super::SourceKind for Kind<'_> {
+    fn resolve_schema<'a>(
+        &'a self,
+        _stores: &'a Stores,
+    ) -> BoxFuture<'a, Result<SchemaRef, DriverError>> {
+        Box::pin(async { Ok(rate::schema()) })
+    }
+
+    fn create<'a>(
+        &'a self,
+        qc: &'a QueryCheckpoint,
+        _schema: &'a SchemaRef,
+        epoch: u64,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let start = RateSourceMeta {
+                version: RECORD_VERSION,
+                start_ms: now_ms(),
+                epoch,
+            };
+            qc.create(Record::RateStart, &start).await?;
+            Ok(())
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        io: &'a SourceIo,
+    ) -> BoxFuture<'a, Result<Box<dyn SourcePlanner>, DriverError>> {
+        Box::pin(async move {
+            let planner: Box<dyn SourcePlanner> =
+                Box::new(RatePlanner::open(io, self.0.clone()).await?);
+            Ok(planner)
+        })
+    }
+}
+
 impl RatePlanner {
-    pub async fn open(ctx: &Ctx, spec: RateSpec) -> Result<Self, DriverError> {
-        let meta: RateSourceMeta = ctx
-            .storage("read sources/rate", || ctx.qc.require(Record::RateStart))
+    pub async fn open(io: &SourceIo, spec: RateSpec) -> Result<Self, DriverError> {
+        let meta: RateSourceMeta = io
+            .storage("read sources/rate", || {
+                io.checkpoint().require(Record::RateStart)
+            })
             .await?;
         Ok(RatePlanner {
             spec,
@@ -49,7 +94,7 @@ impl SourcePlanner for RatePlanner {
 
     fn next<'a>(
         &'a self,
-        _ctx: &'a Ctx,
+        _io: &'a SourceIo,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
@@ -90,14 +135,13 @@ impl SourcePlanner for RatePlanner {
         }
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
+    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
         let SourceOffsets::Rate {
             start_value,
             end_value,
         } = plan.source
         else {
-            // Invariant: recovery's `gap` refuses another source's offsets.
-            panic!("a rate source was given a file source's offsets");
+            return Err(super::other_source("rate", plan));
         };
         let parts = self.spec.partitions;
         rate::task_groups(parts, start_value, end_value, plan.max_rows_per_task)
@@ -114,7 +158,7 @@ impl SourcePlanner for RatePlanner {
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Rate(task)),
                 };
-                (first, source)
+                Ok((first, source))
             })
             .collect()
     }

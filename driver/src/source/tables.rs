@@ -19,8 +19,8 @@ use sluice_common::storage::{FileMeta, Storage, Stores};
 use sluice_proto as pb;
 
 use super::infer;
+use super::io::SourceIo;
 use crate::error::DriverError;
-use crate::query::ctx::Ctx;
 
 /// The files of a table now.
 async fn list(dir: &Storage, file: Option<&str>) -> Result<Vec<FileMeta>, sluice_common::Error> {
@@ -84,39 +84,41 @@ pub async fn create(
 }
 
 /// The query's tables record (`None` for a query without tables).
-pub async fn load(ctx: &Ctx) -> Result<Option<TablesRecord>, DriverError> {
-    if ctx.spec.tables.is_empty() {
+pub async fn load(io: &SourceIo, spec: &QuerySpec) -> Result<Option<TablesRecord>, DriverError> {
+    if spec.tables.is_empty() {
         return Ok(None);
     }
-    let record: TablesRecord = ctx
-        .storage("read sources/tables", || ctx.qc.require(Record::Tables))
+    let record: TablesRecord = io
+        .storage("read sources/tables", || {
+            io.checkpoint().require(Record::Tables)
+        })
         .await?;
     Ok(Some(record))
 }
 
 /// Each table's files now, for the next batch's `offsets/N`.
 pub async fn files(
-    ctx: &Ctx,
+    io: &SourceIo,
+    spec: &QuerySpec,
     record: &TablesRecord,
 ) -> Result<BTreeMap<String, Vec<TableFile>>, DriverError> {
     let mut out = BTreeMap::new();
     for (name, t) in &record.tables {
-        let dir = ctx
-            .storage("open a static table", || async {
-                ctx.driver.config.stores.open(&t.dir)
-            })
+        let dir = io
+            .storage("open a static table", || async { io.stores().open(&t.dir) })
             .await?;
-        let listed = ctx
+        let listed = io
             .storage("list a static table", || list(&dir, t.file.as_deref()))
             .await?;
         if listed.is_empty() {
             return Err(DriverError::Invalid(format!(
                 "static table {name}: no file at {}",
-                ctx.spec.tables[name].path
+                spec.tables[name].path
             )));
         }
         let paths = listed.iter().map(|f| f.path.clone()).collect();
-        super::check_allowed(ctx, &format!("tables.{name}.path"), &t.dir, paths).await?;
+        io.check_allowed(&format!("tables.{name}.path"), &t.dir, paths)
+            .await?;
         let files = listed
             .into_iter()
             .map(|f| TableFile {

@@ -28,11 +28,12 @@ use sluice_common::checkpoint::{
 };
 use sluice_common::kafka::Kafka;
 use sluice_common::spec::{EARLIEST, KafkaSourceSpec, LATEST, OnBadRecord};
+use sluice_common::storage::Stores;
 use sluice_proto as pb;
 
+use super::io::SourceIo;
 use super::{Limits, Next, SourcePlanner, SourceProgress};
 use crate::error::DriverError;
-use crate::query::ctx::Ctx;
 use brokers::Brokers;
 use plan::{PlanInput, Planned};
 
@@ -54,11 +55,46 @@ pub struct KafkaPlanner {
     initial: BTreeMap<(String, i32), i64>,
 }
 
+/// The Kafka source's registration (see [`super::SourceKind`]): its
+/// starting offsets are resolved at submit and fixed in `sources/kafka`.
+pub(super) struct Kind<'s>(pub &'s KafkaSourceSpec);
+
+impl super::SourceKind for Kind<'_> {
+    fn resolve_schema<'a>(
+        &'a self,
+        _stores: &'a Stores,
+    ) -> BoxFuture<'a, Result<SchemaRef, DriverError>> {
+        Box::pin(async { Ok(self.0.schema()?) })
+    }
+
+    fn create<'a>(
+        &'a self,
+        qc: &'a QueryCheckpoint,
+        _schema: &'a SchemaRef,
+        epoch: u64,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(create(qc, self.0, epoch))
+    }
+
+    fn open<'a>(
+        &'a self,
+        io: &'a SourceIo,
+    ) -> BoxFuture<'a, Result<Box<dyn SourcePlanner>, DriverError>> {
+        Box::pin(async move {
+            let planner: Box<dyn SourcePlanner> =
+                Box::new(KafkaPlanner::open(io, self.0.clone()).await?);
+            Ok(planner)
+        })
+    }
+}
+
 impl KafkaPlanner {
-    pub async fn open(ctx: &Ctx, spec: KafkaSourceSpec) -> Result<Self, DriverError> {
+    pub async fn open(io: &SourceIo, spec: KafkaSourceSpec) -> Result<Self, DriverError> {
         let schema = spec.schema()?;
-        let record: KafkaStartRecord = ctx
-            .storage("read sources/kafka", || ctx.qc.require(Record::KafkaStart))
+        let record: KafkaStartRecord = io
+            .storage("read sources/kafka", || {
+                io.checkpoint().require(Record::KafkaStart)
+            })
             .await?;
         let initial = record
             .partitions
@@ -66,7 +102,7 @@ impl KafkaPlanner {
             .map(|s| ((s.topic, s.partition), s.offset))
             .collect();
         let servers = spec.bootstrap_servers.clone();
-        let kafka = ctx
+        let kafka = io
             .storage("connect to kafka", || Kafka::connect(&servers, DEADLINE))
             .await?;
         Ok(KafkaPlanner {
@@ -85,13 +121,13 @@ impl SourcePlanner for KafkaPlanner {
 
     fn next<'a>(
         &'a self,
-        ctx: &'a Ctx,
+        io: &'a SourceIo,
         committed: Option<&'a SourceOffsets>,
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
         Box::pin(async move {
             let topics = self.spec.topics();
-            let observed = match ctx
+            let observed = match io
                 .storage("ask kafka for offsets", || self.brokers.observe(&topics))
                 .await?
             {
@@ -108,7 +144,7 @@ impl SourcePlanner for KafkaPlanner {
                         ))
                         .into());
                     }
-                    ctx.entry.set_error(format!("{missing}; waiting for it"));
+                    io.report(format!("{missing}; waiting for it"));
                     return Ok(Next::Wait(Duration::from_secs(1)));
                 }
             };
@@ -161,10 +197,9 @@ impl SourcePlanner for KafkaPlanner {
         })
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Vec<(u32, pb::TaskSource)> {
+    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
         let SourceOffsets::Kafka { partitions } = &plan.source else {
-            // Invariant: recovery's `gap` refuses another source's offsets.
-            panic!("a kafka source was given another source's offsets");
+            return Err(super::other_source("kafka", plan));
         };
         let per_task = plan.max_rows_per_task.unwrap_or(u64::MAX).max(1);
         let mut pieces: Vec<(&KafkaRange, i64, i64)> = Vec::new();
@@ -203,7 +238,7 @@ impl SourcePlanner for KafkaPlanner {
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Kafka(task)),
                 };
-                (i as u32, source)
+                Ok((i as u32, source))
             })
             .collect()
     }

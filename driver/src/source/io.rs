@@ -1,0 +1,92 @@
+//! What a source planner may touch of its query (its narrow door): the
+//! query's checkpoint, the stores, storage calls retried under the term's
+//! fence, the query's error slot, and the allowed paths. Nothing else of
+//! the runner: not the scheduler, the sink, or other queries.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_common::checkpoint::QueryCheckpoint;
+use sluice_common::storage::{AllowedPaths, Stores};
+
+use crate::error::DriverError;
+use crate::query::ctx::{self, Ctx};
+use crate::query::entry::QueryEntry;
+use crate::state::Term;
+
+/// A source planner's handles on its query; cheap to clone.
+#[derive(Clone)]
+pub struct SourceIo {
+    qc: QueryCheckpoint,
+    stores: Stores,
+    allowed: AllowedPaths,
+    term: Arc<Term>,
+    entry: Arc<QueryEntry>,
+}
+
+impl SourceIo {
+    /// The door of `ctx`'s query.
+    pub fn of(ctx: &Ctx) -> Self {
+        SourceIo {
+            qc: ctx.qc.clone(),
+            stores: ctx.driver.config.stores.clone(),
+            allowed: ctx.driver.config.allowed_paths.clone(),
+            term: ctx.term.clone(),
+            entry: ctx.entry.clone(),
+        }
+    }
+
+    /// The query's checkpoint.
+    pub fn checkpoint(&self) -> &QueryCheckpoint {
+        &self.qc
+    }
+
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// Runs a storage operation, retried while its errors are retryable
+    /// and the term may still commit (see [`ctx::retried`]).
+    pub async fn storage<T, F, Fut>(&self, what: &str, op: F) -> Result<T, DriverError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = sluice_common::Result<T>>,
+    {
+        ctx::retried(&self.term, &self.entry, what, op).await
+    }
+
+    /// Shows `message` as the query's error while the source waits for
+    /// something (an empty message clears it).
+    pub fn report(&self, message: String) {
+        self.entry.set_error(message);
+    }
+
+    /// Sleeps unless the query is stopped first.
+    pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
+        ctx::sleep(&self.entry, d).await
+    }
+
+    /// Refuses input files of a batch (`paths` under the directory `root`)
+    /// when one is outside the allowed paths: a symbolic link put there
+    /// after submit. The query fails naming the file and `field`, before
+    /// any task reads it. Checked as at submit, with the links followed.
+    pub async fn check_allowed(
+        &self,
+        field: &str,
+        root: &str,
+        paths: Vec<String>,
+    ) -> Result<(), DriverError> {
+        let allowed = self.allowed.clone();
+        let (field, root) = (field.to_string(), root.to_string());
+        tokio::task::spawn_blocking(move || {
+            paths.iter().try_for_each(|p| {
+                allowed
+                    .check_file_resolved(&field, &root, p)
+                    .map_err(DriverError::Invalid)
+            })
+        })
+        .await
+        .map_err(|e| DriverError::Internal(format!("the check of new input files panicked: {e}")))?
+    }
+}
