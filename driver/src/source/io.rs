@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::storage::{AllowedPaths, Stores};
@@ -60,11 +59,6 @@ impl SourceIo {
     /// something (an empty message clears it).
     pub fn report(&self, message: String) {
         self.entry.set_error(message);
-    }
-
-    /// Sleeps unless the query is stopped first.
-    pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
-        ctx::sleep(&self.entry, d).await
     }
 
     /// Refuses input files of a batch (`paths` under the directory `root`)
