@@ -401,6 +401,26 @@ impl SourceSpec {
     }
 }
 
+impl FileSinkSpec {
+    /// What each task of the query is told of the sink. A format this
+    /// build does not know (a validated spec has none) is left
+    /// unspecified, which executors refuse by name.
+    pub fn to_task(&self) -> pb::TaskSink {
+        let format = match self.format.as_str() {
+            "jsonl" => pb::SinkFormat::Jsonl,
+            "csv" => pb::SinkFormat::Csv,
+            "parquet" => pb::SinkFormat::Parquet,
+            _ => pb::SinkFormat::Unspecified,
+        };
+        pb::TaskSink {
+            path: self.path.clone(),
+            format: format.into(),
+            partition_by: self.partition_by.clone(),
+            max_file_bytes: self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+        }
+    }
+}
+
 impl SinkSpec {
     pub fn to_proto(&self) -> pb::Sink {
         match self {

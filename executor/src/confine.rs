@@ -16,7 +16,7 @@
 //! its symbolic links are followed.
 
 use sluice_common::storage::{AllowedPaths, overlap_resolved};
-use sluice_proto::{FilesTask, TaskAssignment, sink, task_source};
+use sluice_proto::{FilesTask, TaskAssignment, task_source};
 
 use crate::error::ExecutorError;
 
@@ -50,7 +50,7 @@ fn targets(task: &TaskAssignment) -> Vec<Target> {
             files(format!("tables.{}.path", t.name), f);
         }
     }
-    if let Some(sink::Kind::Files(s)) = task.sink.as_ref().and_then(|s| s.kind.as_ref())
+    if let Some(s) = task.sink.as_ref()
         && !s.path.is_empty()
     {
         out.push(Target {
@@ -97,10 +97,10 @@ pub async fn check(
 /// on a blocking thread.
 fn sink_overlap(task: &TaskAssignment) -> impl FnOnce() -> Result<(), ExecutorError> + use<> {
     let root = task.checkpoint_root.clone();
-    let sink = match task.sink.as_ref().and_then(|s| s.kind.as_ref()) {
-        Some(sink::Kind::Files(f)) => f.path.clone(),
-        None => String::new(),
-    };
+    let sink = task
+        .sink
+        .as_ref()
+        .map_or_else(String::new, |s| s.path.clone());
     move || {
         if root.is_empty() || sink.is_empty() || !overlap_resolved(&sink, &root) {
             return Ok(());
@@ -115,7 +115,7 @@ fn sink_overlap(task: &TaskAssignment) -> impl FnOnce() -> Result<(), ExecutorEr
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use sluice_proto::{FileRange, FileSink, Sink, TablePlan, TaskPlan, TaskSource};
+    use sluice_proto::{FileRange, TablePlan, TaskPlan, TaskSink, TaskSource};
 
     use super::*;
 
@@ -149,11 +149,9 @@ mod tests {
                 }],
                 ..Default::default()
             }),
-            sink: Some(Sink {
-                kind: Some(sink::Kind::Files(FileSink {
-                    path: sink.into(),
-                    ..Default::default()
-                })),
+            sink: Some(TaskSink {
+                path: sink.into(),
+                ..Default::default()
             }),
             ..Default::default()
         }

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_schema::SchemaRef;
-use sluice_common::spec::DEFAULT_MAX_FILE_BYTES;
 use sluice_common::storage::Stores;
-use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput, sink};
+use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -78,20 +77,17 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
             "the plan's input schema is not the source's".into(),
         ));
     }
-    let Some(sink::Kind::Files(files)) = task.sink.as_ref().and_then(|s| s.kind.as_ref()) else {
+    let Some(files) = task.sink.as_ref() else {
         return Err(malformed("missing sink".into()));
     };
     if files.path.is_empty() {
         return Err(malformed("missing sink path".into()));
     }
-    crate::sink::encoder(&files.format, source.schema()).map_err(|e| malformed(e.to_string()))?;
+    crate::sink::encoder(files.format(), source.schema()).map_err(|e| malformed(e.to_string()))?;
     let layout = Layout {
-        format: files.format.clone(),
+        format: files.format(),
         partition_by: files.partition_by.clone(),
-        max_file_bytes: files
-            .max_file_bytes
-            .unwrap_or(DEFAULT_MAX_FILE_BYTES)
-            .max(1),
+        max_file_bytes: files.max_file_bytes.max(1),
         max_task_bytes: crate::output::task_cap(query.max_output_bytes),
         batch: task.batch_id,
         partition: task.partition,

@@ -44,8 +44,8 @@ pub async fn run(
         tables,
     } = stage::assigned(task, &caches).await?;
     let budget = sluice_sql::guard::budget_ms(plan.plan_budget_ms);
-    let mode =
-        OutputMode::parse(&reduce.output_mode).ok_or_else(|| malformed("unknown output mode"))?;
+    let mode = OutputMode::from_proto(reduce.output_mode)
+        .ok_or_else(|| malformed("unknown output mode"))?;
     let empty = Box::pin(futures::stream::empty());
     let agg = Aggregation::plan(&plan.sql, input_schema, empty, &tables, budget)
         .await?

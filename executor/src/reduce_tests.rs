@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use sluice_proto::task_result::Outcome;
 use sluice_proto::{
-    FileSink as FileSinkSpec, RateTask, ReduceTask, ShuffleRange, ShuffleWrite, Sink, Stage,
-    TaskAssignment, TaskOutput, TaskSource, sink, task_source,
+    RateTask, ReduceTask, ShuffleRange, ShuffleWrite, SinkFormat, Stage, TaskAssignment,
+    TaskOutput, TaskSink, TaskSource, task_source,
 };
 use tokio::sync::Semaphore;
 
@@ -28,12 +28,10 @@ fn base(sink_dir: &str, batch: u64, partition: u32) -> TaskAssignment {
         batch_id: batch,
         partition,
         epoch: 1,
-        sink: Some(Sink {
-            kind: Some(sink::Kind::Files(FileSinkSpec {
-                path: sink_dir.into(),
-                format: "jsonl".into(),
-                ..Default::default()
-            })),
+        sink: Some(TaskSink {
+            path: sink_dir.into(),
+            format: SinkFormat::Jsonl.into(),
+            ..Default::default()
         }),
         plan: Some(sluice_proto::TaskPlan {
             sql: SQL.into(),
@@ -103,7 +101,10 @@ async fn batch(
             inputs,
             operator: "aggregate".into(),
             read_version: n.checked_sub(1),
-            output_mode: mode.into(),
+            output_mode: sluice_common::spec::OutputMode::parse(mode)
+                .expect("a test's mode")
+                .to_proto()
+                .into(),
             snapshot_interval: 2,
         });
         outs.push(run(t, caches).await);

@@ -25,7 +25,7 @@ use crate::state::{self, codec};
 pub struct Assigned<'a> {
     pub reduce: &'a ReduceTask,
     pub plan: &'a sluice_proto::TaskPlan,
-    pub files: &'a sluice_proto::FileSink,
+    pub files: &'a sluice_proto::TaskSink,
     pub input_schema: SchemaRef,
     pub tables: Vec<sluice_sql::Table>,
 }
@@ -44,11 +44,10 @@ pub async fn assigned<'a>(
         .plan
         .as_ref()
         .ok_or_else(|| malformed("missing plan"))?;
-    let Some(sluice_proto::sink::Kind::Files(files)) =
-        task.sink.as_ref().and_then(|s| s.kind.as_ref())
-    else {
-        return Err(malformed("missing sink"));
-    };
+    let files = task
+        .sink
+        .as_ref()
+        .ok_or_else(|| malformed("missing sink"))?;
     let input_schema =
         sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
     let tables = crate::cache::tables(caches, &plan.tables).await?;
@@ -176,14 +175,11 @@ pub fn bound(
 }
 
 /// Where a reduce task's output goes: its state partition's part files.
-pub fn layout(files: &sluice_proto::FileSink, task: &TaskAssignment) -> Layout {
+pub fn layout(files: &sluice_proto::TaskSink, task: &TaskAssignment) -> Layout {
     Layout {
-        format: files.format.clone(),
+        format: files.format(),
         partition_by: files.partition_by.clone(),
-        max_file_bytes: files
-            .max_file_bytes
-            .unwrap_or(sluice_common::spec::DEFAULT_MAX_FILE_BYTES)
-            .max(1),
+        max_file_bytes: files.max_file_bytes.max(1),
         max_task_bytes: output::task_cap(task.plan.as_ref().map_or(0, |p| p.max_output_bytes)),
         batch: task.batch_id,
         partition: task.partition,

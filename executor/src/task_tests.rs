@@ -3,14 +3,13 @@
 
 use super::*;
 use crate::map::plan;
-use sluice_proto::sink;
 use tokio::sync::Semaphore;
 
 fn slot() -> OwnedSemaphorePermit {
     Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
 }
 
-use sluice_proto::{FileSink as FileSinkSpec, RateTask, Sink, Stage, TaskSource, task_source};
+use sluice_proto::{RateTask, SinkFormat, Stage, TaskSink, TaskSource, task_source};
 
 fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment {
     TaskAssignment {
@@ -31,12 +30,10 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
                 partition_count: 1,
             })),
         }),
-        sink: Some(Sink {
-            kind: Some(sink::Kind::Files(FileSinkSpec {
-                path: dir.into(),
-                format: "jsonl".into(),
-                ..Default::default()
-            })),
+        sink: Some(TaskSink {
+            path: dir.into(),
+            format: SinkFormat::Jsonl.into(),
+            ..Default::default()
         }),
         stage: Stage::Map.into(),
         plan: Some(sluice_proto::TaskPlan {
@@ -104,22 +101,20 @@ async fn a_task_run_twice_writes_the_same_bytes_in_every_format() {
     let sql =
         "SELECT value, value % 7 AS k, CAST(value AS VARCHAR) AS s FROM input WHERE value % 3 <> 0";
     for (format, partition_by) in [
-        ("jsonl", vec![]),
-        ("csv", vec![]),
-        ("parquet", vec!["k".to_string()]),
+        (SinkFormat::Jsonl, vec![]),
+        (SinkFormat::Csv, vec![]),
+        (SinkFormat::Parquet, vec!["k".to_string()]),
     ] {
         let mut runs = Vec::new();
         for _ in 0..2 {
             let dir = tempfile::tempdir().unwrap();
             let mut t = with_sql(assignment(dir.path().to_str().unwrap(), 1, 0, 5_000), sql);
-            let Some(sink::Kind::Files(f)) = t.sink.as_mut().and_then(|s| s.kind.as_mut()) else {
-                unreachable!()
-            };
+            let f = t.sink.as_mut().expect("a sink");
             f.format = format.into();
             f.partition_by = partition_by.clone();
             let r = execute(t, slot(), Arc::new(Caches::default())).await;
             let Some(Outcome::Ok(out)) = r.outcome else {
-                panic!("{format} task failed: {r:?}");
+                panic!("{format:?} task failed: {r:?}");
             };
             let files: Vec<(String, Vec<u8>)> = out
                 .files
@@ -131,10 +126,10 @@ async fn a_task_run_twice_writes_the_same_bytes_in_every_format() {
                     )
                 })
                 .collect();
-            assert!(!files.is_empty(), "{format}");
+            assert!(!files.is_empty(), "{format:?}");
             runs.push(files);
         }
-        assert_eq!(runs[0], runs[1], "{format}: two runs of one task differ");
+        assert_eq!(runs[0], runs[1], "{format:?}: two runs of one task differ");
     }
 }
 

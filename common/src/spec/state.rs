@@ -37,6 +37,25 @@ impl OutputMode {
         }
     }
 
+    /// The mode as tasks are told it.
+    pub fn to_proto(self) -> sluice_proto::OutputMode {
+        match self {
+            OutputMode::Append => sluice_proto::OutputMode::Append,
+            OutputMode::Update => sluice_proto::OutputMode::Update,
+            OutputMode::Complete => sluice_proto::OutputMode::Complete,
+        }
+    }
+
+    /// The mode a task was told; `None` when unspecified or unknown.
+    pub fn from_proto(mode: i32) -> Option<Self> {
+        match sluice_proto::OutputMode::try_from(mode).ok()? {
+            sluice_proto::OutputMode::Append => Some(OutputMode::Append),
+            sluice_proto::OutputMode::Update => Some(OutputMode::Update),
+            sluice_proto::OutputMode::Complete => Some(OutputMode::Complete),
+            sluice_proto::OutputMode::Unspecified => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             OutputMode::Append => "append",

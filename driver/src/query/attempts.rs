@@ -36,11 +36,17 @@ pub fn task(ctx: &Ctx, offsets: &OffsetRecord, stage: pb::Stage, p: u32) -> pb::
         batch_id: offsets.batch_id,
         partition: p,
         epoch: ctx.term.epoch,
-        sink: Some(ctx.spec.sink.to_proto()),
+        sink: Some(task_sink(&ctx.spec.sink)),
         stage: stage.into(),
         checkpoint_root: ctx.driver.config.checkpoint_root.clone(),
         ..Default::default()
     }
+}
+
+/// What the tasks of a query with sink `sink` are told of it.
+fn task_sink(sink: &sluice_common::spec::SinkSpec) -> pb::TaskSink {
+    let sluice_common::spec::SinkSpec::Files(files) = sink;
+    files.to_task()
 }
 
 /// Runs `task` until an attempt succeeds or it fails for good.

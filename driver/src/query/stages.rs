@@ -152,7 +152,7 @@ pub async fn run(
             inputs: bucket(&map, b),
             operator: stateful.operator.into(),
             read_version: offsets.batch_id.checked_sub(1),
-            output_mode: stateful.mode.as_str().into(),
+            output_mode: stateful.mode.to_proto().into(),
             snapshot_interval: stateful.snapshot_interval,
         });
         attempts::run(ctx, task)

@@ -14,6 +14,8 @@ pub mod parts;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
+use sluice_proto::SinkFormat;
+
 use crate::error::ExecutorError;
 
 /// Encodes batches into one file's bytes. The bytes are a pure function of
@@ -31,22 +33,23 @@ pub trait Encoder: Send {
 }
 
 /// The encoder of `format` for batches of `schema`.
-pub fn encoder(format: &str, schema: SchemaRef) -> Result<Box<dyn Encoder>, ExecutorError> {
+pub fn encoder(format: SinkFormat, schema: SchemaRef) -> Result<Box<dyn Encoder>, ExecutorError> {
     match format {
-        "" | "jsonl" => Ok(Box::new(jsonl::Jsonl)),
-        "csv" => Ok(Box::<csv::Csv>::default()),
-        "parquet" => Ok(Box::new(parquet::Parquet::new(schema)?)),
-        other => Err(ExecutorError::MalformedTask(format!(
-            "sink format {other:?} is not supported by this executor"
-        ))),
+        SinkFormat::Jsonl => Ok(Box::new(jsonl::Jsonl)),
+        SinkFormat::Csv => Ok(Box::<csv::Csv>::default()),
+        SinkFormat::Parquet => Ok(Box::new(parquet::Parquet::new(schema)?)),
+        SinkFormat::Unspecified => Err(ExecutorError::MalformedTask(
+            "sink format unspecified (a driver of another version?)".into(),
+        )),
     }
 }
 
 /// The file name extension of `format`.
-pub fn extension(format: &str) -> &str {
+pub fn extension(format: SinkFormat) -> &'static str {
     match format {
-        "" => "jsonl",
-        f => f,
+        SinkFormat::Jsonl | SinkFormat::Unspecified => "jsonl",
+        SinkFormat::Csv => "csv",
+        SinkFormat::Parquet => "parquet",
     }
 }
 

@@ -18,6 +18,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use sluice_common::sink::part_name;
+use sluice_proto::SinkFormat;
 
 use super::{Encoder, encoder, extension, hive};
 use crate::error::ExecutorError;
@@ -42,7 +43,7 @@ pub enum Piece {
 /// Where a task's output goes.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    pub format: String,
+    pub format: SinkFormat,
     pub partition_by: Vec<String>,
     pub max_file_bytes: u64,
     /// The most bytes of part files the task may write, in all (`u64::MAX`:
@@ -72,7 +73,7 @@ impl Parts {
     pub fn new(layout: Layout, schema: &SchemaRef) -> Result<Self, ExecutorError> {
         let (cols, data) = hive::layout(schema, &layout.partition_by)?;
         // A format this executor cannot write fails here, before any row.
-        encoder(&layout.format, data.clone())?;
+        encoder(layout.format, data.clone())?;
         Ok(Parts {
             layout,
             cols,
@@ -121,11 +122,11 @@ impl Parts {
             }
             let seq = self.next_seq.entry(dir.clone()).or_default();
             let l = &self.layout;
-            let name = part_name(&dir, l.batch, l.partition, *seq, extension(&l.format));
+            let name = part_name(&dir, l.batch, l.partition, *seq, extension(l.format));
             *seq += 1;
             let open = Open {
                 name: name.into(),
-                encoder: encoder(&l.format, self.data.clone())?,
+                encoder: encoder(l.format, self.data.clone())?,
                 bytes: 0,
                 rows: 0,
             };

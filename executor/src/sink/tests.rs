@@ -3,6 +3,8 @@ use std::sync::Arc;
 use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
+use sluice_proto::SinkFormat;
+
 use super::hive::{self, escape};
 use super::parts::{Layout, Parts, Piece};
 
@@ -57,10 +59,10 @@ fn rows_go_to_hive_directories_in_order_of_first_appearance() {
     assert!(hive::layout(&b.schema(), &["nope".to_string()]).is_err());
 }
 
-fn pieces(format: &str, partition_by: &[&str], max_file_bytes: u64) -> Vec<Piece> {
+fn pieces(format: SinkFormat, partition_by: &[&str], max_file_bytes: u64) -> Vec<Piece> {
     let b = batch();
     let layout = Layout {
-        format: format.into(),
+        format,
         partition_by: partition_by.iter().map(|s| s.to_string()).collect(),
         max_file_bytes,
         max_task_bytes: u64::MAX,
@@ -96,12 +98,12 @@ fn files(pieces: &[Piece]) -> Vec<(String, u64, usize)> {
 
 #[test]
 fn a_file_that_reaches_the_size_limit_is_ended_and_the_next_is_numbered() {
-    let one = files(&pieces("csv", &[], u64::MAX));
+    let one = files(&pieces(SinkFormat::Csv, &[], u64::MAX));
     assert_eq!(one.len(), 1);
     assert_eq!(one[0].0, "part-00000000000000000007-00002.csv");
     assert_eq!(one[0].1, 15);
     // A limit below one batch's bytes: a file per batch.
-    let cut = files(&pieces("csv", &[], 10));
+    let cut = files(&pieces(SinkFormat::Csv, &[], 10));
     let names: Vec<&str> = cut.iter().map(|f| f.0.as_str()).collect();
     assert_eq!(
         names,
@@ -123,13 +125,13 @@ fn a_file_that_reaches_the_size_limit_is_ended_and_the_next_is_numbered() {
             })
             .collect()
     };
-    let ps = pieces("csv", &[], 10);
+    let ps = pieces(SinkFormat::Csv, &[], 10);
     assert!(text(&ps, names[1]).starts_with("id,city\n"));
 }
 
 #[test]
 fn partitioned_output_has_a_file_per_directory_and_the_bytes_repeat() {
-    let ps = pieces("parquet", &["city"], u64::MAX);
+    let ps = pieces(SinkFormat::Parquet, &["city"], u64::MAX);
     let f = files(&ps);
     let names: Vec<&str> = f.iter().map(|f| f.0.as_str()).collect();
     assert_eq!(
@@ -142,6 +144,6 @@ fn partitioned_output_has_a_file_per_directory_and_the_bytes_repeat() {
     );
     assert_eq!(f.iter().map(|f| f.1).collect::<Vec<_>>(), vec![6, 6, 3]);
     // A retried task encodes the same bytes.
-    let again = files(&pieces("parquet", &["city"], u64::MAX));
+    let again = files(&pieces(SinkFormat::Parquet, &["city"], u64::MAX));
     assert_eq!(f, again);
 }

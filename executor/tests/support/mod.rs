@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use sluice_proto::cluster_service_server::{ClusterService, ClusterServiceServer};
 use sluice_proto::{
-    DriverMessage, ErrorKind, ExecutorMessage, FileSink, Hello, RateTask, Sink, TaskAssignment,
-    TaskOutput, TaskResult, TaskSource, Welcome, driver_message, executor_message, sink,
+    DriverMessage, ErrorKind, ExecutorMessage, Hello, RateTask, SinkFormat, TaskAssignment,
+    TaskOutput, TaskResult, TaskSink, TaskSource, Welcome, driver_message, executor_message,
     task_result::Outcome, task_source,
 };
 use tokio::net::TcpListener;
@@ -145,12 +145,10 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
                 partition_count: 1,
             })),
         }),
-        sink: Some(Sink {
-            kind: Some(sink::Kind::Files(FileSink {
-                path: dir.into(),
-                format: "jsonl".into(),
-                ..Default::default()
-            })),
+        sink: Some(TaskSink {
+            path: dir.into(),
+            format: SinkFormat::Jsonl.into(),
+            ..Default::default()
         }),
         stage: sluice_proto::Stage::Map.into(),
         plan: Some(sluice_proto::TaskPlan {
