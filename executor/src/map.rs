@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use arrow_schema::SchemaRef;
 use sluice_common::storage::Stores;
-use sluice_proto::{ShuffleWrite, Stage, TaskAssignment, TaskOutput};
+use sluice_proto::{TaskAssignment, TaskOutput};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -39,27 +39,14 @@ pub struct TaskPlan {
     pub layout: Layout,
     /// The static tables the SQL joins with, as this batch reads them.
     pub tables: Vec<sluice_proto::TablePlan>,
-    /// A stateful query's shuffle, where the partial aggregates go.
-    pub shuffle: Option<ShuffleWrite>,
     /// A query with a watermark: its event time and late rows.
     pub late: Option<LateFilter>,
-    /// A deduplicating query: its rows are shuffled by these columns.
-    pub dedup: Option<sluice_proto::Dedup>,
 }
 
 /// Validates a map task's assignment into a plan; anything missing is
 /// fatal.
 pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, ExecutorError> {
     let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-    if task.stage != Stage::Map as i32 {
-        return Err(malformed(format!(
-            "stage {} is not a map stage",
-            task.stage
-        )));
-    }
-    if task.shuffle.as_ref().is_some_and(|s| s.buckets == 0) {
-        return Err(malformed("a shuffle with no buckets".into()));
-    }
     let query = task
         .plan
         .as_ref()
@@ -100,7 +87,6 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
     };
     Ok(TaskPlan {
         late,
-        dedup: task.dedup.clone(),
         batch_id: task.batch_id,
         partition: task.partition,
         source,
@@ -110,7 +96,6 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         sink_path: files.path.clone(),
         layout,
         tables: query.tables.clone(),
-        shuffle: task.shuffle.clone(),
     })
 }
 

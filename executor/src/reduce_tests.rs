@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use sluice_proto::task_result::Outcome;
 use sluice_proto::{
-    RateTask, ReduceTask, ShuffleRange, ShuffleWrite, SinkFormat, Stage, TaskAssignment,
-    TaskOutput, TaskSink, TaskSource, task_source,
+    AggregateWork, PartialAggregates, RateTask, ShuffleMapWork, ShuffleRange, SinkFormat,
+    StateWork, TaskAssignment, TaskOutput, TaskSink, TaskSource, shuffle_map_work,
+    task_assignment::Work, task_source,
 };
 use tokio::sync::Semaphore;
 
@@ -66,7 +67,6 @@ async fn batch(
     let mut ranges: Vec<Vec<ShuffleRange>> = vec![Vec::new(); BUCKETS as usize];
     for p in 0..2 {
         let mut t = base(sink_dir, n, p);
-        t.stage = Stage::Map.into();
         t.source = Some(TaskSource {
             kind: Some(task_source::Kind::Rate(RateTask {
                 partitions: 2,
@@ -77,10 +77,11 @@ async fn batch(
                 partition_count: 1,
             })),
         });
-        t.shuffle = Some(ShuffleWrite {
+        t.work = Some(Work::ShuffleMap(ShuffleMapWork {
             checkpoint: ckpt.into(),
             buckets: BUCKETS,
-        });
+            rows: Some(shuffle_map_work::Rows::Aggregate(PartialAggregates {})),
+        }));
         let out = run(t, caches).await;
         assert_eq!(out.input_rows, (end - start) / 2);
         assert!(
@@ -95,18 +96,19 @@ async fn batch(
     let mut outs = Vec::new();
     for (b, inputs) in ranges.into_iter().enumerate() {
         let mut t = base(sink_dir, n, b as u32);
-        t.stage = Stage::Reduce.into();
-        t.reduce = Some(ReduceTask {
-            checkpoint: ckpt.into(),
-            inputs,
-            operator: "aggregate".into(),
-            read_version: n.checked_sub(1),
+        t.work = Some(Work::Aggregate(AggregateWork {
+            state: Some(StateWork {
+                checkpoint: ckpt.into(),
+                inputs,
+                operator: "aggregate".into(),
+                read_version: n.checked_sub(1),
+                snapshot_interval: 2,
+            }),
             output_mode: sluice_common::spec::OutputMode::parse(mode)
                 .expect("a test's mode")
                 .to_proto()
                 .into(),
-            snapshot_interval: 2,
-        });
+        }));
         outs.push(run(t, caches).await);
     }
     outs

@@ -19,7 +19,8 @@ use arrow_array::{RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef;
 use bytes::{Bytes, BytesMut};
-use sluice_proto::{ShuffleRange, ShuffleWrite, TaskOutput};
+use sluice_proto::shuffle_map_work::Rows;
+use sluice_proto::{ShuffleMapWork, ShuffleRange, TaskOutput};
 use sluice_sql::Aggregation;
 
 use crate::cache::Caches;
@@ -30,13 +31,18 @@ use crate::state::codec;
 /// Runs a stateful query's map task.
 pub async fn run(
     plan: TaskPlan,
+    shuffle: &ShuffleMapWork,
     caches: Arc<Caches>,
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
-    let shuffle: ShuffleWrite = plan
-        .shuffle
-        .clone()
-        .expect("a stateful map task has a shuffle");
+    let Some(rows) = shuffle.rows.clone() else {
+        return Err(ExecutorError::MalformedTask("a shuffle of no rows".into()));
+    };
+    if shuffle.buckets == 0 {
+        return Err(ExecutorError::MalformedTask(
+            "a shuffle with no buckets".into(),
+        ));
+    }
     let planned = plan.source.planned_rows();
     if planned == Some(0) {
         let none = vec![Vec::new(); shuffle.buckets as usize];
@@ -51,7 +57,7 @@ pub async fn run(
     let blocking = caches.clone();
     let buckets = shuffle.buckets;
     let (produced, bytes, ranges) =
-        tokio::task::spawn_blocking(move || partials(plan, buckets, &runtime, &blocking))
+        tokio::task::spawn_blocking(move || partials(plan, &rows, buckets, &runtime, &blocking))
             .await
             .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
     produced.check(planned)?;
@@ -74,13 +80,14 @@ pub async fn run(
 /// The blocking half: the partial rows of the task's input, encoded.
 fn partials(
     plan: TaskPlan,
+    shuffled: &Rows,
     buckets: u32,
     runtime: &tokio::runtime::Handle,
     caches: &Caches,
 ) -> Result<(Produced, Bytes, Vec<ShuffleRange>), ExecutorError> {
     let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
-    let (schema, rows, keys) = match &plan.dedup {
-        None => {
+    let (schema, rows, keys) = match shuffled {
+        Rows::Aggregate(_) => {
             let agg = runtime
                 .block_on(Aggregation::plan(
                     &plan.sql,
@@ -97,7 +104,7 @@ fn partials(
             let rows = drain(agg.map()?, runtime, &opened)?;
             (agg.partial_schema(), rows, (0..agg.key_columns()).collect())
         }
-        Some(d) => {
+        Rows::Dedup(d) => {
             let out = runtime.block_on(sluice_sql::run(
                 &plan.sql,
                 plan.input_schema.clone(),
@@ -106,7 +113,7 @@ fn partials(
                 caches.task_limits(plan.budget),
             ))?;
             let schema = out.schema();
-            let keys = crate::dedup::key_columns(&schema, &d.columns)?;
+            let keys = crate::operator::key_columns(&schema, &d.columns)?;
             (schema, drain(out, runtime, &opened)?, keys)
         }
     };

@@ -9,7 +9,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use sluice_common::state::{StateFile, StateStore};
-use sluice_proto::{ReduceTask, TaskAssignment};
+use sluice_proto::{StateWork, TaskAssignment};
 use sluice_sql::WindowEnd;
 use tracing::{info, warn};
 
@@ -20,10 +20,9 @@ use crate::sink::parts::Layout;
 use crate::state::table::{Change, StateTable};
 use crate::state::{self, codec};
 
-/// A reduce task's assignment, validated: its reduce part, its query,
-/// its sink, and the query's input schema and static tables.
+/// A reduce task's assignment, validated: its query, its sink, and the
+/// query's input schema and static tables.
 pub struct Assigned<'a> {
-    pub reduce: &'a ReduceTask,
     pub plan: &'a sluice_proto::TaskPlan,
     pub files: &'a sluice_proto::TaskSink,
     pub input_schema: SchemaRef,
@@ -36,10 +35,6 @@ pub async fn assigned<'a>(
     caches: &Caches,
 ) -> Result<Assigned<'a>, ExecutorError> {
     let malformed = |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-    let reduce = task
-        .reduce
-        .as_ref()
-        .ok_or_else(|| malformed("missing reduce"))?;
     let plan = task
         .plan
         .as_ref()
@@ -52,7 +47,6 @@ pub async fn assigned<'a>(
         sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
     let tables = crate::cache::tables(caches, &plan.tables).await?;
     Ok(Assigned {
-        reduce,
         plan,
         files,
         input_schema,
@@ -66,11 +60,11 @@ pub async fn state(
     caches: &Caches,
     store: &StateStore,
     task: &TaskAssignment,
-    reduce: &ReduceTask,
+    work: &StateWork,
     schema: SchemaRef,
     keys: usize,
 ) -> Result<StateTable, ExecutorError> {
-    let (query, p, version) = (&task.query_id, task.partition, reduce.read_version);
+    let (query, p, version) = (&task.query_id, task.partition, work.read_version);
     if let Some(held) = caches.states.take(query, p, version) {
         return Ok(held);
     }
@@ -78,7 +72,7 @@ pub async fn state(
     let Some(v) = version else {
         return Ok(empty);
     };
-    let table = state::load(store, &reduce.operator, p, empty, v).await?;
+    let table = state::load(store, &work.operator, p, empty, v).await?;
     info!(
         partition = p,
         version = v,
@@ -96,7 +90,7 @@ pub async fn advance(
     table: &mut StateTable,
     store: &StateStore,
     task: &TaskAssignment,
-    reduce: &ReduceTask,
+    work: &StateWork,
     upserts: RecordBatch,
     evict: impl FnOnce(&RecordBatch) -> Result<Option<RecordBatch>, ExecutorError>,
 ) -> Result<Change, ExecutorError> {
@@ -119,7 +113,7 @@ pub async fn advance(
     let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
     let file = StateFile::Delta(task.batch_id);
     store
-        .write(&reduce.operator, task.partition, file, delta)
+        .write(&work.operator, task.partition, file, delta)
         .await?;
     Ok(change)
 }
@@ -199,11 +193,11 @@ pub async fn open_store(caches: &Arc<Caches>, location: &str) -> Result<StateSto
 pub async fn read_partials(
     store: &StateStore,
     batch: u64,
-    reduce: &ReduceTask,
+    work: &StateWork,
     schema: &SchemaRef,
 ) -> Result<Vec<RecordBatch>, ExecutorError> {
     let mut rows = Vec::new();
-    for r in reduce.inputs.iter().filter(|r| r.length > 0) {
+    for r in work.inputs.iter().filter(|r| r.length > 0) {
         let bytes = store.read_shuffle(batch, r.map, r.offset, r.length).await?;
         let what = format!(
             "shuffle/{batch}/{:05}.arrow bytes {}+{}",
@@ -216,9 +210,9 @@ pub async fn read_partials(
 
 /// The state held, when its version is due a snapshot (every
 /// `snapshot_interval` batches): its version and rows.
-pub fn due(reduce: &ReduceTask, table: &StateTable) -> Option<(u64, RecordBatch)> {
+pub fn due(work: &StateWork, table: &StateTable) -> Option<(u64, RecordBatch)> {
     let v = table.version?;
-    ((v + 1) % reduce.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
+    ((v + 1) % work.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
 }
 
 /// Writes a snapshot in the background, off the batch's path: a task the
@@ -229,12 +223,12 @@ pub fn due(reduce: &ReduceTask, table: &StateTable) -> Option<(u64, RecordBatch)
 pub fn snapshot(
     caches: &Caches,
     store: &StateStore,
-    reduce: &ReduceTask,
+    work: &StateWork,
     p: u32,
     due: Option<(u64, RecordBatch)>,
 ) {
     let Some((v, rows)) = due else { return };
-    let (store, operator) = (store.clone(), reduce.operator.clone());
+    let (store, operator) = (store.clone(), work.operator.clone());
     let span = tracing::info_span!("snapshot", partition = p, version = v);
     let write = async move {
         let written = async {

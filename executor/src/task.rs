@@ -3,10 +3,10 @@
 //! ```text
 //! TaskAssignment ─admit(epoch)─► stale? ──► TaskResult{error: STALE_EPOCH}
 //!        │ execute, in a slot: paths outside --allowed-paths? ──► TaskResult{error: FATAL}
-//!        ├─ map, stateless ──► crate::map      (source ─► SQL ─► part files)
-//!        ├─ map, stateful ───► crate::shuffle  (source ─► partial aggregates ─► shuffle file)
-//!        ├─ reduce ──────────► crate::reduce   (shuffle + state ─► state version, part files)
-//!        └─ reduce, dedup ───► crate::dedup    (shuffle + seen keys ─► first rows, part files)
+//!        ├─ map ──────────► crate::map      (source ─► SQL ─► part files)
+//!        ├─ shuffle_map ──► crate::shuffle  (source ─► the operator's rows ─► shuffle file)
+//!        ├─ aggregate ────► crate::reduce with operator::Aggregate  (shuffle + state ─►
+//!        └─ dedup ────────► crate::reduce with operator::Dedup       state version, part files)
 //!                 │
 //!   TaskResult{ok: TaskOutput} | TaskResult{error: kind}
 //! ```
@@ -17,14 +17,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_proto::task_assignment::Work;
 use sluice_proto::{
-    ErrorKind, Stage, TaskAssignment, TaskError, TaskOutput, TaskResult, task_result::Outcome,
+    ErrorKind, TaskAssignment, TaskError, TaskOutput, TaskResult, task_result::Outcome,
 };
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::map;
+use crate::operator::{Aggregate, Dedup};
+use crate::reduce;
 
 /// Whether a task may run, given the highest driver epoch seen so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,22 +117,27 @@ pub async fn execute(
     }
 }
 
-/// Runs an admitted task whose paths are allowed, by its stage.
+/// Runs an admitted task whose paths are allowed: the one dispatch on
+/// what it does.
 async fn run(
     task: &TaskAssignment,
-    sinks: Arc<Caches>,
+    caches: Arc<Caches>,
     started: Instant,
 ) -> Result<TaskOutput, ExecutorError> {
-    if task.stage == Stage::Reduce as i32 && task.dedup.is_some() {
-        crate::dedup::run(task, sinks, started).await
-    } else if task.stage == Stage::Reduce as i32 {
-        crate::reduce::run(task, sinks, started).await
-    } else {
-        match map::plan(task, &sinks.storage) {
-            Ok(p) if p.shuffle.is_some() => crate::shuffle::run(p, sinks, started).await,
-            Ok(p) => map::run(p, sinks, started).await,
-            Err(e) => Err(e),
+    let Some(work) = task.work.as_ref() else {
+        let m = format!("task {}: missing work", task.task_id);
+        return Err(ExecutorError::MalformedTask(m));
+    };
+    match work {
+        Work::Map(_) => map::run(map::plan(task, &caches.storage)?, caches, started).await,
+        Work::ShuffleMap(w) => {
+            let plan = map::plan(task, &caches.storage)?;
+            crate::shuffle::run(plan, w, caches, started).await
         }
+        Work::Aggregate(w) => {
+            reduce::run::<Aggregate>(task, w.state.as_ref(), w, caches, started).await
+        }
+        Work::Dedup(w) => reduce::run::<Dedup>(task, w.state.as_ref(), w, caches, started).await,
     }
 }
 

@@ -9,7 +9,7 @@ fn slot() -> OwnedSemaphorePermit {
     Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
 }
 
-use sluice_proto::{RateTask, SinkFormat, Stage, TaskSink, TaskSource, task_source};
+use sluice_proto::{RateTask, SinkFormat, TaskSink, TaskSource, task_source};
 
 fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment {
     TaskAssignment {
@@ -35,7 +35,9 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
             format: SinkFormat::Jsonl.into(),
             ..Default::default()
         }),
-        stage: Stage::Map.into(),
+        work: Some(sluice_proto::task_assignment::Work::Map(
+            sluice_proto::MapWork {},
+        )),
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),

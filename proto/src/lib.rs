@@ -20,3 +20,12 @@ pub fn state_name(state: i32) -> &'static str {
         Ok(QueryState::Unspecified) | Err(_) => "UNSPECIFIED",
     }
 }
+
+impl TaskAssignment {
+    /// Whether the task is a stateful operator's reduce task, which works
+    /// on one state partition (and goes where that state is held).
+    pub fn is_reduce(&self) -> bool {
+        use task_assignment::Work;
+        matches!(self.work, Some(Work::Aggregate(_) | Work::Dedup(_)))
+    }
+}

@@ -137,7 +137,7 @@ struct Actor {
 /// The state a task works on, for affinity: a reduce task's (query,
 /// partition).
 fn affinity(task: &pb::TaskAssignment) -> Option<String> {
-    (task.stage == pb::Stage::Reduce as i32)
+    task.is_reduce()
         .then(|| format!("{}/{}", task.query_id, task.partition))
 }
 

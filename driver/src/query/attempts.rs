@@ -27,9 +27,14 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The task of `stage` for partition `p` of a batch, before its attempt
+/// The task doing `work` for partition `p` of a batch, before its attempt
 /// is set: what every attempt of it runs.
-pub fn task(ctx: &Ctx, offsets: &OffsetRecord, stage: pb::Stage, p: u32) -> pb::TaskAssignment {
+pub fn task(
+    ctx: &Ctx,
+    offsets: &OffsetRecord,
+    work: pb::task_assignment::Work,
+    p: u32,
+) -> pb::TaskAssignment {
     pb::TaskAssignment {
         query_id: ctx.entry.id.clone(),
         query_name: ctx.entry.name.clone(),
@@ -37,7 +42,7 @@ pub fn task(ctx: &Ctx, offsets: &OffsetRecord, stage: pb::Stage, p: u32) -> pb::
         partition: p,
         epoch: ctx.term.epoch,
         sink: Some(task_sink(&ctx.spec.sink)),
-        stage: stage.into(),
+        work: Some(work),
         checkpoint_root: ctx.driver.config.checkpoint_root.clone(),
         ..Default::default()
     }
@@ -54,7 +59,7 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     let p = task.partition;
-    let (stage, prefix, stage_label) = if task.stage == pb::Stage::Reduce as i32 {
+    let (stage, prefix, stage_label) = if task.is_reduce() {
         ("reduce partition", "r", "reduce")
     } else {
         ("partition", "", "map")

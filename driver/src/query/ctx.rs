@@ -41,13 +41,52 @@ pub struct Stateful {
     pub checkpoint: String,
     pub partitions: u32,
     pub snapshot_interval: u64,
-    pub mode: sluice_common::spec::OutputMode,
-    /// A deduplicating query's key columns and span.
-    pub dedup: Option<sluice_proto::Dedup>,
-    /// The state's directory under `state/`.
-    pub operator: &'static str,
+    pub operator: Operator,
     /// The shuffle and state files under `checkpoint`.
     pub store: sluice_common::state::StateStore,
+}
+
+/// A stateful query's operator, as its tasks are told of it.
+#[derive(Debug, Clone)]
+pub enum Operator {
+    /// The aggregation over the stream, emitting as the mode says.
+    Aggregate(sluice_common::spec::OutputMode),
+    /// Deduplication by the spec's `dedup` columns.
+    Dedup(sluice_proto::Dedup),
+}
+
+impl Operator {
+    /// The state's directory under `state/`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operator::Aggregate(_) => "aggregate",
+            Operator::Dedup(_) => "dedup",
+        }
+    }
+
+    /// What its map tasks shuffle.
+    pub fn shuffled(&self) -> sluice_proto::shuffle_map_work::Rows {
+        use sluice_proto::shuffle_map_work::Rows;
+        match self {
+            Operator::Aggregate(_) => Rows::Aggregate(sluice_proto::PartialAggregates {}),
+            Operator::Dedup(d) => Rows::Dedup(d.clone()),
+        }
+    }
+
+    /// Its reduce task's work over the state partition `state` names.
+    pub fn reduce(&self, state: sluice_proto::StateWork) -> sluice_proto::task_assignment::Work {
+        use sluice_proto::task_assignment::Work;
+        match self {
+            Operator::Aggregate(mode) => Work::Aggregate(sluice_proto::AggregateWork {
+                state: Some(state),
+                output_mode: mode.to_proto().into(),
+            }),
+            Operator::Dedup(d) => Work::Dedup(sluice_proto::DedupWork {
+                state: Some(state),
+                dedup: Some(d.clone()),
+            }),
+        }
+    }
 }
 
 impl Ctx {

@@ -50,8 +50,8 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
         let Some(stateful) = stateful else { return };
         let purged = async {
             let store = &stateful.store;
-            for p in store.partitions(stateful.operator).await? {
-                store.retain(stateful.operator, p, keep_from).await?;
+            for p in store.partitions(stateful.operator.name()).await? {
+                store.retain(stateful.operator.name(), p, keep_from).await?;
             }
             for b in store.shuffled_batches().await? {
                 if b <= committed {

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use futures::future::try_join_all;
 use sluice_common::checkpoint::{OffsetRecord, query_location};
 use sluice_proto as pb;
+use sluice_proto::task_assignment::Work;
 
 use super::attempts;
-use super::ctx::{Ctx, Stateful};
+use super::ctx::{Ctx, Operator, Stateful};
 use crate::error::DriverError;
 use sluice_common::spec::OutputMode;
 
@@ -64,16 +65,10 @@ pub async fn plan(
         checkpoint,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
-        mode: match dedup {
-            Some(_) => OutputMode::Append,
-            None => OutputMode::effective(ctx.spec.output_mode, true),
+        operator: match dedup {
+            Some(d) => Operator::Dedup(d),
+            None => Operator::Aggregate(OutputMode::effective(ctx.spec.output_mode, true)),
         },
-        operator: if dedup.is_some() {
-            "dedup"
-        } else {
-            "aggregate"
-        },
-        dedup,
     }))
 }
 
@@ -108,17 +103,19 @@ pub async fn run(
     plan: &pb::TaskPlan,
 ) -> Result<Outputs, DriverError> {
     let t = Instant::now();
-    let shuffle = ctx.stateful.as_ref().map(|s| pb::ShuffleWrite {
-        checkpoint: s.checkpoint.clone(),
-        buckets: s.partitions,
-    });
+    let work = match &ctx.stateful {
+        None => Work::Map(pb::MapWork {}),
+        Some(s) => Work::ShuffleMap(pb::ShuffleMapWork {
+            checkpoint: s.checkpoint.clone(),
+            buckets: s.partitions,
+            rows: Some(s.operator.shuffled()),
+        }),
+    };
     let maps = inputs.into_iter().map(|(p, input)| {
-        let mut task = attempts::task(ctx, offsets, pb::Stage::Map, p);
+        let mut task = attempts::task(ctx, offsets, work.clone(), p);
         task.event_time = event_time(ctx, offsets);
         task.source = Some(input);
         task.plan = Some(plan.clone());
-        task.shuffle = shuffle.clone();
-        task.dedup = ctx.stateful.as_ref().and_then(|s| s.dedup.clone());
         attempts::run(ctx, task)
     });
     let map = try_join_all(maps).await?;
@@ -143,18 +140,16 @@ pub async fn run(
     }
     let t = Instant::now();
     let reduces = (0..stateful.partitions).map(|b| {
-        let mut task = attempts::task(ctx, offsets, pb::Stage::Reduce, b);
-        task.event_time = event_time(ctx, offsets);
-        task.dedup = stateful.dedup.clone();
-        task.plan = Some(plan.clone());
-        task.reduce = Some(pb::ReduceTask {
+        let work = stateful.operator.reduce(pb::StateWork {
             checkpoint: stateful.checkpoint.clone(),
             inputs: bucket(&map, b),
-            operator: stateful.operator.into(),
+            operator: stateful.operator.name().into(),
             read_version: offsets.batch_id.checked_sub(1),
-            output_mode: stateful.mode.to_proto().into(),
             snapshot_interval: stateful.snapshot_interval,
         });
+        let mut task = attempts::task(ctx, offsets, work, b);
+        task.event_time = event_time(ctx, offsets);
+        task.plan = Some(plan.clone());
         attempts::run(ctx, task)
     });
     let reduce = try_join_all(reduces).await?;

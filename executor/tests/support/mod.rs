@@ -150,7 +150,7 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
             format: SinkFormat::Jsonl.into(),
             ..Default::default()
         }),
-        stage: sluice_proto::Stage::Map.into(),
+        work: Some(sluice_proto::task_assignment::Work::Map(sluice_proto::MapWork {})),
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
             input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),

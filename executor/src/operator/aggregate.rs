@@ -1,0 +1,137 @@
+//! The aggregation: one state row per group, merged batch by batch.
+//!
+//! ```text
+//!  shuffle ranges, in map order ─► partial rows P
+//!  state N-1 ─► the state rows of P's keys: O
+//!  merge(O ++ P) = M, one state row per key the batch touched ─► upserts
+//!  output: update   ─► final values of M (a DISTINCT: of M's new keys)
+//!          complete ─► final values of all of state N
+//!          append   ─► final values of the windows the watermark closed
+//! ```
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use arrow_select::concat::concat_batches;
+use sluice_common::spec::OutputMode;
+use sluice_proto::{AggregateWork, TaskAssignment};
+use sluice_sql::Aggregation;
+
+use super::{Advanced, Operator};
+use crate::error::ExecutorError;
+use crate::stage::{self, Assigned};
+use crate::state::table::StateTable;
+
+/// A query's aggregation over the stream.
+pub struct Aggregate {
+    agg: Aggregation,
+    mode: OutputMode,
+}
+
+impl Operator for Aggregate {
+    type Work = AggregateWork;
+
+    async fn plan(
+        task: &TaskAssignment,
+        work: &AggregateWork,
+        assigned: &Assigned<'_>,
+    ) -> Result<Self, ExecutorError> {
+        let malformed =
+            |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+        let mode = OutputMode::from_proto(work.output_mode)
+            .ok_or_else(|| malformed("unknown output mode"))?;
+        let budget = sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms);
+        let empty = Box::pin(futures::stream::empty());
+        let agg = Aggregation::plan(
+            &assigned.plan.sql,
+            assigned.input_schema.clone(),
+            empty,
+            &assigned.tables,
+            budget,
+        )
+        .await?
+        .ok_or_else(|| malformed("a reduce task for a query without an aggregation"))?;
+        Ok(Aggregate { agg, mode })
+    }
+
+    fn input_schema(&self) -> SchemaRef {
+        self.agg.partial_schema()
+    }
+
+    fn state_schema(&self) -> (SchemaRef, usize) {
+        (self.agg.partial_schema(), self.agg.key_columns())
+    }
+
+    fn output_schema(&self) -> SchemaRef {
+        self.agg.output_schema()
+    }
+
+    async fn advance(
+        &self,
+        state: &StateTable,
+        rows: Vec<RecordBatch>,
+    ) -> Result<Advanced, ExecutorError> {
+        let merged = merge(&self.agg, state, rows).await?;
+        let changed = match self.mode {
+            OutputMode::Update if self.agg.has_aggregates() => Some(merged.clone()),
+            OutputMode::Update => Some(stage::filter(&merged, &state.is_new(&merged)?)?),
+            OutputMode::Complete | OutputMode::Append => None,
+        };
+        Ok(Advanced {
+            upserts: merged,
+            pending: changed,
+        })
+    }
+
+    /// Windows the watermark has passed are final. Complete mode keeps
+    /// every group.
+    fn evict(
+        &self,
+        rows: &RecordBatch,
+        watermark: Option<i64>,
+    ) -> Result<Option<RecordBatch>, ExecutorError> {
+        match (self.agg.window(), watermark, self.mode) {
+            (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
+                stage::closed(rows, w, wm).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn emit(
+        &self,
+        pending: Option<RecordBatch>,
+        evicted: RecordBatch,
+        state: &StateTable,
+    ) -> Result<Vec<RecordBatch>, ExecutorError> {
+        let emitted = match self.mode {
+            OutputMode::Update => {
+                pending.unwrap_or_else(|| RecordBatch::new_empty(evicted.schema()))
+            }
+            OutputMode::Complete => state.rows().clone(),
+            OutputMode::Append => evicted,
+        };
+        if emitted.num_rows() == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self.agg.finish(vec![emitted]).await?)
+    }
+}
+
+/// One state row per key of `partials`: the state's row merged with the
+/// batch's partial rows.
+async fn merge(
+    agg: &Aggregation,
+    table: &StateTable,
+    partials: Vec<RecordBatch>,
+) -> Result<RecordBatch, ExecutorError> {
+    let schema = agg.partial_schema();
+    if partials.iter().all(|b| b.num_rows() == 0) {
+        return Ok(RecordBatch::new_empty(schema));
+    }
+    let (old, _) = table.lookup(&partials)?;
+    let mut input = Vec::with_capacity(partials.len() + 1);
+    input.push(old);
+    input.extend(partials);
+    let merged = agg.merge(input).await?;
+    concat_batches(&schema, &merged).map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
+}

@@ -1,0 +1,86 @@
+//! A stateful query's operator: one type per operator behind one trait
+//! ([`Operator`]), planned from its task's work and run by the one reduce
+//! runner ([`crate::reduce`]).
+//!
+//! ```text
+//!  plan(task, work)                    the operator, from the query's SQL and its work
+//!  advance(state N-1, shuffled rows)   ─► upserts into the state, and what the batch emits
+//!  evict(state rows, watermark)        ─► the state rows the watermark has passed
+//!  emit(advanced, evicted, state N)    ─► the batch's output rows
+//! ```
+//!
+//! Invariant (determinism): each step is a pure function of its inputs,
+//! so a retried or rebuilt reduce task writes the same delta and the same
+//! part files.
+
+mod aggregate;
+mod dedup;
+
+pub use aggregate::Aggregate;
+pub use dedup::{Dedup, key_columns};
+
+use std::future::Future;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use sluice_proto::TaskAssignment;
+
+use crate::error::ExecutorError;
+use crate::stage::Assigned;
+use crate::state::table::StateTable;
+
+/// What one batch does to an operator's state.
+#[derive(Debug)]
+pub struct Advanced {
+    /// State rows to upsert, by key.
+    pub upserts: RecordBatch,
+    /// What the batch emits whatever the watermark does; the operator's
+    /// own form, finished by [`Operator::emit`].
+    pub pending: Option<RecordBatch>,
+}
+
+/// One stateful operator of a query.
+pub trait Operator: Sized + Send + Sync {
+    /// The operator's part of a task's work.
+    type Work;
+
+    /// The operator of `task`'s query, as `work` configures it.
+    fn plan(
+        task: &TaskAssignment,
+        work: &Self::Work,
+        assigned: &Assigned<'_>,
+    ) -> impl Future<Output = Result<Self, ExecutorError>> + Send;
+
+    /// The schema of the rows its map tasks shuffle to it.
+    fn input_schema(&self) -> SchemaRef;
+
+    /// The schema of a state row, and how many leading columns are its key.
+    fn state_schema(&self) -> (SchemaRef, usize);
+
+    /// The schema of the rows it emits.
+    fn output_schema(&self) -> SchemaRef;
+
+    /// Folds one batch's shuffled rows (in map order) into `state`.
+    fn advance(
+        &self,
+        state: &StateTable,
+        rows: Vec<RecordBatch>,
+    ) -> impl Future<Output = Result<Advanced, ExecutorError>> + Send;
+
+    /// The rows of `state` that the watermark has passed: they can no
+    /// longer change, and leave the state. `None`: nothing is evicted.
+    fn evict(
+        &self,
+        state: &RecordBatch,
+        watermark: Option<i64>,
+    ) -> Result<Option<RecordBatch>, ExecutorError>;
+
+    /// The batch's output: from what `advance` left pending, the rows
+    /// `evict` took, and the state the batch left.
+    fn emit(
+        &self,
+        pending: Option<RecordBatch>,
+        evicted: RecordBatch,
+        state: &StateTable,
+    ) -> impl Future<Output = Result<Vec<RecordBatch>, ExecutorError>> + Send;
+}
