@@ -41,7 +41,9 @@ use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
 pub use layout::{Log, QUERIES_DIR, Record, query_location};
-pub use offsets::{FileRange, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile};
+pub use offsets::{
+    FileRange, Inputs, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile,
+};
 pub use progress::{
     PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord, RecentProgress,
 };
@@ -123,6 +125,10 @@ pub struct CommitRecord {
     /// this one, from which the next batch's watermark follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_event_time_ms: Option<i64>,
+    /// A query with `sources:`: each watermarked input's latest event time
+    /// of every batch up to this one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub max_event_times: std::collections::BTreeMap<String, i64>,
     /// The input rows of batches 0 to this one. Absent in records written
     /// before it was kept: the source's end position stands in (the same
     /// number for the rate source).
@@ -230,6 +236,7 @@ impl Checkpoint {
             written: self.written.clone(),
             storage: self.storage.clone(),
             dir: Path::from_iter([QUERIES_DIR, name]),
+            scope: None,
         }
     }
 }
@@ -240,9 +247,29 @@ pub struct QueryCheckpoint {
     storage: Storage,
     dir: Path,
     written: Arc<AtomicU64>,
+    /// The input stream whose source records this view reads and writes
+    /// (`None`: the query's one `source:`); see `INPUTS_DIR` in the layout.
+    scope: Option<String>,
 }
 
 impl QueryCheckpoint {
+    /// The view of the query's checkpoint that input stream `input` of a
+    /// query with `sources:` sees: its source records are its own.
+    pub fn input(&self, input: &str) -> QueryCheckpoint {
+        QueryCheckpoint {
+            scope: Some(input.to_string()),
+            ..self.clone()
+        }
+    }
+
+    fn rel(&self, record: Record) -> String {
+        record.rel_in(self.scope.as_deref())
+    }
+
+    fn entry_rel(&self, log: Log, batch: u64) -> String {
+        log.entry_in(self.scope.as_deref(), batch)
+    }
+
     fn path(&self, rel: &str) -> Path {
         rel.split('/')
             .fold(self.dir.clone(), |p, part| p.join(part))
@@ -260,12 +287,13 @@ impl QueryCheckpoint {
 
     /// Human-readable location of `record`, for errors.
     pub fn describe(&self, record: Record) -> String {
-        self.storage.describe(&self.path(record.rel()))
+        self.storage.describe(&self.path(&self.rel(record)))
     }
 
     /// Human-readable location of batch `batch`'s entry in `log`.
     pub fn describe_entry(&self, log: Log, batch: u64) -> String {
-        self.storage.describe(&self.path(&log.entry(batch)))
+        self.storage
+            .describe(&self.path(&self.entry_rel(log, batch)))
     }
 
     async fn read_rel<T: DeserializeOwned>(&self, rel: &str) -> Result<Option<T>> {
@@ -296,7 +324,7 @@ impl QueryCheckpoint {
 
     /// `record`, decoded, or `None` when it does not exist.
     pub async fn read<T: DeserializeOwned>(&self, record: Record) -> Result<Option<T>> {
-        self.read_rel(record.rel()).await
+        self.read_rel(&self.rel(record)).await
     }
 
     /// `record`, decoded; one that does not exist is damage, named.
@@ -314,16 +342,16 @@ impl QueryCheckpoint {
     where
         T: Serialize + DeserializeOwned + Clone,
     {
-        self.create_rel(record.rel(), value).await
+        self.create_rel(&self.rel(record), value).await
     }
 
     pub async fn exists(&self, record: Record) -> Result<bool> {
-        self.storage.exists(&self.path(record.rel())).await
+        self.storage.exists(&self.path(&self.rel(record))).await
     }
 
     /// Batch `batch`'s entry in `log`, decoded, or `None`.
     pub async fn entry<T: DeserializeOwned>(&self, log: Log, batch: u64) -> Result<Option<T>> {
-        self.read_rel(&log.entry(batch)).await
+        self.read_rel(&self.entry_rel(log, batch)).await
     }
 
     /// Batch `batch`'s entry in `log`, decoded; one that does not exist is
@@ -341,7 +369,7 @@ impl QueryCheckpoint {
     where
         T: Serialize + DeserializeOwned + Clone,
     {
-        self.create_rel(&log.entry(batch), value).await
+        self.create_rel(&self.entry_rel(log, batch), value).await
     }
 
     /// The failure marker: `Some` while the query is FAILED.
@@ -357,7 +385,9 @@ impl QueryCheckpoint {
 
     /// Removes the failure marker of a resubmitted query.
     pub async fn clear_failure(&self) -> Result<()> {
-        self.storage.delete(&self.path(Record::Failed.rel())).await
+        self.storage
+            .delete(&self.path(&self.rel(Record::Failed)))
+            .await
     }
 
     pub async fn metadata(&self) -> Result<Option<QueryMetadata>> {
@@ -365,7 +395,7 @@ impl QueryCheckpoint {
     }
 
     pub async fn spec(&self) -> Result<Option<QuerySpec>> {
-        let path = self.path(Record::Spec.rel());
+        let path = self.path(&self.rel(Record::Spec));
         match self.storage.get(&path).await? {
             None => Ok(None),
             Some(b) => decode_spec(&b, &self.storage.describe(&path)).map(Some),
@@ -400,7 +430,10 @@ impl QueryCheckpoint {
 
     /// Every batch id in `log`, ascending.
     pub async fn batches(&self, log: Log) -> Result<Vec<u64>> {
-        let files = self.storage.list_files(&self.path(log.dir())).await?;
+        let files = self
+            .storage
+            .list_files(&self.path(&log.dir_in(self.scope.as_deref())))
+            .await?;
         let mut ids = Vec::with_capacity(files.len());
         for f in files {
             let name = f.location.filename().unwrap_or_default();
@@ -430,7 +463,9 @@ impl QueryCheckpoint {
             if n >= keep_from {
                 break;
             }
-            self.storage.delete(&self.path(&log.entry(n))).await?;
+            self.storage
+                .delete(&self.path(&self.entry_rel(log, n)))
+                .await?;
             removed += 1;
         }
         Ok(removed)
@@ -486,6 +521,7 @@ mod tests {
                 end_value: n,
                 committed_ms: 0,
                 max_event_time_ms: None,
+                max_event_times: Default::default(),
                 input_rows_total: Some(n),
             };
             q.write_commit(&rec).await.unwrap();

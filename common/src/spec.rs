@@ -3,6 +3,7 @@
 //! checks every range and names the field that is out of it.
 
 mod files;
+mod inputs;
 mod kafka;
 mod state;
 mod tables;
@@ -16,6 +17,7 @@ pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
 };
+pub use inputs::{INPUT, Input, MAX_SOURCES};
 pub use kafka::{
     EARLIEST, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST, MAX_RECORDS_PER_PARTITION,
     StartingOffsets, kafka_schema,
@@ -24,7 +26,7 @@ pub use state::{
     DEFAULT_MAX_STATE_BYTES, DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec,
     MAX_STATE_PARTITIONS, OutputMode, WatermarkSpec,
 };
-pub use tables::{TableSpec, validate_table};
+pub use tables::{TableSpec, validate_table, validate_table_name};
 
 pub const MAX_PARTITIONS: u32 = 1024;
 pub const MAX_ROWS_PER_SECOND: u64 = 1_000_000_000_000;
@@ -36,8 +38,21 @@ pub const MAX_SPEC_BYTES: usize = 1 << 20;
 #[serde(deny_unknown_fields)]
 pub struct QuerySpec {
     pub name: String,
-    #[serde(with = "serde_yaml_ng::with::singleton_map")]
-    pub source: SourceSpec,
+    /// The one input stream, the table `input`; a query has this or
+    /// `sources`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "serde_yaml_ng::with::singleton_map"
+    )]
+    pub source: Option<SourceSpec>,
+    /// Several input streams, each a table of the SQL, by name.
+    #[serde(
+        default,
+        skip_serializing_if = "std::collections::BTreeMap::is_empty",
+        with = "serde_yaml_ng::with::singleton_map_recursive"
+    )]
+    pub sources: std::collections::BTreeMap<String, SourceSpec>,
     #[serde(default)]
     pub trigger: TriggerSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,9 +78,13 @@ pub struct QuerySpec {
     /// The most bytes of a stateful query's state, over all its partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_state_bytes: Option<u64>,
-    /// Event time and how late a row may be.
+    /// Event time and how late a row may be, for `source`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkSpec>,
+    /// Event time and how late a row may be, for each of `sources` that
+    /// has one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub watermarks: std::collections::BTreeMap<String, WatermarkSpec>,
     /// Drop duplicate output rows within a span of event time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<DedupSpec>,
@@ -155,33 +174,7 @@ impl QuerySpec {
     /// Checks every field's range. The error names the first bad field.
     pub fn validate(&self) -> Result<()> {
         validate_name(&self.name)?;
-        match &self.source {
-            SourceSpec::Rate(r) => {
-                if r.partitions == 0 || r.partitions > MAX_PARTITIONS {
-                    return Err(Error::invalid(
-                        "source.rate.partitions",
-                        format!("must be in 1..={MAX_PARTITIONS}, got {}", r.partitions),
-                    ));
-                }
-                if r.rows_per_second == 0 || r.rows_per_second > MAX_ROWS_PER_SECOND {
-                    return Err(Error::invalid(
-                        "source.rate.rows_per_second",
-                        format!(
-                            "must be in 1..={MAX_ROWS_PER_SECOND}, got {}",
-                            r.rows_per_second
-                        ),
-                    ));
-                }
-                if r.total_rows == Some(0) {
-                    return Err(Error::invalid(
-                        "source.rate.total_rows",
-                        "must be at least 1",
-                    ));
-                }
-            }
-            SourceSpec::Files(f) => f.validate("source.files")?,
-            SourceSpec::Kafka(k) => k.validate("source.kafka")?,
-        }
+        inputs::validate(self)?;
         if self.trigger.interval_ms > MAX_INTERVAL_MS {
             return Err(Error::invalid(
                 "trigger.interval_ms",
@@ -205,9 +198,6 @@ impl QuerySpec {
             self.snapshot_interval,
             self.max_state_bytes,
         )?;
-        if let Some(w) = &self.watermark {
-            w.validate()?;
-        }
         if let Some(d) = &self.dedup {
             d.validate()?;
             if self.watermark.is_none() {
@@ -252,11 +242,11 @@ impl QuerySpec {
         Ok(())
     }
 
-    /// Rate source settings, when the source is `rate`.
+    /// Rate source settings, when the one source is `rate`.
     pub fn rate(&self) -> Option<&RateSpec> {
         match &self.source {
-            SourceSpec::Rate(r) => Some(r),
-            SourceSpec::Files(_) | SourceSpec::Kafka(_) => None,
+            Some(SourceSpec::Rate(r)) => Some(r),
+            _ => None,
         }
     }
 
@@ -346,7 +336,17 @@ impl From<&QuerySpec> for pb::QuerySpec {
     fn from(s: &QuerySpec) -> Self {
         pb::QuerySpec {
             name: s.name.clone(),
-            source: Some(s.source.to_proto()),
+            source: s.source.as_ref().map(SourceSpec::to_proto),
+            sources: s
+                .sources
+                .iter()
+                .map(|(n, s)| (n.clone(), s.to_proto()))
+                .collect(),
+            watermarks: s
+                .watermarks
+                .iter()
+                .map(|(n, w)| (n.clone(), w.to_proto()))
+                .collect(),
             trigger: Some(pb::Trigger {
                 interval_ms: s.trigger.interval_ms,
             }),
@@ -358,10 +358,7 @@ impl From<&QuerySpec> for pb::QuerySpec {
             state_partitions: s.state_partitions,
             snapshot_interval: s.snapshot_interval,
             max_state_bytes: s.max_state_bytes,
-            watermark: s.watermark.as_ref().map(|w| pb::Watermark {
-                column: w.column.clone(),
-                delay_ms: w.delay_ms,
-            }),
+            watermark: s.watermark.as_ref().map(WatermarkSpec::to_proto),
             dedup: s.dedup.as_ref().map(|d| pb::Dedup {
                 columns: d.columns.clone(),
                 within_ms: d.within_ms,
@@ -456,10 +453,23 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
     type Error = Error;
 
     fn try_from(p: &pb::QuerySpec) -> Result<Self> {
-        let source = SourceSpec::from_proto(p.source.as_ref())?;
+        let source = match (&p.source, p.sources.is_empty()) {
+            (None, false) => None,
+            (s, _) => Some(SourceSpec::from_proto(s.as_ref())?),
+        };
+        let mut sources = std::collections::BTreeMap::new();
+        for (name, s) in &p.sources {
+            sources.insert(name.clone(), SourceSpec::from_proto(Some(s))?);
+        }
         let spec = QuerySpec {
             name: p.name.clone(),
             source,
+            sources,
+            watermarks: p
+                .watermarks
+                .iter()
+                .map(|(n, w)| (n.clone(), WatermarkSpec::from_proto(w)))
+                .collect(),
             trigger: TriggerSpec {
                 interval_ms: p.trigger.as_ref().map(|t| t.interval_ms).unwrap_or(0),
             },
@@ -483,10 +493,7 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             state_partitions: p.state_partitions,
             snapshot_interval: p.snapshot_interval,
             max_state_bytes: p.max_state_bytes,
-            watermark: p.watermark.as_ref().map(|w| WatermarkSpec {
-                column: w.column.clone(),
-                delay_ms: w.delay_ms,
-            }),
+            watermark: p.watermark.as_ref().map(WatermarkSpec::from_proto),
             dedup: p.dedup.as_ref().map(|d| DedupSpec {
                 columns: d.columns.clone(),
                 within_ms: d.within_ms,

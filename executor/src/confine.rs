@@ -30,7 +30,8 @@ struct Target {
 }
 
 /// Every place `task` reads or writes, named by the spec field it comes
-/// from (`source.files.path`, `tables.<name>.path`, `sink.files.path`).
+/// from (`source.files.path` or `sources.<table>.files.path`,
+/// `tables.<name>.path`, `sink.files.path`).
 fn targets(task: &TaskAssignment) -> Vec<Target> {
     let mut out = Vec::new();
     let mut files = |field: String, f: &FilesTask| {
@@ -42,8 +43,14 @@ fn targets(task: &TaskAssignment) -> Vec<Target> {
             file: Some(p.to_string()),
         }));
     };
-    if let Some(task_source::Kind::Files(f)) = task.source.as_ref().and_then(|s| s.kind.as_ref()) {
-        files("source.files.path".into(), f);
+    if let Some(source) = &task.source
+        && let Some(task_source::Kind::Files(f)) = &source.kind
+    {
+        let field = match source.table.as_str() {
+            "" | "input" => "source.files.path".to_string(),
+            t => format!("sources.{t}.files.path"),
+        };
+        files(field, f);
     }
     for t in task.plan.iter().flat_map(|p| &p.tables) {
         if let Some(f) = &t.files {
@@ -140,6 +147,7 @@ mod tests {
         TaskAssignment {
             source: Some(TaskSource {
                 kind: Some(task_source::Kind::Files(files(source, &[file, file]))),
+                table: String::new(),
             }),
             plan: Some(TaskPlan {
                 tables: vec![TablePlan {

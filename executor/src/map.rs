@@ -29,8 +29,10 @@ pub struct TaskPlan {
     pub batch_id: u64,
     pub partition: u32,
     pub source: Box<dyn SourceReader>,
-    /// The query, and the schema of its `input` table.
+    /// The query, its stream tables (reading the task's), and the schema
+    /// of the task's table.
     pub sql: String,
+    pub streams: sluice_sql::Streams,
     pub input_schema: SchemaRef,
     /// How long planning `sql` may take.
     pub budget: std::time::Duration,
@@ -51,14 +53,20 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         .plan
         .as_ref()
         .ok_or_else(|| malformed("missing plan".into()))?;
-    let input_schema =
-        sluice_sql::decode_schema(&query.input_schema).map_err(|e| malformed(e.to_string()))?;
     let source = task
         .source
         .as_ref()
         .ok_or_else(|| malformed("missing source".into()))?;
-    let source = source::open(source, task.partition, input_schema.clone(), stores)
-        .map_err(|e| malformed(e.to_string()))?;
+    let table = match source.table.as_str() {
+        "" => sluice_sql::INPUT,
+        t => t,
+    };
+    let streams = crate::stage::streams(query, Some(table)).map_err(malformed)?;
+    let input_schema = streams
+        .reading_schema()
+        .ok_or_else(|| malformed(format!("no schema of stream {table:?}")))?;
+    let source =
+        source::open(source, input_schema.clone(), stores).map_err(|e| malformed(e.to_string()))?;
     if input_schema != source.schema() {
         return Err(malformed(
             "the plan's input schema is not the source's".into(),
@@ -93,6 +101,7 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         sql: query.sql.clone(),
         budget: sluice_sql::guard::budget_ms(query.plan_budget_ms),
         input_schema,
+        streams,
         sink_path: files.path.clone(),
         layout,
         tables: query.tables.clone(),
@@ -215,7 +224,7 @@ fn produce(
     let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
     let mut output = runtime.block_on(sluice_sql::run(
         &plan.sql,
-        plan.input_schema,
+        plan.streams,
         Box::pin(input),
         &opened.tables,
         caches.task_limits(plan.budget),

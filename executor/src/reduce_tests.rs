@@ -36,7 +36,10 @@ fn base(sink_dir: &str, batch: u64, partition: u32) -> TaskAssignment {
         }),
         plan: Some(sluice_proto::TaskPlan {
             sql: SQL.into(),
-            input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            streams: vec![sluice_proto::StreamPlan {
+                name: "input".into(),
+                schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            }],
             tables: Vec::new(),
             plan_budget_ms: 0,
             max_output_bytes: 0,
@@ -75,7 +78,9 @@ async fn batch(
                 start_value: start,
                 end_value: end,
                 partition_count: 1,
+                first_partition: p,
             })),
+            table: String::new(),
         });
         t.work = Some(Work::ShuffleMap(ShuffleMapWork {
             checkpoint: ckpt.into(),

@@ -91,7 +91,7 @@ fn partials(
             let agg = runtime
                 .block_on(Aggregation::plan(
                     &plan.sql,
-                    plan.input_schema.clone(),
+                    plan.streams.clone(),
                     Box::pin(input),
                     &opened.tables,
                     caches.task_limits(plan.budget),
@@ -107,7 +107,7 @@ fn partials(
         Rows::Dedup(d) => {
             let out = runtime.block_on(sluice_sql::run(
                 &plan.sql,
-                plan.input_schema.clone(),
+                plan.streams.clone(),
                 Box::pin(input),
                 &opened.tables,
                 caches.task_limits(plan.budget),

@@ -21,11 +21,12 @@ use crate::state::table::{Change, StateTable};
 use crate::state::{self, codec};
 
 /// A reduce task's assignment, validated: its query, its sink, and the
-/// query's input schema and static tables.
+/// query's stream tables and static tables.
 pub struct Assigned<'a> {
     pub plan: &'a sluice_proto::TaskPlan,
     pub files: &'a sluice_proto::TaskSink,
-    pub input_schema: SchemaRef,
+    /// The stream tables, none of which a reduce task reads.
+    pub streams: sluice_sql::Streams,
     pub tables: Vec<sluice_sql::Table>,
 }
 
@@ -43,15 +44,35 @@ pub async fn assigned<'a>(
         .sink
         .as_ref()
         .ok_or_else(|| malformed("missing sink"))?;
-    let input_schema =
-        sluice_sql::decode_schema(&plan.input_schema).map_err(|e| malformed(&e.to_string()))?;
+    let streams = streams(plan, None).map_err(|e| malformed(&e))?;
     let tables = crate::cache::tables(caches, &plan.tables).await?;
     Ok(Assigned {
         plan,
         files,
-        input_schema,
+        streams,
         tables,
     })
+}
+
+/// The stream tables of a task's query, decoded, reading `reading` (a map
+/// task's table; the first table for a reduce task, which reads none).
+pub fn streams(
+    plan: &sluice_proto::TaskPlan,
+    reading: Option<&str>,
+) -> Result<sluice_sql::Streams, String> {
+    let mut tables = Vec::with_capacity(plan.streams.len());
+    for s in &plan.streams {
+        let schema = sluice_sql::decode_schema(&s.schema)
+            .map_err(|e| format!("the schema of stream {:?}: {e}", s.name))?;
+        tables.push((s.name.clone(), schema));
+    }
+    let reading = match (reading, tables.first()) {
+        (Some(r), _) if tables.iter().any(|(n, _)| n == r) => r.to_string(),
+        (Some(r), _) => return Err(format!("the plan has no stream {r:?}")),
+        (None, Some((first, _))) => first.clone(),
+        (None, None) => return Err("the plan has no stream".into()),
+    };
+    Ok(sluice_sql::Streams { tables, reading })
 }
 
 /// The state of the task's partition at the version it reads: the one

@@ -28,7 +28,9 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
                 start_value: start,
                 end_value: end,
                 partition_count: 1,
+                first_partition: partition,
             })),
+            table: String::new(),
         }),
         sink: Some(TaskSink {
             path: dir.into(),
@@ -40,7 +42,10 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
         )),
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
-            input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            streams: vec![sluice_proto::StreamPlan {
+                name: "input".into(),
+                schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            }],
             tables: Vec::new(),
             plan_budget_ms: 0,
             max_output_bytes: 0,
@@ -234,11 +239,15 @@ fn plans_reject_malformed_assignments() {
     let mut no_sink = good.clone();
     no_sink.sink = None;
     let mut bad_partition = good.clone();
-    bad_partition.partition = 2;
+    if let Some(task_source::Kind::Rate(r)) =
+        bad_partition.source.as_mut().and_then(|s| s.kind.as_mut())
+    {
+        r.first_partition = 2;
+    }
     let mut no_plan = good.clone();
     no_plan.plan = None;
     let mut other_schema = good.clone();
-    other_schema.plan.as_mut().unwrap().input_schema =
+    other_schema.plan.as_mut().unwrap().streams[0].schema =
         sluice_sql::encode_schema(&arrow_schema::Schema::new(vec![arrow_schema::Field::new(
             "x",
             arrow_schema::DataType::Utf8,

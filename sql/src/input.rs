@@ -1,6 +1,7 @@
-//! The `input` table of a task: its one partition, which the plan reads
-//! once, and the rest of it, which the task reads when the plan has
-//! ended without reading it all.
+//! The stream tables of a task: each one's one partition, which the plan
+//! reads once. The table the task reads has the task's input; the rest of
+//! that input the task reads when the plan has ended without reading it
+//! all. Every other stream table is empty.
 //!
 //! A plan may end before its input does: DataFusion turns a filter that is
 //! never true into an empty relation, and a join with an empty table may
@@ -57,7 +58,7 @@ impl Stream for SharedInput {
     }
 }
 
-/// The `input` table's one partition.
+/// A stream table's one partition.
 pub(crate) struct Once {
     pub(crate) schema: SchemaRef,
     input: SharedInput,
@@ -92,7 +93,7 @@ impl PartitionStream for Once {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        // Invariant: the planner refuses every query that reads `input`
+        // Invariant: the planner refuses every query that reads a stream
         // twice (see `support`), so a second read is a bug.
         let again = self.read.swap(true, Ordering::SeqCst);
         assert!(!again, "the input of a task is read once");

@@ -3,25 +3,37 @@
 //! same SQL for every task and runs it over the task's input ([`run`]).
 //!
 //! ```text
-//!  driver, submit:  sql + input schema ─► check ─► output schema | SqlError (named construct)
-//!  executor, task:  sql + input schema + input batches ─► run ─► output batches
+//!  driver, submit:  sql + stream schemas ─► check ─► output schema | SqlError (named construct)
+//!  executor, task:  sql + stream schemas + the batches of one stream ─► run ─► output batches
 //! ```
+//!
+//! A query reads one or more stream tables ([`Streams`]) and any static
+//! tables. A task reads one stream: its input batches are that table's
+//! rows, and every other stream table is empty for it. For a query linear
+//! in each stream (filters, projections, `UNION ALL`, joins with static
+//! tables, one aggregation over them all) the union of the tasks' outputs
+//! is the query's answer; [`check`] refuses the rest.
 //!
 //! Both go through [`session::context`], whose settings make a task's
 //! output (its rows and their order) a pure function of the SQL and the
-//! input: one partition, a fixed batch size, no repartitioning.
+//! input: one partition per table, a fixed batch size, no repartitioning;
+//! the partitions of a `UNION` of streams are run in order.
 
+mod bound;
 pub mod bounded;
 mod error;
 pub mod guard;
 mod input;
+mod join;
 mod schema;
 mod session;
 mod stateful;
 mod support;
 mod window;
 
+pub use bound::Bound;
 pub use error::SqlError;
+pub use join::{ID as JOIN_ID, Matches, StreamJoin};
 pub use schema::{decode_schema, encode_schema};
 pub use stateful::{Aggregation, WindowEnd};
 pub use window::window_type;
@@ -32,19 +44,61 @@ use std::time::Duration;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
-use datafusion::execution::SendableRecordBatchStream;
-use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::SessionContext;
+use futures::StreamExt;
 use futures::executor::block_on;
 
 pub use input::{InputBatches, InputError};
 use input::{Once, SharedInput};
 
-/// The table name of a query's input.
+/// The table name of a query's input when it has one stream.
 pub const INPUT: &str = "input";
 
 /// The query of a spec without `sql`.
 pub const DEFAULT_SQL: &str = "SELECT * FROM input";
+
+/// The stream tables of a query, by name, and the one a task reads.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    /// Every stream table of the query: its name and schema, in a fixed order.
+    pub tables: Vec<(String, SchemaRef)>,
+    /// The table whose rows the task's input batches are (one of `tables`).
+    pub reading: String,
+}
+
+impl From<SchemaRef> for Streams {
+    /// One stream table, [`INPUT`], which the task reads.
+    fn from(schema: SchemaRef) -> Self {
+        Streams {
+            tables: vec![(INPUT.to_owned(), schema)],
+            reading: INPUT.to_owned(),
+        }
+    }
+}
+
+impl Streams {
+    /// The schema of the stream table `name`.
+    pub fn schema(&self, name: &str) -> Option<SchemaRef> {
+        self.tables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, schema)| schema.clone())
+    }
+
+    /// The schema of the table the task reads.
+    pub fn reading_schema(&self) -> Option<SchemaRef> {
+        self.schema(&self.reading)
+    }
+
+    /// The names of the stream tables.
+    fn names(&self) -> Vec<String> {
+        self.tables.iter().map(|(name, _)| name.clone()).collect()
+    }
+}
 
 /// A static table, loaded: its rows, shared by the tasks that join with it.
 #[derive(Debug, Clone)]
@@ -54,18 +108,26 @@ pub struct Table {
     pub batches: Arc<Vec<RecordBatch>>,
 }
 
-/// Plans `sql` over `input` and the static `tables` (name and schema)
-/// without running it: the output schema, or the reason it cannot run in
-/// Sluice (a syntax error with its position, an unknown name, an
-/// unsupported construct, a planning limit of [`guard`]). Plans on a
-/// planning thread, within `budget`.
+/// Plans `sql` over the stream tables `streams` and the static `tables`
+/// (name and schema) without running it: the output schema, or the reason
+/// it cannot run in Sluice (a syntax error with its position, an unknown
+/// name, an unsupported construct, a planning limit of [`guard`]). Plans
+/// on a planning thread, within `budget`.
 pub async fn check(
     sql: &str,
-    input: SchemaRef,
+    streams: &[(String, SchemaRef)],
     tables: &[(String, SchemaRef)],
     budget: Duration,
 ) -> Result<Checked, SqlError> {
     let sql = sql.to_owned();
+    let names: Vec<String> = streams.iter().map(|(name, _)| name.clone()).collect();
+    let streams: Vec<(String, Arc<dyn PartitionStream>)> = streams
+        .iter()
+        .map(|(name, schema)| {
+            let empty: Arc<dyn PartitionStream> = Arc::new(Once::empty(schema.clone()));
+            (name.clone(), empty)
+        })
+        .collect();
     let tables: Vec<Table> = tables
         .iter()
         .map(|(name, schema)| Table {
@@ -75,8 +137,8 @@ pub async fn check(
         })
         .collect();
     guard::on_planning_thread(budget, move || {
-        let ctx = with_input(Once::empty(input), &tables, None)?;
-        let (plan, shape) = block_on(session::logical_plan(&ctx, &sql))?;
+        let ctx = with_tables(streams, &tables, None)?;
+        let (plan, shape) = block_on(session::logical_plan(&ctx, &sql, &names))?;
         Ok(Checked {
             output: Arc::new(plan.schema().as_arrow().clone()),
             keys: shape.keys,
@@ -91,7 +153,7 @@ pub async fn check(
 pub struct Checked {
     /// The schema of its output rows.
     pub output: SchemaRef,
-    /// The grouping key of its aggregation over the stream, the columns of
+    /// The grouping key of its aggregation over the streams, the columns of
     /// a `SELECT DISTINCT`; `None` when it keeps no state.
     pub keys: Option<Vec<String>>,
     /// The input column of its event-time window key, if it has one.
@@ -114,7 +176,6 @@ impl Output {
 
     /// The next output batch; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<RecordBatch, SqlError>> {
-        use futures::StreamExt;
         let next = self.stream.next().await?;
         Some(next.map_err(SqlError::from_execution))
     }
@@ -148,20 +209,27 @@ impl From<Duration> for RunLimits {
     }
 }
 
-/// Runs `sql` over `input` and the static `tables`. The query is planned
-/// on a planning thread, within the limits' budget, and its operators hold
-/// at most their memory (a memory pool of its own); the output is meant to
-/// be polled on a blocking thread: the input is read as it is polled.
+/// Runs `sql` over the stream tables `streams`, the one it reads being
+/// `input` and the others empty, and the static `tables`. The query is
+/// planned on a planning thread, within the limits' budget, and its
+/// operators hold at most their memory (a memory pool of its own); the
+/// output is meant to be polled on a blocking thread: the input is read as
+/// it is polled.
 pub async fn run(
     sql: &str,
-    schema: SchemaRef,
+    streams: impl Into<Streams>,
     input: InputBatches,
     tables: &[Table],
     limits: impl Into<RunLimits>,
 ) -> Result<Output, SqlError> {
-    let (ctx, physical, input) = physical(sql, schema, input, tables, limits.into()).await?;
+    let Planned {
+        ctx,
+        plan: physical,
+        input,
+        ..
+    } = physical(sql, streams.into(), input, tables, limits.into()).await?;
     let schema = physical.schema();
-    let stream = execute_stream(physical, ctx.task_ctx()).map_err(SqlError::from_execution)?;
+    let stream = execute_in_order(physical, ctx.task_ctx())?;
     Ok(Output {
         schema,
         stream,
@@ -169,52 +237,153 @@ pub async fn run(
     })
 }
 
-/// The physical plan of `sql` over `input` and the static `tables`, with
-/// the session that runs it and the input it reads, planned on a planning
-/// thread within `limits`.
+/// Runs every output partition of `plan` (one per stream in a `UNION` of
+/// streams), one after another in partition order, so that the output's
+/// order is a pure function of the inputs' (DataFusion's
+/// `CoalescePartitionsExec` would interleave them as they come).
+fn execute_in_order(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<TaskContext>,
+) -> Result<SendableRecordBatchStream, SqlError> {
+    let count = plan.properties().output_partitioning().partition_count();
+    if count == 1 {
+        return plan.execute(0, ctx).map_err(SqlError::from_execution);
+    }
+    let partitions = (0..count)
+        .map(|i| plan.execute(i, ctx.clone()))
+        .collect::<datafusion::common::Result<Vec<_>>>()
+        .map_err(SqlError::from_execution)?;
+    let stream = futures::stream::iter(partitions).flatten();
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        plan.schema(),
+        stream,
+    )))
+}
+
+/// A physical plan, with the session that runs it, the input it reads,
+/// and each stream table's one partition (by which a plan node tells the
+/// stream it reads: [`Planned::stream_of`]).
+pub(crate) struct Planned {
+    pub ctx: SessionContext,
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub input: SharedInput,
+    pub streams: Vec<(String, Arc<dyn PartitionStream>)>,
+}
+
+impl Planned {
+    /// The stream tables that `node` reads, by name, in plan order.
+    pub fn streams_of(&self, node: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let mut found = Vec::new();
+        let _ = node.apply(|n| {
+            if let Some(s) = n.downcast_ref::<StreamingTableExec>() {
+                for p in s.partitions() {
+                    let named = self.streams.iter().find(|(_, q)| Arc::ptr_eq(p, q));
+                    found.extend(named.map(|(name, _)| name.clone()));
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        found
+    }
+}
+
+/// The physical plan of `sql` over `streams` (the one read being `input`)
+/// and the static `tables`, planned on a planning thread within `limits`.
 async fn physical(
     sql: &str,
-    schema: SchemaRef,
+    streams: Streams,
     input: InputBatches,
     tables: &[Table],
     limits: RunLimits,
-) -> Result<(SessionContext, Arc<dyn ExecutionPlan>, SharedInput), SqlError> {
+) -> Result<Planned, SqlError> {
     let sql = sql.to_owned();
     let tables = tables.to_vec();
+    let names = streams.names();
     let input = SharedInput::new(input);
-    let partition = Once::new(schema, input.clone());
+    let partitions: Vec<(String, Arc<dyn PartitionStream>)> = partitions(&streams, &input)?
+        .into_iter()
+        .map(|(name, p)| (name, Arc::new(p) as Arc<dyn PartitionStream>))
+        .collect();
+    let registered = partitions.clone();
     let (ctx, physical) = guard::on_planning_thread(limits.budget, move || {
-        let ctx = with_input(partition, &tables, limits.memory)?;
-        let (plan, _) = block_on(session::logical_plan(&ctx, &sql))?;
+        let ctx = with_tables(registered, &tables, limits.memory)?;
+        let (plan, _) = block_on(session::logical_plan(&ctx, &sql, &names))?;
         let physical =
             block_on(ctx.state().create_physical_plan(&plan)).map_err(SqlError::from_planning)?;
         Ok((ctx, physical))
     })
     .await?;
-    Ok((ctx, physical, input))
+    Ok(Planned {
+        ctx,
+        plan: physical,
+        input,
+        streams: partitions,
+    })
 }
 
-/// A session whose table `input` is `input`, with the static `tables`,
-/// whose operators hold at most `memory` bytes.
-fn with_input(
-    input: Once,
+/// Each stream table's one partition: `input` for the table the task
+/// reads, nothing for the others.
+fn partitions(streams: &Streams, input: &SharedInput) -> Result<Vec<(String, Once)>, SqlError> {
+    if streams.reading_schema().is_none() {
+        return Err(SqlError::Invalid(format!(
+            "the task reads the stream `{}`, which is not one of the query's streams ({})",
+            streams.reading,
+            streams.names().join(", ")
+        )));
+    }
+    let partitions = streams.tables.iter().map(|(name, schema)| {
+        let partition = if *name == streams.reading {
+            Once::new(schema.clone(), input.clone())
+        } else {
+            Once::empty(schema.clone())
+        };
+        (name.clone(), partition)
+    });
+    Ok(partitions.collect())
+}
+
+/// A session with a stream table for each of `streams` (its name and its
+/// one partition) and the static `tables`, whose operators hold at most
+/// `memory` bytes. Two tables of one name are refused.
+fn with_tables(
+    streams: Vec<(String, Arc<dyn PartitionStream>)>,
     tables: &[Table],
     memory: Option<usize>,
 ) -> Result<SessionContext, SqlError> {
     let ctx = session::context(memory)?;
-    let table = StreamingTable::try_new(input.schema.clone(), vec![Arc::new(input)])
-        .map_err(SqlError::from_planning)?;
-    ctx.register_table(INPUT, Arc::new(table))
-        .map_err(SqlError::from_planning)?;
+    for (name, partition) in streams {
+        let table = StreamingTable::try_new(partition.schema().clone(), vec![partition])
+            .map_err(SqlError::from_planning)?;
+        register(&ctx, &name, Arc::new(table))?;
+    }
     for t in tables {
         let rows = t.batches.as_ref().clone();
         let mem = datafusion::datasource::MemTable::try_new(t.schema.clone(), vec![rows])
             .map_err(SqlError::from_planning)?;
-        ctx.register_table(t.name.as_str(), Arc::new(mem))
-            .map_err(SqlError::from_planning)?;
+        register(&ctx, &t.name, Arc::new(mem))?;
     }
     Ok(ctx)
 }
 
+/// Registers `table` as `name` in `ctx`, unless a table has that name.
+fn register(
+    ctx: &SessionContext,
+    name: &str,
+    table: Arc<dyn datafusion::catalog::TableProvider>,
+) -> Result<(), SqlError> {
+    let replaced = ctx
+        .register_table(name, table)
+        .map_err(SqlError::from_planning)?;
+    match replaced {
+        Some(_) => Err(SqlError::Invalid(format!("two tables are named `{name}`"))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "streams_tests.rs"]
+mod streams_tests;

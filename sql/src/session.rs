@@ -76,11 +76,13 @@ pub fn context(memory: Option<usize>) -> Result<SessionContext, SqlError> {
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
-/// that Sluice runs, or one beyond the bounds of [`guard`]. Runs on a
-/// planning thread ([`guard::on_planning_thread`]).
+/// over the stream tables `streams` that Sluice runs, or one beyond the
+/// bounds of [`guard`]. Runs on a planning thread
+/// ([`guard::on_planning_thread`]).
 pub async fn logical_plan(
     ctx: &SessionContext,
     sql: &str,
+    streams: &[String],
 ) -> Result<(LogicalPlan, Shape), SqlError> {
     guard::check_tokens(sql)?;
     let state = ctx.state();
@@ -102,7 +104,7 @@ pub async fn logical_plan(
             construct: "a statement other than SELECT".into(),
             reason: e.strip_backtrace(),
         })?;
-    let shape = support::check(&plan)?;
+    let shape = support::check(&plan, streams)?;
     let plan = crate::window::expand_sliding(plan).map_err(SqlError::from_planning)?;
     Ok((plan, shape))
 }

@@ -1,8 +1,8 @@
-//! A stateful query: one aggregation over the stream, split into the two
+//! A stateful query: one aggregation over the streams, split into the two
 //! stages of a batch with DataFusion's own aggregate modes.
 //!
 //! ```text
-//!  map task:     input ─► [filter, project, join] ─► Partial ─────────────► partial rows
+//!  map task:     input ─► [filter, project, join, union] ─► Partial ──────► partial rows
 //!  reduce task:  state rows of the keys seen ∪ partial rows ─► PartialReduce ─► state rows
 //!                state rows (changed, all or evicted) ─► Final ─► [HAVING, SELECT] ─► output
 //! ```
@@ -13,8 +13,14 @@
 //! batch into the state is the same operation as merging two map tasks,
 //! and a reloaded state is byte for byte the state that was saved.
 //!
-//! Invariant (determinism): every stage runs on one partition in a fixed
-//! input order, and DataFusion's hash aggregation emits groups in the order
+//! A map task reads one stream; the query's other streams are empty for
+//! it (see [`crate::Streams`]). Every stream is read beneath the one
+//! aggregation (`support` refuses the rest), so the partial rows of the
+//! tasks of every stream merge into the query's one state.
+//!
+//! Invariant (determinism): every stage reads its input in a fixed order
+//! (one partition, or a partition per stream of a `UNION`, run one after
+//! another), and DataFusion's hash aggregation emits groups in the order
 //! they first appear; so each stage's output is a pure function of its
 //! input.
 
@@ -26,11 +32,12 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect, execute_stream};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect};
 use datafusion::prelude::SessionContext;
 
 use crate::input::SharedInput;
-use crate::{InputBatches, Output, SqlError, Table};
+use crate::{InputBatches, Output, SqlError, Streams, Table};
 
 /// The aggregation of a planned stateful query.
 pub struct Aggregation {
@@ -41,7 +48,7 @@ pub struct Aggregation {
     group_by: Arc<PhysicalGroupBy>,
     aggr_expr: Vec<Arc<AggregateFunctionExpr>>,
     filter_expr: Vec<Option<Arc<dyn PhysicalExpr>>>,
-    /// What the aggregation reads: the stream, filtered and projected.
+    /// What the aggregation reads: the streams, filtered and projected.
     input: Arc<dyn ExecutionPlan>,
     /// The task's input itself, for [`Output::read_rest`].
     stream: SharedInput,
@@ -57,17 +64,22 @@ impl std::fmt::Debug for Aggregation {
 }
 
 impl Aggregation {
-    /// Plans `sql` over `input` and the static `tables` within `limits`;
-    /// `None` when the query keeps no state.
+    /// Plans `sql` over the stream tables `streams`, the one it reads being
+    /// `input`, and the static `tables` within `limits`; `None` when the
+    /// query keeps no state.
     pub async fn plan(
         sql: &str,
-        schema: SchemaRef,
+        streams: impl Into<Streams>,
         input: InputBatches,
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let (ctx, root, stream) =
-            crate::physical(sql, schema, input, tables, limits.into()).await?;
+        let crate::Planned {
+            ctx,
+            plan: root,
+            input: stream,
+            ..
+        } = crate::physical(sql, streams.into(), input, tables, limits.into()).await?;
         let Some(node) = find(&root)? else {
             return Ok(None);
         };
@@ -77,10 +89,7 @@ impl Aggregation {
         // A Final over a Partial, or a Single: either way the raw side.
         let raw = match agg.mode() {
             AggregateMode::Single => agg,
-            _ => agg
-                .input()
-                .downcast_ref::<AggregateExec>()
-                .filter(|p| *p.mode() == AggregateMode::Partial)
+            _ => partial_beneath(agg)
                 .ok_or_else(|| unexpected(&format!("an aggregation in mode {:?}", agg.mode())))?,
         };
         if raw.group_expr().has_grouping_set() {
@@ -150,8 +159,9 @@ impl Aggregation {
         self.root.schema()
     }
 
-    /// Map stage: the task's input, aggregated into partial rows. Runs
-    /// the input once; a second call is a bug.
+    /// Map stage: the task's input (the stream it reads; the others are
+    /// empty), aggregated into partial rows. Runs the input once; a second
+    /// call is a bug.
     pub fn map(&self) -> Result<Output, SqlError> {
         let partial = AggregateExec::try_new(
             AggregateMode::Partial,
@@ -162,8 +172,7 @@ impl Aggregation {
             self.input.schema(),
         )
         .map_err(SqlError::from_planning)?;
-        let stream = execute_stream(Arc::new(partial), self.ctx.task_ctx())
-            .map_err(SqlError::from_execution)?;
+        let stream = crate::execute_in_order(Arc::new(partial), self.ctx.task_ctx())?;
         Ok(Output {
             schema: self.partial.clone(),
             stream,
@@ -254,7 +263,7 @@ fn date_bin_stride(expr: &Arc<dyn PhysicalExpr>) -> Option<i64> {
     (ms > 0).then_some(ms)
 }
 
-/// The one aggregation of `root` that reads the stream: the Single one,
+/// The one aggregation of `root` that reads a stream: the Single one,
 /// or the Final of a Final-over-Partial pair. `None` when there is none.
 fn find(root: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, SqlError> {
     let mut found: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
@@ -284,7 +293,19 @@ fn find(root: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>,
     }
 }
 
-/// Whether `plan` reads the stream (the `input` table's one partition).
+/// The Partial aggregation that the Final `agg` merges: its input, or the
+/// input of the `CoalescePartitionsExec` that gathers the partitions of a
+/// `UNION` of streams.
+fn partial_beneath(agg: &AggregateExec) -> Option<&AggregateExec> {
+    let mut node = agg.input();
+    if let Some(c) = node.downcast_ref::<CoalescePartitionsExec>() {
+        node = c.input();
+    }
+    node.downcast_ref::<AggregateExec>()
+        .filter(|p| *p.mode() == AggregateMode::Partial)
+}
+
+/// Whether `plan` reads a stream (a stream table's one partition).
 fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let mut found = false;
     let _ = plan.apply(|n| {

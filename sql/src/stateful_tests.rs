@@ -18,6 +18,11 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// The one stream table `input`, of [`schema`].
+fn streams() -> [(String, SchemaRef); 1] {
+    [(crate::INPUT.to_owned(), schema())]
+}
+
 fn rows(values: std::ops::Range<i64>) -> RecordBatch {
     let tags: StringArray = values
         .clone()
@@ -138,7 +143,7 @@ async fn merging_is_deterministic_and_state_has_the_partial_schema() {
 #[tokio::test]
 async fn check_names_the_grouping_key_of_a_stateful_query() {
     let keys =
-        |sql: &'static str| async move { check(sql, schema(), &[], BUDGET).await.unwrap().keys };
+        |sql: &'static str| async move { check(sql, &streams(), &[], BUDGET).await.unwrap().keys };
     assert_eq!(keys("SELECT value FROM input").await, None);
     assert_eq!(
         keys("SELECT tag, count(*) AS n FROM input GROUP BY tag").await,

@@ -2,29 +2,42 @@
 //! runs. Anything else is refused by name: no query may silently run with
 //! different semantics than its SQL says.
 //!
-//! - One aggregation over the stream (`GROUP BY`, `SELECT DISTINCT`) is
+//! A query reads stream tables (by name, see [`crate::Streams`]) and
+//! static tables; each task reads one stream, the others being empty for
+//! it, so a query must be linear in each stream.
+//!
+//! - One aggregation over the streams (`GROUP BY`, `SELECT DISTINCT`) is
 //!   a stateful query; its aggregate functions are those whose state
-//!   merges exactly. Window functions (`OVER`) are refused.
+//!   merges exactly, and every stream is read beneath it. Window functions
+//!   (`OVER`) are refused.
+//! - Every stream is read exactly once: a query that reads one twice (a
+//!   self-join, say) or never is refused, and so is a join of two streams
+//!   (see [`joins`]).
 //! - Refused outright: `ORDER BY` and `LIMIT` (a stream has no order and
 //!   no end), functions whose value is not fixed by their arguments
 //!   (`now()`, `random()`, `uuid()`: a retried task must write the same
-//!   bytes), recursive queries, `EXPLAIN`, a query that reads `input`
-//!   more than once (a self-join, say) or never, and joins that would emit
-//!   a static table's unmatched rows with every batch.
+//!   bytes), recursive queries, `EXPLAIN`, and joins that would emit a
+//!   static table's unmatched rows with every batch.
 
-use datafusion::common::JoinType;
+mod joins;
+
+use std::collections::BTreeSet;
+
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, Volatility};
 
 use crate::{INPUT, SqlError};
 
 /// The aggregate functions whose state merges exactly across batches.
 const AGGREGATES: [&str; 6] = ["count", "sum", "min", "max", "avg", "approx_distinct"];
 
+/// The names of the streams a plan reads, sorted.
+pub type Reads = BTreeSet<String>;
+
 /// What the checked query keeps between batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shape {
-    /// The grouping key of the query's aggregation over the stream (every
+    /// The grouping key of the query's aggregation over the streams (every
     /// column of a `SELECT DISTINCT`); `None` for a stateless query.
     pub keys: Option<Vec<String>>,
     /// The column whose event-time window (`window`, `hop`, `date_bin`)
@@ -32,107 +45,202 @@ pub struct Shape {
     pub window: Option<String>,
 }
 
-/// Refuses the first construct of `plan` that Sluice does not run.
-pub fn check(plan: &LogicalPlan) -> Result<Shape, SqlError> {
-    let mut refused: Option<SqlError> = None;
-    let mut input_reads = 0usize;
-    let mut keys: Vec<Vec<String>> = Vec::new();
-    let mut window = None;
+/// Refuses the first construct of `plan`, a query over the stream tables
+/// `streams`, that Sluice does not run.
+pub fn check(plan: &LogicalPlan, streams: &[String]) -> Result<Shape, SqlError> {
+    let mut walk = Walk {
+        streams,
+        refused: None,
+        reads: vec![0; streams.len()],
+        aggregations: Vec::new(),
+        window: None,
+    };
     plan.apply_with_subqueries(|node| {
-        let volatile = volatile_function(node)?;
-        let found = match node {
-            LogicalPlan::Aggregate(a) if reads_input(&a.input) => {
-                keys.push(a.group_expr.iter().map(|e| e.schema_name().to_string()).collect());
-                window = a.group_expr.iter().find_map(window_column);
-                if a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
-                    Some(unsupported(
-                        "GROUPING SETS, CUBE or ROLLUP",
-                        "a streaming aggregation keeps one grouping",
-                    ))
-                } else {
-                    aggregate_functions(&a.aggr_expr)?
+        walk.refused = walk.visit(node)?;
+        Ok(match walk.refused {
+            Some(_) => TreeNodeRecursion::Stop,
+            None => TreeNodeRecursion::Continue,
+        })
+    })
+    .map_err(SqlError::from_planning)?;
+    walk.finish()
+}
+
+/// What a walk over a plan has found so far.
+struct Walk<'a> {
+    streams: &'a [String],
+    refused: Option<SqlError>,
+    /// How many times the plan reads each of `streams`.
+    reads: Vec<usize>,
+    /// The aggregations over streams: their keys, and the streams beneath.
+    aggregations: Vec<(Vec<String>, Reads)>,
+    window: Option<String>,
+}
+
+impl Walk<'_> {
+    /// The refusal of `node`, if it is refused; records its reads and
+    /// aggregations.
+    fn visit(&mut self, node: &LogicalPlan) -> datafusion::common::Result<Option<SqlError>> {
+        if let Some(refused) = construct(node)? {
+            return Ok(Some(refused));
+        }
+        let sides = joins::join_sides(node, self.streams)?;
+        if let Some(refused) = sides.iter().find_map(joins::refusal) {
+            return Ok(Some(refused));
+        }
+        Ok(match node {
+            LogicalPlan::Aggregate(a) => self.aggregate(a)?,
+            LogicalPlan::Distinct(d) => {
+                let beneath = self.read_by(node);
+                if !beneath.is_empty() {
+                    let schema = d.input().schema();
+                    let keys = schema.fields().iter().map(|f| f.name().clone());
+                    self.aggregations.push((keys.collect(), beneath));
                 }
-            }
-            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(_)) => Some(unsupported(
-                "DISTINCT ON",
-                "use SELECT DISTINCT or GROUP BY",
-            )),
-            LogicalPlan::Distinct(d) if reads_input(node) => {
-                let schema = d.input().schema();
-                keys.push(schema.fields().iter().map(|f| f.name().clone()).collect());
                 None
             }
-            LogicalPlan::Window(w) => {
-                let names = function_names(&w.window_expr)?;
-                Some(unsupported(
-                    format!("the window function {}", names.join(", ")),
-                    "it needs the rows of earlier batches in order; use GROUP BY window(...) for event-time windows",
-                ))
-            }
-            LogicalPlan::Sort(_) => Some(unsupported(
-                "ORDER BY",
-                "a stream has no order; sort the output where it is read",
-            )),
-            LogicalPlan::Limit(_) => Some(unsupported(
-                "LIMIT",
-                "a stream has no end; filter with WHERE instead",
-            )),
-            LogicalPlan::RecursiveQuery(_) => Some(unsupported(
-                "a recursive query",
-                "it cannot run over a stream",
-            )),
-            LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => Some(unsupported(
-                "EXPLAIN",
-                "a streaming query must produce rows",
-            )),
-            LogicalPlan::Join(j) => join(j.join_type, reads_input(&j.left), reads_input(&j.right)),
-            _ if volatile.is_some() => {
-                let name = volatile.unwrap_or_default();
-                Some(unsupported(
-                    format!("the function {name}"),
-                    "its value depends on when or where a task runs, so a retried task would write different rows",
-                ))
-            }
-            LogicalPlan::TableScan(t) if t.table_name.table() == INPUT => {
-                input_reads += 1;
+            LogicalPlan::TableScan(t) => {
+                if let Some(i) = self.streams.iter().position(|s| *s == t.table_name.table()) {
+                    self.reads[i] += 1;
+                }
                 None
             }
             _ => None,
-        };
-        match found {
-            Some(e) => {
-                refused = Some(e);
-                Ok(TreeNodeRecursion::Stop)
-            }
-            None => Ok(TreeNodeRecursion::Continue),
+        })
+    }
+
+    /// Records `a` if it aggregates streams, and refuses what a streaming
+    /// aggregation cannot keep.
+    fn aggregate(&mut self, a: &Aggregate) -> datafusion::common::Result<Option<SqlError>> {
+        let beneath = self.read_by(&a.input);
+        if beneath.is_empty() {
+            return Ok(None);
         }
+        let keys = a.group_expr.iter().map(|e| e.schema_name().to_string());
+        self.aggregations.push((keys.collect(), beneath));
+        self.window = a.group_expr.iter().find_map(window_column);
+        if a.group_expr
+            .iter()
+            .any(|e| matches!(e, Expr::GroupingSet(_)))
+        {
+            return Ok(Some(unsupported(
+                "GROUPING SETS, CUBE or ROLLUP",
+                "a streaming aggregation keeps one grouping",
+            )));
+        }
+        aggregate_functions(&a.aggr_expr)
+    }
+
+    /// The streams that `plan` reads.
+    fn read_by(&self, plan: &LogicalPlan) -> Reads {
+        streams_read(plan, self.streams)
+    }
+
+    /// The shape of the walked plan, or the refusal of its reads: every
+    /// stream read once, beneath the one aggregation if there is one.
+    fn finish(mut self) -> Result<Shape, SqlError> {
+        if let Some(e) = self.refused {
+            return Err(e);
+        }
+        if self.streams.is_empty() {
+            return Err(unsupported(
+                "a query without a stream",
+                "a streaming query's rows come from its streams; give the query a source",
+            ));
+        }
+        for (name, reads) in self.streams.iter().zip(&self.reads) {
+            match reads {
+                0 => return Err(not_read(name, self.streams)),
+                1 => {}
+                _ => return Err(read_twice(name)),
+            }
+        }
+        if self.aggregations.len() > 1 {
+            return Err(unsupported(
+                "more than one aggregation over the stream",
+                "a streaming query keeps the state of one aggregation",
+            ));
+        }
+        let Some((keys, beneath)) = self.aggregations.pop() else {
+            return Ok(Shape {
+                keys: None,
+                window: self.window,
+            });
+        };
+        match self.streams.iter().find(|s| !beneath.contains(*s)) {
+            Some(outside) => Err(unsupported(
+                format!("the stream `{outside}` read outside the query's aggregation"),
+                "each task folds its stream into the one aggregation's state; aggregate every stream in the one GROUP BY (over a UNION ALL of the streams)",
+            )),
+            None => Ok(Shape {
+                keys: Some(keys),
+                window: self.window,
+            }),
+        }
+    }
+}
+
+/// The refusal of `node` for what it is, whatever it reads.
+fn construct(node: &LogicalPlan) -> datafusion::common::Result<Option<SqlError>> {
+    if let Some(name) = volatile_function(node)? {
+        return Ok(Some(unsupported(
+            format!("the function {name}"),
+            "its value depends on when or where a task runs, so a retried task would write different rows",
+        )));
+    }
+    Ok(match node {
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(_)) => Some(unsupported(
+            "DISTINCT ON",
+            "use SELECT DISTINCT or GROUP BY",
+        )),
+        LogicalPlan::Window(w) => {
+            let names = function_names(&w.window_expr)?;
+            Some(unsupported(
+                format!("the window function {}", names.join(", ")),
+                "it needs the rows of earlier batches in order; use GROUP BY window(...) for event-time windows",
+            ))
+        }
+        LogicalPlan::Sort(_) => Some(unsupported(
+            "ORDER BY",
+            "a stream has no order; sort the output where it is read",
+        )),
+        LogicalPlan::Limit(_) => Some(unsupported(
+            "LIMIT",
+            "a stream has no end; filter with WHERE instead",
+        )),
+        LogicalPlan::RecursiveQuery(_) => Some(unsupported(
+            "a recursive query",
+            "it cannot run over a stream",
+        )),
+        LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => Some(unsupported(
+            "EXPLAIN",
+            "a streaming query must produce rows",
+        )),
+        _ => None,
     })
-    .map_err(SqlError::from_planning)?;
-    if let Some(e) = refused {
-        return Err(e);
-    }
-    if input_reads == 0 {
-        return Err(unsupported(
-            "a query that does not read the stream `input`",
-            "a streaming query's rows come from its input; select FROM input",
-        ));
-    }
-    if input_reads > 1 {
-        return Err(unsupported(
-            "reading the stream `input` more than once (a self-join, or input in a UNION or subquery twice)",
-            "each batch's input is read once; join the stream with static tables instead",
-        ));
-    }
-    if keys.len() > 1 {
-        return Err(unsupported(
-            "more than one aggregation over the stream",
-            "a streaming query keeps the state of one aggregation",
-        ));
-    }
-    Ok(Shape {
-        keys: keys.pop(),
-        window,
-    })
+}
+
+/// The refusal of a query that never reads the stream `name`.
+fn not_read(name: &str, streams: &[String]) -> SqlError {
+    let reason = if streams == [INPUT] {
+        "a streaming query's rows come from its input; select FROM input"
+    } else {
+        "a streaming query reads each of its streams; read every source in `sources:` or remove it"
+    };
+    unsupported(
+        format!("a query that does not read the stream `{name}`"),
+        reason,
+    )
+}
+
+/// The refusal of a query that reads the stream `name` more than once.
+pub(crate) fn read_twice(name: &str) -> SqlError {
+    unsupported(
+        format!(
+            "reading the stream `{name}` more than once (a self-join, or `{name}` in a UNION or subquery twice)"
+        ),
+        "each batch's input is read once; join the stream with static tables instead",
+    )
 }
 
 /// The column an event-time window key is over: `window(ts, ...)`,
@@ -186,31 +294,6 @@ fn aggregate_functions(exprs: &[Expr]) -> datafusion::common::Result<Option<SqlE
     Ok(refused)
 }
 
-/// A join of the stream with a static table is supported when every row
-/// it emits comes from a row of the stream: an inner or cross join, or an
-/// outer, semi or anti join that keeps the stream's side.
-fn join(kind: JoinType, left_input: bool, right_input: bool) -> Option<SqlError> {
-    use JoinType as J;
-    if left_input && right_input {
-        return Some(unsupported(
-            "a join of the stream with itself",
-            "each batch's input is read once; join the stream with static tables instead",
-        ));
-    }
-    let keeps_stream = match kind {
-        J::Inner => true,
-        J::Left | J::LeftSemi | J::LeftAnti | J::LeftMark => left_input,
-        J::Right | J::RightSemi | J::RightAnti | J::RightMark => right_input,
-        J::Full => false,
-    };
-    (!keeps_stream && (left_input || right_input)).then(|| {
-        unsupported(
-            format!("a {kind} join that keeps the static table's side"),
-            "it would emit the static table's unmatched rows with every batch",
-        )
-    })
-}
-
 /// The first function in `node`'s expressions whose result is not fixed
 /// by its arguments (`now()`, `random()`, `uuid()`): a task must be a pure
 /// function of its input.
@@ -246,21 +329,21 @@ fn function_names(exprs: &[Expr]) -> datafusion::common::Result<Vec<String>> {
     Ok(names)
 }
 
-fn reads_input(plan: &LogicalPlan) -> bool {
-    let mut found = false;
+/// The streams of `streams` that `plan` reads, with its subqueries.
+pub(crate) fn streams_read(plan: &LogicalPlan, streams: &[String]) -> Reads {
+    let mut found = Reads::new();
     let _ = plan.apply_with_subqueries(|n| {
         if let LogicalPlan::TableScan(t) = n
-            && t.table_name.table() == INPUT
+            && let Some(s) = streams.iter().find(|s| **s == t.table_name.table())
         {
-            found = true;
-            return Ok(TreeNodeRecursion::Stop);
+            found.insert(s.clone());
         }
         Ok(TreeNodeRecursion::Continue)
     });
     found
 }
 
-fn unsupported(construct: impl Into<String>, reason: &str) -> SqlError {
+pub(crate) fn unsupported(construct: impl Into<String>, reason: &str) -> SqlError {
     SqlError::Unsupported {
         construct: construct.into(),
         reason: reason.into(),

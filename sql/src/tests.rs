@@ -15,6 +15,11 @@ fn schema() -> SchemaRef {
     ]))
 }
 
+/// The one stream table `input`, of [`schema`].
+fn streams() -> [(String, SchemaRef); 1] {
+    [(crate::INPUT.to_owned(), schema())]
+}
+
 fn batches(n: u64) -> Vec<RecordBatch> {
     (0..n)
         .step_by(100)
@@ -76,17 +81,17 @@ async fn unnest_runs_and_a_rerun_gives_the_same_rows() {
 
 #[tokio::test]
 async fn the_default_query_passes_every_column() {
-    let out = check(DEFAULT_SQL, schema(), &[], BUDGET).await.unwrap();
+    let out = check(DEFAULT_SQL, &streams(), &[], BUDGET).await.unwrap();
     assert_eq!(out.output.as_ref(), schema().as_ref());
 }
 
 #[tokio::test]
 async fn bad_sql_is_refused_naming_what_is_wrong() {
-    let e = err(check("SELEC value FROM input", schema(), &[], BUDGET).await);
+    let e = err(check("SELEC value FROM input", &streams(), &[], BUDGET).await);
     assert!(e.contains("SELEC"), "{e}");
-    let e = err(check("SELECT nope FROM input", schema(), &[], BUDGET).await);
+    let e = err(check("SELECT nope FROM input", &streams(), &[], BUDGET).await);
     assert!(e.contains("nope"), "{e}");
-    let e = err(check("SELECT * FROM elsewhere", schema(), &[], BUDGET).await);
+    let e = err(check("SELECT * FROM elsewhere", &streams(), &[], BUDGET).await);
     assert!(e.contains("elsewhere"), "{e}");
 }
 
@@ -129,7 +134,7 @@ async fn constructs_that_need_state_or_order_are_refused_by_name() {
         ("SELECT value FROM input WHERE random() < 0.5", "random"),
         ("SELECT uuid() AS id FROM input", "uuid"),
     ] {
-        let e = err(check(sql, schema(), &[], BUDGET).await);
+        let e = err(check(sql, &streams(), &[], BUDGET).await);
         assert!(e.contains("not supported"), "{sql}: {e}");
         assert!(e.contains(named), "{sql}: {e}");
     }
@@ -152,7 +157,7 @@ async fn functions_fixed_by_their_arguments_are_accepted() {
         "SELECT value, unnest(string_to_array(concat(CAST(value % 3 AS VARCHAR), ',x'), ',')) AS part FROM input",
         "SELECT to_char(timestamp_ms, '%Y') AS y, date_part('hour', timestamp_ms) AS h, abs(CAST(value AS BIGINT) - 5) AS d FROM input",
     ] {
-        check(sql, schema.clone(), &[], BUDGET)
+        check(sql, &[(INPUT.to_owned(), schema.clone())], &[], BUDGET)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
@@ -205,13 +210,13 @@ async fn the_stream_joins_a_static_table_and_keeping_the_tables_side_is_refused(
     assert_eq!(rows, 10);
     let tables = [(t.name.clone(), t.schema.clone())];
     let right = "SELECT value FROM input RIGHT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
-    let e = check(right, schema(), &tables, BUDGET)
+    let e = check(right, &streams(), &tables, BUDGET)
         .await
         .unwrap_err()
         .to_string();
     assert!(e.contains("keeps the static table's side"), "{e}");
     let left = "SELECT value FROM input LEFT JOIN kinds k ON CAST(value % 2 AS BIGINT) = k.k";
-    check(left, schema(), &tables, BUDGET).await.unwrap();
+    check(left, &streams(), &tables, BUDGET).await.unwrap();
 }
 
 #[tokio::test]

@@ -90,11 +90,13 @@ pub async fn expected_batches_with(
     input: Vec<RecordBatch>,
     tables: &[(&str, RecordBatch)],
 ) -> Vec<RecordBatch> {
-    let schema = input[0].schema();
     let ctx = SessionContext::new();
-    let table = MemTable::try_new(schema, vec![input]).expect("input table");
-    ctx.register_table("input", Arc::new(table))
-        .expect("input registers");
+    // A query over named streams has no `input`: they come as `tables`.
+    if let Some(first) = input.first() {
+        let table = MemTable::try_new(first.schema(), vec![input]).expect("input table");
+        ctx.register_table("input", Arc::new(table))
+            .expect("input registers");
+    }
     for (name, rows) in tables {
         let t = MemTable::try_new(rows.schema(), vec![vec![rows.clone()]]).expect("a table");
         ctx.register_table(*name, Arc::new(t))
@@ -241,4 +243,10 @@ fn unescape(s: &str) -> String {
         i += 1;
     }
     String::from_utf8(out).expect("utf-8 directory name")
+}
+
+/// `batches` as one batch (they share a schema).
+pub fn concat(batches: &[RecordBatch]) -> RecordBatch {
+    datafusion::arrow::compute::concat_batches(&batches[0].schema(), batches)
+        .expect("batches of one schema concatenate")
 }

@@ -35,7 +35,32 @@ pub enum Record {
     Tables,
 }
 
+/// The directory of the source records of each input stream of a query
+/// with `sources:`: `inputs/<table>/`. A query with `source:` keeps its
+/// one input's records in `sources/`.
+pub const INPUTS_DIR: &str = "inputs";
+
 impl Record {
+    /// Whether the record belongs to an input stream's source.
+    fn of_source(self) -> bool {
+        matches!(
+            self,
+            Record::RateStart | Record::KafkaStart | Record::Schema
+        )
+    }
+
+    /// The file's path relative to the query's directory, for the input
+    /// stream `scope` names (`None`: the query's one `source:`).
+    pub(super) fn rel_in(self, scope: Option<&str>) -> String {
+        match scope {
+            Some(input) if self.of_source() => {
+                let leaf = self.rel().trim_start_matches("sources/");
+                format!("{INPUTS_DIR}/{input}/{leaf}")
+            }
+            _ => self.rel().to_string(),
+        }
+    }
+
     /// The file's path relative to the query's directory.
     pub(super) fn rel(self) -> &'static str {
         match self {
@@ -76,6 +101,20 @@ impl Log {
         }
     }
 
+    /// The log's directory for the input stream `scope` names (`None`: the
+    /// query's one `source:`).
+    pub(super) fn dir_in(self, scope: Option<&str>) -> String {
+        match (self, scope) {
+            (Log::SourceFiles, Some(input)) => format!("{INPUTS_DIR}/{input}/files"),
+            _ => self.dir().to_string(),
+        }
+    }
+
+    /// Batch `batch`'s entry for the input stream `scope` names.
+    pub(super) fn entry_in(self, scope: Option<&str>, batch: u64) -> String {
+        format!("{}/{}", self.dir_in(scope), padded(batch))
+    }
+
     /// The path of batch `batch`'s entry relative to the query's directory,
     /// as messages name it (`offsets/00000000000000000007`).
     pub fn entry(self, batch: u64) -> String {
@@ -103,6 +142,20 @@ mod tests {
         );
         assert_eq!(Log::Commits.to_string(), "commits/");
         assert_eq!(Record::Spec.rel(), "spec.json");
+        assert_eq!(Record::Schema.rel_in(None), "sources/schema");
+        assert_eq!(
+            Record::Schema.rel_in(Some("orders")),
+            "inputs/orders/schema"
+        );
+        assert_eq!(Record::Spec.rel_in(Some("orders")), "spec.json");
+        assert_eq!(
+            Log::SourceFiles.entry_in(Some("orders"), 1),
+            "inputs/orders/files/00000000000000000001"
+        );
+        assert_eq!(
+            Log::Offsets.entry_in(Some("orders"), 1),
+            Log::Offsets.entry(1)
+        );
         assert_eq!(query_location("s3://b/ckpt/", "q"), "s3://b/ckpt/queries/q");
         assert_eq!(query_location("/data/ckpt", "q"), "/data/ckpt/queries/q");
     }

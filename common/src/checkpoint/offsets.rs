@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// The plan of one batch. Invariant (docs/design-notes.md, 1): written before any task
 /// of the batch runs, and a replay uses exactly this record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Stored", into = "Stored")]
 pub struct OffsetRecord {
     pub version: u32,
     pub batch_id: u64,
@@ -16,21 +17,141 @@ pub struct OffsetRecord {
     pub batch_timestamp_ms: i64,
     /// The watermark of a query with one: rows older are dropped, state
     /// behind it is evicted. `None` before any event time was seen.
-    #[serde(default)]
     pub watermark_ms: Option<i64>,
-    pub source: SourceOffsets,
+    /// Each watermarked input's own watermark, for a query with `sources:`
+    /// (the query's is their minimum).
+    pub watermarks: std::collections::BTreeMap<String, i64>,
+    /// Each input's range.
+    pub inputs: Inputs,
     /// The driver's cap on one task's rows when this batch was planned
     /// (absent in records written before there was one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rows_per_task: Option<u64>,
     /// The cap on the batch's rows when it was planned: the spec's
     /// `max_rows_per_batch` or the driver's default (absent in records
     /// written before there was one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rows_per_batch: Option<u64>,
     /// The files of each static table this batch reads, by table name.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tables: std::collections::BTreeMap<String, Vec<TableFile>>,
+}
+
+/// [`OffsetRecord`] as stored: its inputs as `source` or `sources`.
+#[derive(Clone, Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    batch_id: u64,
+    epoch: u64,
+    batch_timestamp_ms: i64,
+    #[serde(default)]
+    watermark_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    watermarks: std::collections::BTreeMap<String, i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source: Option<SourceOffsets>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sources: Option<std::collections::BTreeMap<String, SourceOffsets>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_rows_per_task: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_rows_per_batch: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    tables: std::collections::BTreeMap<String, Vec<TableFile>>,
+}
+
+impl TryFrom<Stored> for OffsetRecord {
+    type Error = String;
+
+    fn try_from(s: Stored) -> Result<Self, String> {
+        let inputs = match (s.source, s.sources) {
+            (Some(one), None) => Inputs::Source(one),
+            (None, Some(many)) if !many.is_empty() => Inputs::Sources(many),
+            (None, _) => return Err("plans no input: it has neither `source` nor `sources`".into()),
+            (Some(_), Some(_)) => return Err("has both `source` and `sources`".into()),
+        };
+        Ok(OffsetRecord {
+            version: s.version,
+            batch_id: s.batch_id,
+            epoch: s.epoch,
+            batch_timestamp_ms: s.batch_timestamp_ms,
+            watermark_ms: s.watermark_ms,
+            watermarks: s.watermarks,
+            inputs,
+            max_rows_per_task: s.max_rows_per_task,
+            max_rows_per_batch: s.max_rows_per_batch,
+            tables: s.tables,
+        })
+    }
+}
+
+impl From<OffsetRecord> for Stored {
+    fn from(o: OffsetRecord) -> Self {
+        let (source, sources) = match o.inputs {
+            Inputs::Source(one) => (Some(one), None),
+            Inputs::Sources(many) => (None, Some(many)),
+        };
+        Stored {
+            version: o.version,
+            batch_id: o.batch_id,
+            epoch: o.epoch,
+            batch_timestamp_ms: o.batch_timestamp_ms,
+            watermark_ms: o.watermark_ms,
+            watermarks: o.watermarks,
+            source,
+            sources,
+            max_rows_per_task: o.max_rows_per_task,
+            max_rows_per_batch: o.max_rows_per_batch,
+            tables: o.tables,
+        }
+    }
+}
+
+/// Each input stream's range of a batch: `source` for a query with
+/// `source:` (its table `input`), `sources` (by table name) for one with
+/// `sources:`. Every input has a range in every batch, empty when it had
+/// nothing new.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inputs {
+    Source(SourceOffsets),
+    Sources(std::collections::BTreeMap<String, SourceOffsets>),
+}
+
+impl Inputs {
+    /// The range of the input named `name` (`input` for `source`).
+    pub fn get(&self, name: &str) -> Option<&SourceOffsets> {
+        match self {
+            Inputs::Source(s) => (name == crate::spec::INPUT).then_some(s),
+            Inputs::Sources(m) => m.get(name),
+        }
+    }
+
+    /// Every input's name and range, in name order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&str, &SourceOffsets)> + '_> {
+        match self {
+            Inputs::Source(s) => Box::new(std::iter::once((crate::spec::INPUT, s))),
+            Inputs::Sources(m) => Box::new(m.iter().map(|(n, s)| (n.as_str(), s))),
+        }
+    }
+
+    /// The range of a query with `source:`.
+    pub fn single(&self) -> Option<&SourceOffsets> {
+        match self {
+            Inputs::Source(s) => Some(s),
+            Inputs::Sources(_) => None,
+        }
+    }
+
+    /// Where the inputs stand after the batch: the sum of their end
+    /// positions (see [`SourceOffsets::end_value`]), which `commits/N`
+    /// repeats.
+    pub fn end_value(&self) -> u64 {
+        self.iter()
+            .fold(0u64, |a, (_, s)| a.saturating_add(s.end_value()))
+    }
+
+    /// Where the inputs stood before the batch.
+    pub fn start_value(&self) -> u64 {
+        self.iter()
+            .fold(0u64, |a, (_, s)| a.saturating_add(s.start_value()))
+    }
 }
 
 /// A file of a static table as a batch plans to read it: a replay that
@@ -126,6 +247,21 @@ impl SourceOffsets {
             SourceOffsets::Rate { end_value, .. } => *end_value,
             SourceOffsets::Files { end_seq, .. } => *end_seq,
             SourceOffsets::Kafka { partitions } => partitions.iter().map(|r| r.end as u64).sum(),
+        }
+    }
+
+    /// Whether the range reads nothing and skips nothing: the range of an
+    /// input without news in a batch of a query with several inputs.
+    pub fn is_idle(&self) -> bool {
+        match self {
+            SourceOffsets::Rate {
+                start_value,
+                end_value,
+            } => start_value == end_value,
+            SourceOffsets::Files { files, .. } => files.is_empty(),
+            SourceOffsets::Kafka { partitions } => partitions
+                .iter()
+                .all(|r| r.start == r.end && r.previous_end.is_none()),
         }
     }
 

@@ -88,16 +88,18 @@ pub struct WatermarkSpec {
 }
 
 impl WatermarkSpec {
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the watermark of table `table` at spec field `field`
+    /// (`watermark`, or `watermarks.<table>`).
+    pub fn validate(&self, field: &str, table: &str) -> Result<()> {
         if self.column.trim().is_empty() {
             return Err(Error::invalid(
-                "watermark.column",
-                "must name a timestamp column of input",
+                format!("{field}.column"),
+                format!("must name a timestamp column of {table}"),
             ));
         }
         if self.delay_ms > MAX_WATERMARK_DELAY_MS {
             return Err(Error::invalid(
-                "watermark.delay_ms",
+                format!("{field}.delay_ms"),
                 format!(
                     "must be at most {MAX_WATERMARK_DELAY_MS}, got {}",
                     self.delay_ms
@@ -105,6 +107,22 @@ impl WatermarkSpec {
             ));
         }
         Ok(())
+    }
+}
+
+impl WatermarkSpec {
+    pub fn to_proto(&self) -> sluice_proto::Watermark {
+        sluice_proto::Watermark {
+            column: self.column.clone(),
+            delay_ms: self.delay_ms,
+        }
+    }
+
+    pub fn from_proto(w: &sluice_proto::Watermark) -> Self {
+        WatermarkSpec {
+            column: w.column.clone(),
+            delay_ms: w.delay_ms,
+        }
     }
 }
 

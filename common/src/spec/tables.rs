@@ -37,6 +37,16 @@ impl TableSpec {
 /// its fields.
 pub fn validate_table(name: &str, t: &TableSpec) -> Result<()> {
     let field = format!("tables.{name}");
+    validate_table_name(&field, name)?;
+    if name == "input" {
+        return Err(Error::invalid(field, "`input` is the stream's table"));
+    }
+    validate_input(&field, &t.path, t.format, &t.schema, t.infer, &t.csv)
+}
+
+/// Checks that `name`, at spec field `field`, is a table name the SQL can
+/// spell without quotes.
+pub fn validate_table_name(field: &str, name: &str) -> Result<()> {
     let ok = name
         .bytes()
         .next()
@@ -51,10 +61,7 @@ pub fn validate_table(name: &str, t: &TableSpec) -> Result<()> {
             format!("a table name must match [a-z_][a-z0-9_]{{0,62}}, got {name:?}"),
         ));
     }
-    if name == "input" {
-        return Err(Error::invalid(field, "`input` is the stream's table"));
-    }
-    validate_input(&field, &t.path, t.format, &t.schema, t.infer, &t.csv)
+    Ok(())
 }
 
 impl TableSpec {

@@ -11,10 +11,10 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    CommitRecord, FailRecord, FileLogEntry, FileRange, KafkaRange, KafkaStart, KafkaStartRecord,
-    OffsetRecord, PartitionProgress, PhaseDurations, ProgressRecord, QueryMetadata, RateSourceMeta,
-    SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile, TableSchema, TablesRecord,
-    decode, encode, padded,
+    CommitRecord, FailRecord, FileLogEntry, FileRange, Inputs, KafkaRange, KafkaStart,
+    KafkaStartRecord, OffsetRecord, PartitionProgress, PhaseDurations, ProgressRecord,
+    QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile,
+    TableSchema, TablesRecord, decode, encode, padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -31,22 +31,29 @@ trait Used {
 impl Used for OffsetRecord {
     /// What the planners and the recovery do with a plan they read.
     fn used(&self) -> Result<(), TestCaseError> {
-        let s = &self.source;
-        prop_assert!(s.end_value().checked_sub(s.start_value()).is_some());
-        if let SourceOffsets::Files { files, tasks, .. } = s {
-            for r in tasks.iter().flatten() {
-                let f = files.get(r.file as usize);
-                prop_assert!(f.is_some_and(|f| r.start <= r.end && r.end <= f.size));
-            }
-        }
-        if let SourceOffsets::Kafka { partitions } = s {
-            for r in partitions {
-                prop_assert!(0 <= r.start && r.start <= r.end && r.end <= r.latest);
-                prop_assert!(r.lost() <= r.start as u64);
-            }
+        for (_, s) in self.inputs.iter() {
+            used_range(s)?;
         }
         Ok(())
     }
+}
+
+/// What a planner does with its range of a plan.
+fn used_range(s: &SourceOffsets) -> Result<(), TestCaseError> {
+    prop_assert!(s.end_value().checked_sub(s.start_value()).is_some());
+    if let SourceOffsets::Files { files, tasks, .. } = s {
+        for r in tasks.iter().flatten() {
+            let f = files.get(r.file as usize);
+            prop_assert!(f.is_some_and(|f| r.start <= r.end && r.end <= f.size));
+        }
+    }
+    if let SourceOffsets::Kafka { partitions } = s {
+        for r in partitions {
+            prop_assert!(0 <= r.start && r.start <= r.end && r.end <= r.latest);
+            prop_assert!(r.lost() <= r.start as u64);
+        }
+    }
+    Ok(())
 }
 
 impl Used for CommitRecord {}
@@ -145,7 +152,8 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
         epoch: 2,
         batch_timestamp_ms: 1_700_000_000_000,
         watermark_ms: Some(1_699_999_000_000),
-        source,
+        watermarks: BTreeMap::new(),
+        inputs: Inputs::Source(source),
         max_rows_per_task: Some(100_000),
         max_rows_per_batch: Some(1_000_000),
         tables: BTreeMap::from([("users".to_string(), vec![table.clone()])]),
@@ -218,6 +226,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 end_value: 250,
                 committed_ms: 5,
                 max_event_time_ms: Some(9),
+                max_event_times: BTreeMap::new(),
                 input_rows_total: Some(1500),
             }),
             decoded::<CommitRecord>,

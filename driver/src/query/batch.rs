@@ -23,8 +23,8 @@ use super::ctx::Ctx;
 use super::outcome::{self, Outcome, Phases};
 use super::stages;
 use crate::error::DriverError;
-use crate::source::SourcePlanner;
-use crate::watermark::EventClock;
+use crate::source::Streams;
+use crate::watermark::Clocks;
 
 /// How long the phases before execution took.
 #[derive(Debug, Clone, Copy)]
@@ -48,44 +48,55 @@ impl Timings {
 }
 
 /// What a committed batch read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Executed {
     pub input_rows: u64,
-    /// The latest event time of its input (a query with a watermark).
-    pub max_event_time_ms: Option<i64>,
+    /// The latest event time of each input table (a query with a
+    /// watermark).
+    pub max_event_times: std::collections::BTreeMap<String, i64>,
 }
 
-/// Runs batch `offsets.batch_id` to its commit. `clock` is what the
+/// Runs batch `offsets.batch_id` to its commit. `clocks` are what the
 /// batches before it said of event time.
 pub async fn execute(
     ctx: &Ctx,
-    source: &dyn SourcePlanner,
+    streams: &Streams,
     offsets: &OffsetRecord,
     timings: Timings,
-    clock: EventClock,
+    clocks: &Clocks,
 ) -> Result<Executed, DriverError> {
     let batch = offsets.batch_id;
     let t = Instant::now();
-    let outputs = run_tasks(ctx, source, offsets).await?;
+    let outputs = run_tasks(ctx, streams, offsets).await?;
     let execution = t.elapsed();
 
     let t = Instant::now();
     let outcome = Outcome::of(batch, &outputs)?;
-    outcome.check(ctx, source, offsets)?;
+    outcome.check(ctx, streams, offsets)?;
     commit_sink(ctx, batch, &outcome.files).await?;
     let sink_commit = t.elapsed();
 
     let t = Instant::now();
     // Only this runner moves the count: it is what commits/N-1 recorded.
     let rows_so_far = ctx.entry.committed_rows() + outcome.input_rows;
+    let seen = clocks
+        .clone()
+        .after(&planned_watermarks(offsets), &outcome.max_event_times);
+    let latest = seen
+        .inputs
+        .iter()
+        .filter_map(|(n, (_, c))| Some((n.clone(), c.max_event?)));
+    let latest: std::collections::BTreeMap<String, i64> = latest.collect();
+    let many = offsets.inputs.single().is_none();
     let record = CommitRecord {
         version: RECORD_VERSION,
         batch_id: batch,
         epoch: ctx.term.epoch,
         num_rows: outcome.rows,
-        end_value: offsets.source.end_value(),
+        end_value: offsets.inputs.end_value(),
         committed_ms: now_ms(),
-        max_event_time_ms: clock.max_event.max(outcome.max_event_time_ms),
+        max_event_time_ms: latest.values().copied().max(),
+        max_event_times: if many { latest } else { Default::default() },
         input_rows_total: Some(rows_so_far),
     };
     write_commit(ctx, &record).await?;
@@ -103,25 +114,35 @@ pub async fn execute(
         sink_commit,
         commit,
     };
-    let progress = outcome::progress(ctx, source, offsets, &outcome, &phases);
+    let progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
     report(ctx, progress, &outcome, rows_so_far).await?;
     Ok(Executed {
         input_rows: outcome.input_rows,
-        max_event_time_ms: outcome.max_event_time_ms,
+        max_event_times: outcome.max_event_times,
     })
+}
+
+/// Each watermarked input's watermark as batch `offsets` planned it: the
+/// query's for the one input of a query with `source:`.
+pub fn planned_watermarks(offsets: &OffsetRecord) -> std::collections::BTreeMap<String, i64> {
+    match (offsets.inputs.single(), offsets.watermark_ms) {
+        (Some(_), Some(w)) => [(sluice_common::spec::INPUT.to_string(), w)].into(),
+        (Some(_), None) => Default::default(),
+        (None, _) => offsets.watermarks.clone(),
+    }
 }
 
 /// Runs the batch's tasks, with the static tables' files it planned.
 async fn run_tasks(
     ctx: &Ctx,
-    source: &dyn SourcePlanner,
+    streams: &Streams,
     offsets: &OffsetRecord,
 ) -> Result<stages::Outputs, DriverError> {
     let mut plan = ctx.plan.clone();
     if let Some(record) = &ctx.tables {
         plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
     }
-    stages::run(ctx, offsets, source.tasks(offsets)?, &plan).await
+    stages::run(ctx, offsets, streams.tasks(offsets)?, &plan).await
 }
 
 /// Makes the batch's files visible in the sink: checked, listed in the

@@ -55,15 +55,13 @@ pub async fn conflict(
 /// keeps no state or its schema cannot be resolved now.
 async fn grouping_key(config: &DriverConfig, spec: &QuerySpec) -> Option<Vec<String>> {
     let stores = &config.stores;
-    let input = crate::source::resolve_schema(stores, &spec.source)
-        .await
-        .ok()?;
+    let streams = crate::source::resolve_schemas(stores, spec).await.ok()?;
     let tables = crate::source::tables::resolve(stores, spec).await.ok()?;
     let tables: Vec<_> = tables
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
-    sluice_sql::check(spec.sql(), input, &tables, config.sql_plan_budget)
+    sluice_sql::check(spec.sql(), &streams, &tables, config.sql_plan_budget)
         .await
         .ok()?
         .keys

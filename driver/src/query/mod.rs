@@ -121,11 +121,11 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
     e
 }
 
-/// Plans the query's SQL over its source's `input` table, as every task
-/// will: a query that cannot run is refused at submit, naming why.
+/// Plans the query's SQL over its input tables, as every task will: a
+/// query that cannot run is refused at submit, naming why.
 async fn check_sql(
     spec: &QuerySpec,
-    input: SchemaRef,
+    streams: &[(String, SchemaRef)],
     tables: &BTreeMap<String, TableSchema>,
     budget: std::time::Duration,
 ) -> Result<(), DriverError> {
@@ -133,44 +133,55 @@ async fn check_sql(
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
         .collect();
-    let input_schema = input.clone();
-    let checked = sluice_sql::check(spec.sql(), input, &tables, budget)
+    let checked = sluice_sql::check(spec.sql(), streams, &tables, budget)
         .await
         .map_err(|e| match e {
             sluice_sql::SqlError::Busy(_) => DriverError::Busy(format!("field `sql`: {e}")),
             sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
-    check_event_time(spec, &input_schema, &checked)?;
+    check_event_time(spec, streams, &checked)?;
     check_partition_by(spec, &checked.output)
 }
 
-/// The watermark names a timestamp column of `input`, and the output mode
-/// fits the query, as in Spark: `complete` needs an aggregation, and
-/// `append` of an aggregation needs a watermark and an event-time window
-/// over its column, without which no group is ever final.
-fn check_event_time(
-    spec: &QuerySpec,
-    input: &SchemaRef,
-    checked: &sluice_sql::Checked,
-) -> Result<(), DriverError> {
-    if let Some(w) = &spec.watermark {
-        let Ok(field) = input.field_with_name(&w.column) else {
-            let names: Vec<&str> = input.fields().iter().map(|f| f.name().as_str()).collect();
+/// Each watermark names a timestamp column of its input table.
+fn check_watermarks(spec: &QuerySpec, streams: &[(String, SchemaRef)]) -> Result<(), DriverError> {
+    for (input, (_, schema)) in spec.inputs().iter().zip(streams) {
+        let Some(w) = input.watermark else { continue };
+        let field = match spec.source {
+            Some(_) => "watermark.column".to_string(),
+            None => format!("watermarks.{}.column", input.name),
+        };
+        let Ok(column) = schema.field_with_name(&w.column) else {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(DriverError::Invalid(format!(
-                "watermark.column: {:?} is not a column of input; its columns are {}",
+                "{field}: {:?} is not a column of {}; its columns are {}",
                 w.column,
+                input.name,
                 names.join(", ")
             )));
         };
-        if !matches!(field.data_type(), arrow_schema::DataType::Timestamp(_, _)) {
+        if !matches!(column.data_type(), arrow_schema::DataType::Timestamp(_, _)) {
             return Err(DriverError::Invalid(format!(
-                "watermark.column: {:?} is {}, not a timestamp",
+                "{field}: {:?} is {}, not a timestamp",
                 w.column,
-                field.data_type()
+                column.data_type()
             )));
         }
     }
+    Ok(())
+}
+
+/// The watermarks name timestamp columns, and the output mode fits the
+/// query, as in Spark: `complete` needs an aggregation, and `append` of an
+/// aggregation needs a watermark and an event-time window over its
+/// column, without which no group is ever final.
+fn check_event_time(
+    spec: &QuerySpec,
+    streams: &[(String, SchemaRef)],
+    checked: &sluice_sql::Checked,
+) -> Result<(), DriverError> {
+    check_watermarks(spec, streams)?;
     let stateful = checked.keys.is_some();
     if let Some(d) = &spec.dedup {
         check_dedup(spec, d, checked)?;
@@ -180,8 +191,17 @@ fn check_event_time(
             "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT); this query keeps no state".into(),
         )),
         Some(OutputMode::Append) if stateful => {
-            let watermark = spec.watermark.as_ref().map(|w| w.column.as_str());
-            match (watermark, checked.window.as_deref()) {
+            let columns: Vec<&str> = spec
+                .inputs()
+                .iter()
+                .filter_map(|i| Some(i.watermark?.column.as_str()))
+                .collect();
+            let window = checked.window.as_deref();
+            // The window's column, when an input's watermark is over it.
+            let watermark = window
+                .filter(|c| columns.contains(c))
+                .or(columns.first().copied());
+            match (watermark, window) {
                 (Some(w), Some(c)) if w == c => Ok(()),
                 (None, _) => Err(DriverError::Invalid(
                     "output_mode: append needs a watermark (watermark: {column, delay_ms}) and an event-time window in GROUP BY, so that a group is emitted once, when it is final; use update or complete".into(),
@@ -297,9 +317,9 @@ pub async fn submit(
         .await
         .map_err(|e| DriverError::Internal(format!("the check of the sink panicked: {e}")))??;
     probe_sink(stores, spec.sink_path()).await?;
-    let input = crate::source::resolve_schema(stores, &spec.source).await?;
+    let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
-    check_sql(&spec, input.clone(), &tables, driver.config.sql_plan_budget).await?;
+    check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
@@ -309,7 +329,7 @@ pub async fn submit(
             );
         }
     }
-    crate::source::create(&qc, &spec.source, &input, term.epoch).await?;
+    crate::source::create(&qc, &spec, &streams, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create(Record::Spec, &spec).await?;
     if stored != spec {

@@ -11,7 +11,7 @@ use sluice_proto as pb;
 use super::ctx::Ctx;
 use super::stages::Outputs;
 use crate::error::DriverError;
-use crate::source::SourcePlanner;
+use crate::source::Streams;
 
 /// A batch's task reports, summed.
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ pub struct Outcome {
     pub rows_dropped_by_watermark: u64,
     /// The latest event time of the input (a query with a watermark).
     pub max_event_time_ms: Option<i64>,
+    /// The latest event time of each input table that reported one.
+    pub max_event_times: std::collections::BTreeMap<String, i64>,
     /// Records the tasks found lost (a Kafka log's gaps).
     pub records_lost: u64,
     /// The sink files the writing tasks made, in the manifest's form.
@@ -57,6 +59,7 @@ impl Outcome {
             state_bytes: reduce.iter().map(|o| o.state_bytes).sum(),
             rows_dropped_by_watermark: map.iter().map(|o| o.rows_dropped_by_watermark).sum(),
             max_event_time_ms: map.iter().filter_map(|o| o.max_event_time_ms).max(),
+            max_event_times: max_event_times(outputs),
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: files.iter().map(|f| f.rows).sum(),
             sink_bytes: files.iter().map(|f| f.bytes).sum(),
@@ -72,11 +75,11 @@ impl Outcome {
     pub fn check(
         &self,
         ctx: &Ctx,
-        source: &dyn SourcePlanner,
+        streams: &Streams,
         offsets: &OffsetRecord,
     ) -> Result<(), DriverError> {
         let batch = offsets.batch_id;
-        if let Some(planned) = source.planned_rows(&offsets.source)
+        if let Some(planned) = streams.planned_rows(&offsets.inputs)
             && planned != self.input_rows
         {
             return Err(DriverError::Internal(format!(
@@ -86,6 +89,18 @@ impl Outcome {
         }
         check_state_budget(ctx, batch, self.state_bytes)
     }
+}
+
+/// The latest event time each input table's map tasks saw.
+fn max_event_times(outputs: &Outputs) -> std::collections::BTreeMap<String, i64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (table, o) in outputs.tables.iter().zip(&outputs.map) {
+        if let Some(t) = o.max_event_time_ms {
+            let e = out.entry(table.clone()).or_insert(t);
+            *e = (*e).max(t);
+        }
+    }
+    out
 }
 
 /// Fails the query, before batch `batch` commits, when its state would
@@ -138,7 +153,7 @@ pub struct Phases {
 /// The progress report of committed batch `offsets.batch_id`.
 pub fn progress(
     ctx: &Ctx,
-    source: &dyn SourcePlanner,
+    streams: &Streams,
     offsets: &OffsetRecord,
     outcome: &Outcome,
     phases: &Phases,
@@ -149,7 +164,7 @@ pub fn progress(
         .previous
         .map_or(total, |p| phases.started.duration_since(p));
     let ms = |d: Duration| d.as_millis() as u64;
-    let from_source = source.progress(&offsets.source);
+    let from_source = streams.progress(&offsets.inputs);
     let input_rows = outcome.input_rows;
     pb::BatchProgress {
         id: ctx.entry.id.clone(),

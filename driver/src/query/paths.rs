@@ -22,12 +22,18 @@ struct Named {
 /// Every location `spec` names, in the order of its fields.
 fn locations(spec: &QuerySpec) -> Vec<Named> {
     let mut out = Vec::new();
-    if let SourceSpec::Files(f) = &spec.source {
-        out.push(Named {
-            field: "source.files.path".into(),
-            location: f.path.clone(),
-            input: true,
-        });
+    for input in spec.inputs() {
+        if let SourceSpec::Files(f) = input.source {
+            let field = match spec.source {
+                Some(_) => "source.files.path".to_string(),
+                None => format!("sources.{}.files.path", input.name),
+            };
+            out.push(Named {
+                field,
+                location: f.path.clone(),
+                input: true,
+            });
+        }
     }
     for (name, t) in &spec.tables {
         out.push(Named {

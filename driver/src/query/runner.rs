@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{
-    CommitRecord, FailRecord, Log, OffsetRecord, RECORD_VERSION, SourceOffsets,
+    CommitRecord, FailRecord, Inputs, Log, OffsetRecord, RECORD_VERSION,
 };
 use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
@@ -32,9 +32,9 @@ use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::recovery::{Recovery, decide};
-use crate::source::{self, Limits, Next, SourceIo, SourcePlanner};
+use crate::source::{self, Limits, Next, SourceIo, Streams};
 use crate::state::{Driver, Term};
-use crate::watermark::EventClock;
+use crate::watermark::{Clocks, EventClock};
 
 /// Starts the runner of `entry` as a task owned by the term.
 pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
@@ -109,7 +109,7 @@ async fn drive(
     driver.metrics.query_started(&entry.name);
     let plan = pb::TaskPlan {
         sql: spec.sql().to_string(),
-        input_schema: Vec::new(),
+        streams: Vec::new(),
         tables: Vec::new(),
         plan_budget_ms: driver.config.sql_plan_budget.as_millis() as u64,
         max_output_bytes: driver.config.max_output_bytes_per_task,
@@ -127,10 +127,16 @@ async fn drive(
     };
     let io = SourceIo::of(&ctx);
     ctx.tables = source::tables::load(&io, &ctx.spec).await?;
-    let source = source::open(&io, &ctx.spec.source).await?;
-    let source = source.as_ref();
-    ctx.plan.input_schema = sluice_sql::encode_schema(&source.schema());
-    ctx.stateful = super::stages::plan(&ctx, source.schema()).await?;
+    let streams = Streams::open(&io, &ctx.spec).await?;
+    let schemas = streams.schemas();
+    ctx.plan.streams = schemas
+        .iter()
+        .map(|(name, schema)| pb::StreamPlan {
+            name: name.clone(),
+            schema: sluice_sql::encode_schema(schema),
+        })
+        .collect();
+    ctx.stateful = super::stages::plan(&ctx, &schemas).await?;
     let path = ctx.spec.sink_path().to_string();
     ctx.sink = Some(
         ctx.storage("open sink", || async {
@@ -144,9 +150,9 @@ async fn drive(
         mut committed,
         mut rerun,
         rows,
-    } = recover(&ctx, source).await?;
-    let mut clock = event_clock(&ctx, next).await?;
-    let committed_end = committed.as_ref().map_or(0, SourceOffsets::end_value);
+    } = recover(&ctx, &streams).await?;
+    let mut clocks = event_clocks(&ctx, &streams, next).await?;
+    let committed_end = committed.as_ref().map_or(0, Inputs::end_value);
     ctx.entry.set_committed(next as i64 - 1, rows);
     let mut cleaner = Cleaner::default();
     if let Some(committed) = next.checked_sub(1) {
@@ -163,16 +169,16 @@ async fn drive(
     loop {
         let (offsets, timings) = match rerun.take() {
             Some(o) => {
-                source.planned(&io, o.batch_id, &o.source).await?;
+                streams.planned(o.batch_id, &o.inputs).await?;
                 (o, Timings::replay(last_start))
             }
             None => match plan_next(
                 &ctx,
-                (source, &io),
+                (&streams, &io),
                 next,
                 committed.as_ref(),
                 last_start,
-                clock,
+                &clocks,
             )
             .await?
             {
@@ -184,13 +190,13 @@ async fn drive(
             },
         };
         last_start = Some(timings.started);
-        let done = batch::execute(&ctx, source, &offsets, timings, clock)
+        let done = batch::execute(&ctx, &streams, &offsets, timings, &clocks)
             .instrument(info_span!("batch", batch = offsets.batch_id))
             .await?;
         let rows = done.input_rows;
-        clock = clock.after(offsets.watermark_ms, done.max_event_time_ms);
+        clocks = clocks.after(&batch::planned_watermarks(&offsets), &done.max_event_times);
         next = offsets.batch_id + 1;
-        committed = Some(offsets.source.clone());
+        committed = Some(offsets.inputs.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         super::retention::after_commit(&ctx, offsets.batch_id);
         cleaner.after_commit(&ctx, offsets.batch_id);
@@ -198,17 +204,31 @@ async fn drive(
 }
 
 /// What committed batches said of event time (see [`crate::watermark`]):
-/// the watermark and latest event time after batch `next - 1`.
-async fn event_clock(ctx: &Ctx, next: u64) -> Result<EventClock, DriverError> {
-    let Some(last) = next.checked_sub(1).filter(|_| ctx.spec.watermark.is_some()) else {
-        return Ok(EventClock::default());
+/// each watermarked input's watermark and latest event time after batch
+/// `next - 1`.
+async fn event_clocks(ctx: &Ctx, streams: &Streams, next: u64) -> Result<Clocks, DriverError> {
+    let mut clocks = Clocks::default();
+    for (name, w) in streams.watermarks() {
+        clocks
+            .inputs
+            .insert(name.to_string(), (w.delay_ms, EventClock::default()));
+    }
+    let Some(last) = next.checked_sub(1).filter(|_| !clocks.inputs.is_empty()) else {
+        return Ok(clocks);
     };
     let o = ctx.storage("read offsets", || ctx.qc.offsets(last)).await?;
     let c = ctx.storage("read commit", || ctx.qc.commit(last)).await?;
-    Ok(EventClock {
-        watermark: o.and_then(|o| o.watermark_ms),
-        max_event: c.and_then(|c| c.max_event_time_ms),
-    })
+    let (Some(o), Some(c)) = (o, c) else {
+        return Ok(clocks);
+    };
+    let seen = match o.inputs.single() {
+        Some(_) => c
+            .max_event_time_ms
+            .map(|t| [(sluice_common::spec::INPUT.to_string(), t)].into())
+            .unwrap_or_default(),
+        None => c.max_event_times.clone(),
+    };
+    Ok(clocks.after(&batch::planned_watermarks(&o), &seen))
 }
 
 /// The INFO line of a running query (see [`crate::query::summary`]).
@@ -230,7 +250,7 @@ struct Resumed {
     /// The next batch to plan (or the one to re-run).
     next: u64,
     /// The input of the last committed batch.
-    committed: Option<SourceOffsets>,
+    committed: Option<Inputs>,
     /// The batch planned but not committed, to run again.
     rerun: Option<OffsetRecord>,
     /// The input rows of the committed batches, as the last commit says.
@@ -238,7 +258,7 @@ struct Resumed {
 }
 
 /// Where to start, from the checkpoint (see [`crate::recovery`]).
-async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, DriverError> {
+async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
     let offsets = ctx
         .storage("list offsets", || ctx.qc.latest(Log::Offsets))
         .await?;
@@ -272,7 +292,7 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
                 }
                 None => (None, 0),
             };
-            let gap = source.gap(committed.as_ref(), &o.source);
+            let gap = streams.gap(committed.as_ref(), &o.inputs);
             if let Some(reason) = gap
                 .or_else(|| (o.batch_id != batch).then(|| format!("records batch {}", o.batch_id)))
             {
@@ -301,20 +321,20 @@ async fn recover(ctx: &Ctx, source: &dyn SourcePlanner) -> Result<Resumed, Drive
 /// `commits/N`: both are read and decoded, so that a damaged record is
 /// reported by name even when its batch committed long ago. With it, the
 /// input rows of batches 0 to `batch`.
-async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), DriverError> {
+async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(Inputs, u64), DriverError> {
     let c: CommitRecord = ctx
         .storage("read commit", || ctx.qc.require_entry(Log::Commits, batch))
         .await?;
     let o: OffsetRecord = ctx
         .storage("read offsets", || ctx.qc.require_entry(Log::Offsets, batch))
         .await?;
-    if o.batch_id != batch || c.batch_id != batch || o.source.end_value() != c.end_value {
+    if o.batch_id != batch || c.batch_id != batch || o.inputs.end_value() != c.end_value {
         return Err(CommonError::Corrupt {
             path: ctx.qc.describe_entry(Log::Offsets, batch),
             reason: format!(
                 "plans batch {} ending at {}, but {} records batch {} ending at {}",
                 o.batch_id,
-                o.source.end_value(),
+                o.inputs.end_value(),
                 Log::Commits.entry(batch),
                 c.batch_id,
                 c.end_value
@@ -322,18 +342,18 @@ async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(SourceOffsets, u64), 
         }
         .into());
     }
-    Ok((o.source, c.rows_so_far()))
+    Ok((o.inputs, c.rows_so_far()))
 }
 
 /// Waits for the trigger and for new input, then writes `offsets/N`.
 /// Returns `None` once a bounded source is fully committed.
 async fn plan_next(
     ctx: &Ctx,
-    (source, io): (&dyn SourcePlanner, &SourceIo),
+    (streams, io): (&Streams, &SourceIo),
     batch_id: u64,
-    committed: Option<&SourceOffsets>,
+    committed: Option<&Inputs>,
     last_start: Option<Instant>,
-    clock: EventClock,
+    clocks: &Clocks,
 ) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
     let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
     if let Some(prev) = last_start {
@@ -361,14 +381,16 @@ async fn plan_next(
             max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
             parallelism: slots.max(1),
         };
-        let input = match source.next(io, committed, limits).await? {
+        let inputs = match streams.next(committed, limits).await? {
             Next::Finished => return Ok(None),
             Next::Wait(d) => {
                 ctx.sleep(d).await?;
                 continue;
             }
-            Next::Batch(input) => input,
+            Next::Batch(inputs) => inputs,
         };
+        let watermarks = clocks.next();
+        let many = inputs.single().is_none();
         let tables = match &ctx.tables {
             Some(record) => source::tables::files(io, &ctx.spec, record).await?,
             None => Default::default(),
@@ -379,12 +401,13 @@ async fn plan_next(
             batch_id,
             epoch: ctx.term.epoch,
             batch_timestamp_ms: now_ms(),
-            watermark_ms: ctx
-                .spec
-                .watermark
-                .as_ref()
-                .and_then(|w| clock.next_watermark(w.delay_ms)),
-            source: input,
+            watermark_ms: watermarks.query,
+            watermarks: if many {
+                watermarks.inputs
+            } else {
+                Default::default()
+            },
+            inputs,
             max_rows_per_task: Some(limits.max_rows_per_task),
             max_rows_per_batch: limits.max_rows_per_batch,
         };
@@ -400,7 +423,7 @@ async fn plan_next(
             );
             ctx.driver.confirm_leadership(&ctx.term).await?;
         }
-        source.planned(io, batch_id, &stored.source).await?;
+        streams.planned(batch_id, &stored.inputs).await?;
         let timings = Timings {
             started,
             latest_offset,

@@ -27,7 +27,7 @@ use sluice_common::spec::OutputMode;
 /// error.
 pub async fn plan(
     ctx: &Ctx,
-    input: arrow_schema::SchemaRef,
+    streams: &[(String, arrow_schema::SchemaRef)],
 ) -> Result<Option<Stateful>, DriverError> {
     let tables: Vec<(String, arrow_schema::SchemaRef)> = ctx
         .tables
@@ -38,7 +38,7 @@ pub async fn plan(
     let budget = ctx.driver.config.sql_plan_budget;
     let checked = loop {
         // Busy planning threads free up: wait for one.
-        match sluice_sql::check(ctx.spec.sql(), input.clone(), &tables, budget).await {
+        match sluice_sql::check(ctx.spec.sql(), streams, &tables, budget).await {
             Err(e @ sluice_sql::SqlError::Busy(_)) => {
                 tracing::warn!(error = %e, "planning the query's SQL waits for a planning thread");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -77,6 +77,8 @@ pub async fn plan(
 pub struct Outputs {
     /// The map tasks, which read the input.
     pub map: Vec<pb::TaskOutput>,
+    /// The input table each map task read, in the same order.
+    pub tables: Vec<String>,
     /// The reduce tasks of a stateful query, which wrote the output.
     pub reduce: Vec<pb::TaskOutput>,
     pub map_time: Duration,
@@ -99,9 +101,10 @@ impl Outputs {
 pub async fn run(
     ctx: &Ctx,
     offsets: &OffsetRecord,
-    inputs: Vec<(u32, pb::TaskSource)>,
+    inputs: Vec<crate::source::Task>,
     plan: &pb::TaskPlan,
 ) -> Result<Outputs, DriverError> {
+    let tables: Vec<String> = inputs.iter().map(|(_, s)| s.table.clone()).collect();
     let t = Instant::now();
     let work = match &ctx.stateful {
         None => Work::Map(pb::MapWork {}),
@@ -113,7 +116,7 @@ pub async fn run(
     };
     let maps = inputs.into_iter().map(|(p, input)| {
         let mut task = attempts::task(ctx, offsets, work.clone(), p);
-        task.event_time = event_time(ctx, offsets);
+        task.event_time = event_time(ctx, offsets, Some(&input.table));
         task.source = Some(input);
         task.plan = Some(plan.clone());
         attempts::run(ctx, task)
@@ -123,6 +126,7 @@ pub async fn run(
     let Some(stateful) = &ctx.stateful else {
         return Ok(Outputs {
             map,
+            tables,
             map_time,
             ..Default::default()
         });
@@ -148,23 +152,41 @@ pub async fn run(
             snapshot_interval: stateful.snapshot_interval,
         });
         let mut task = attempts::task(ctx, offsets, work, b);
-        task.event_time = event_time(ctx, offsets);
+        task.event_time = event_time(ctx, offsets, None);
         task.plan = Some(plan.clone());
         attempts::run(ctx, task)
     });
     let reduce = try_join_all(reduces).await?;
     Ok(Outputs {
         map,
+        tables,
         reduce,
         map_time,
         reduce_time: t.elapsed(),
     })
 }
 
-/// The event time of a query with a watermark, and the batch's watermark.
-fn event_time(ctx: &Ctx, offsets: &OffsetRecord) -> Option<pb::EventTime> {
-    ctx.spec.watermark.as_ref().map(|w| pb::EventTime {
-        column: w.column.clone(),
+/// What a task is told of event time: the batch's watermark (the
+/// query's), with the event time column of the input table it reads (a
+/// map task's `table`), or of the query's one input (a reduce task of a
+/// query with `source:`; empty for one with `sources:`). `None` when the
+/// query has no watermark, and for a map task of an input without one.
+fn event_time(ctx: &Ctx, offsets: &OffsetRecord, table: Option<&str>) -> Option<pb::EventTime> {
+    if !ctx.spec.has_watermark() {
+        return None;
+    }
+    let column = match table {
+        // A map task of an input without a watermark drops nothing.
+        Some(t) => ctx.spec.input(t)?.watermark?.column.clone(),
+        None => ctx
+            .spec
+            .watermark
+            .as_ref()
+            .map(|w| w.column.clone())
+            .unwrap_or_default(),
+    };
+    Some(pb::EventTime {
+        column,
         watermark_ms: offsets.watermark_ms,
     })
 }

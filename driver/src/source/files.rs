@@ -46,7 +46,9 @@ pub struct FilesPlanner {
 
 /// The file source's registration (see [`super::SourceKind`]): its schema
 /// is inferred (or declared) at submit and fixed in `sources/schema`.
-pub(super) struct Kind<'s>(pub &'s FileSourceSpec);
+/// The second field is the spec field of the source (`source`,
+/// `sources.<table>`).
+pub(super) struct Kind<'s>(pub &'s FileSourceSpec, pub String);
 
 impl super::SourceKind for Kind<'_> {
     fn resolve_schema<'a>(
@@ -55,12 +57,12 @@ impl super::SourceKind for Kind<'_> {
     ) -> BoxFuture<'a, Result<SchemaRef, DriverError>> {
         Box::pin(async move {
             let f = self.0;
-            let invalid = |r: String| DriverError::Invalid(format!("source.files.path: {r}"));
+            let invalid = |r: String| DriverError::Invalid(format!("{}.files.path: {r}", self.1));
             stores.check_input_dir(&f.path).await.map_err(invalid)?;
             let dir = stores.open(&f.path)?;
             let files = dir.list_inputs().await?;
             let input = super::infer::Input {
-                field: "source.files".into(),
+                field: format!("{}.files", self.1),
                 path: &f.path,
                 format: f.format,
                 schema: &f.schema,
@@ -140,8 +142,8 @@ impl FilesPlanner {
                 .storage("read offsets", || io.checkpoint().offsets(n))
                 .await?;
             let o = o.ok_or_else(|| missing(io, Log::Offsets, n))?;
-            if let SourceOffsets::Files { files, .. } = o.source {
-                taken.extend(files.into_iter().map(|f| f.path));
+            if let Some(SourceOffsets::Files { files, .. }) = o.inputs.get(io.table()) {
+                taken.extend(files.iter().map(|f| f.path.clone()));
             }
         }
         Ok(FilesPlanner {
@@ -217,8 +219,12 @@ impl SourcePlanner for FilesPlanner {
                 return Ok(Next::Wait(POLL));
             }
             let paths = files.iter().map(|f| f.path.clone()).collect();
-            io.check_allowed("source.files.path", &self.spec.path, paths)
-                .await?;
+            io.check_allowed(
+                &format!("{}.files.path", io.field()),
+                &self.spec.path,
+                paths,
+            )
+            .await?;
             let tasks = split(&files, limits.max_bytes_per_task, limits.parallelism);
             Ok(Next::Batch(SourceOffsets::Files {
                 start_seq: done,
@@ -277,9 +283,13 @@ impl SourcePlanner for FilesPlanner {
         }
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
-        let SourceOffsets::Files { files, tasks, .. } = &plan.source else {
-            return Err(super::other_source("files", plan));
+    fn tasks(
+        &self,
+        plan: &OffsetRecord,
+        input: &SourceOffsets,
+    ) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
+        let SourceOffsets::Files { files, tasks, .. } = input else {
+            return Err(super::other_source("files", plan, input));
         };
         let csv = (self.spec.format == sluice_common::spec::Format::Csv)
             .then(|| pb::CsvOptions::from(&self.spec.csv()));
@@ -310,6 +320,7 @@ impl SourcePlanner for FilesPlanner {
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Files(task)),
+                    table: String::new(),
                 };
                 Ok((p as u32, source))
             })
@@ -318,5 +329,15 @@ impl SourcePlanner for FilesPlanner {
 
     fn planned_rows(&self, _offsets: &SourceOffsets) -> Option<u64> {
         None
+    }
+
+    fn idle(&self, committed: Option<&SourceOffsets>) -> SourceOffsets {
+        let end = committed.map_or(0, SourceOffsets::end_value);
+        SourceOffsets::Files {
+            start_seq: end,
+            end_seq: end,
+            files: Vec::new(),
+            tasks: Vec::new(),
+        }
     }
 }

@@ -18,6 +18,10 @@ use crate::state::Term;
 #[derive(Clone)]
 pub struct SourceIo {
     qc: QueryCheckpoint,
+    /// The spec field of the source: `source`, or `sources.<table>`.
+    field: String,
+    /// The stream table the source feeds.
+    table: String,
     stores: Stores,
     allowed: AllowedPaths,
     term: Arc<Term>,
@@ -29,6 +33,8 @@ impl SourceIo {
     pub fn of(ctx: &Ctx) -> Self {
         SourceIo {
             qc: ctx.qc.clone(),
+            field: "source".into(),
+            table: sluice_common::spec::INPUT.into(),
             stores: ctx.driver.config.stores.clone(),
             allowed: ctx.driver.config.allowed_paths.clone(),
             term: ctx.term.clone(),
@@ -36,7 +42,29 @@ impl SourceIo {
         }
     }
 
-    /// The query's checkpoint.
+    /// The door of input stream `table` of a query with `sources:`: its
+    /// source records are its own (see [`QueryCheckpoint::input`]).
+    pub fn input(&self, table: &str) -> Self {
+        SourceIo {
+            qc: self.qc.input(table),
+            field: format!("sources.{table}"),
+            table: table.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The spec field of the source, for errors: `source` or
+    /// `sources.<table>`.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The stream table the source feeds.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The query's checkpoint, as the source sees it.
     pub fn checkpoint(&self) -> &QueryCheckpoint {
         &self.qc
     }

@@ -18,6 +18,7 @@ mod io;
 mod kafka;
 mod rate;
 mod split;
+mod streams;
 pub mod tables;
 
 use std::time::Duration;
@@ -27,18 +28,20 @@ use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
     Log, OffsetRecord, PartitionProgress, QueryCheckpoint, SourceOffsets,
 };
-use sluice_common::spec::SourceSpec;
+use sluice_common::spec::{QuerySpec, SourceSpec};
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
 
 use crate::error::DriverError;
 pub use io::SourceIo;
+pub use streams::{Streams, Task};
 
-/// What comes next for a query's input.
+/// What comes next for a query's input (one source's range, or every
+/// input's: [`Streams::next`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub enum Next<T = SourceOffsets> {
     /// Run a batch over this input.
-    Batch(SourceOffsets),
+    Batch(T),
     /// Nothing new yet: look again after this long (at most).
     Wait(Duration),
     /// A bounded source is fully committed.
@@ -99,10 +102,19 @@ pub trait SourcePlanner: Send + Sync {
     /// damaged checkpoint.
     fn gap(&self, committed: Option<&SourceOffsets>, next: &SourceOffsets) -> Option<String>;
 
-    /// The tasks of a batch's plan, each with its index (the part files'
-    /// partition) and its source range; a pure function of the plan. A plan
-    /// of another source's input is an error (see [`other_source`]).
-    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError>;
+    /// The tasks of `input`, this source's range in a batch's `plan`, each
+    /// with its index among them and its source range; a pure function of
+    /// the plan. A range of another source is an error (see
+    /// [`other_source`]).
+    fn tasks(
+        &self,
+        plan: &OffsetRecord,
+        input: &SourceOffsets,
+    ) -> Result<Vec<(u32, pb::TaskSource)>, DriverError>;
+
+    /// The range of a batch that reads nothing of this source, after
+    /// `committed`: the next batch starts where it ends.
+    fn idle(&self, committed: Option<&SourceOffsets>) -> SourceOffsets;
 
     /// The rows a batch reads, when its plan fixes them.
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64>;
@@ -116,8 +128,8 @@ pub trait SourcePlanner: Send + Sync {
 /// The error of a planner of source `kind` given a plan of another
 /// source's input: recovery's `gap` refuses such a checkpoint first, so
 /// this names a damaged `offsets/N` rather than panicking.
-pub(crate) fn other_source(kind: &str, plan: &OffsetRecord) -> DriverError {
-    let found = match plan.source {
+pub(crate) fn other_source(kind: &str, plan: &OffsetRecord, input: &SourceOffsets) -> DriverError {
+    let found = match input {
         SourceOffsets::Rate { .. } => "rate",
         SourceOffsets::Files { .. } => "files",
         SourceOffsets::Kafka { .. } => "kafka",
@@ -155,33 +167,63 @@ trait SourceKind: Send + Sync {
 }
 
 /// The registry of source kinds: the one place that matches on a
-/// source's spec.
-fn kind(spec: &SourceSpec) -> Box<dyn SourceKind + '_> {
+/// source's spec. `field` is the source's spec field (`source`,
+/// `sources.<table>`).
+fn kind<'s>(spec: &'s SourceSpec, field: &str) -> Box<dyn SourceKind + 's> {
+    let field = field.to_string();
     match spec {
         SourceSpec::Rate(s) => Box::new(rate::Kind(s)),
-        SourceSpec::Files(s) => Box::new(files::Kind(s)),
-        SourceSpec::Kafka(s) => Box::new(kafka::Kind(s)),
+        SourceSpec::Files(s) => Box::new(files::Kind(s, field)),
+        SourceSpec::Kafka(s) => Box::new(kafka::Kind(s, field)),
     }
 }
 
-/// The schema of the `input` table of a new query with source `spec`
-/// (see [`SourceKind::resolve_schema`]).
-pub async fn resolve_schema(stores: &Stores, spec: &SourceSpec) -> Result<SchemaRef, DriverError> {
-    kind(spec).resolve_schema(stores).await
+/// The spec field of input `table` of `spec`.
+fn field(spec: &QuerySpec, table: &str) -> String {
+    match spec.source {
+        Some(_) => "source".into(),
+        None => format!("sources.{table}"),
+    }
 }
 
-/// Writes the source's records of a new query (see [`SourceKind::create`]).
+/// The schema of each input table of a new query with spec `spec`, in
+/// table order (see [`SourceKind::resolve_schema`]).
+pub async fn resolve_schemas(
+    stores: &Stores,
+    spec: &QuerySpec,
+) -> Result<Vec<(String, SchemaRef)>, DriverError> {
+    let mut out = Vec::new();
+    for input in spec.inputs() {
+        let schema = kind(input.source, &field(spec, input.name))
+            .resolve_schema(stores)
+            .await?;
+        out.push((input.name.to_string(), schema));
+    }
+    Ok(out)
+}
+
+/// Writes each input's source records of a new query, each under its own
+/// view of the checkpoint (see [`SourceKind::create`]).
 pub async fn create(
     qc: &QueryCheckpoint,
-    spec: &SourceSpec,
-    schema: &SchemaRef,
+    spec: &QuerySpec,
+    schemas: &[(String, SchemaRef)],
     epoch: u64,
 ) -> Result<(), DriverError> {
-    kind(spec).create(qc, schema, epoch).await
+    for (input, (name, schema)) in spec.inputs().iter().zip(schemas) {
+        let scoped = match spec.source {
+            Some(_) => qc.clone(),
+            None => qc.input(name),
+        };
+        kind(input.source, &field(spec, name))
+            .create(&scoped, schema, epoch)
+            .await?;
+    }
+    Ok(())
 }
 
-/// The planner of a query reading `spec`, with its state read from the
-/// checkpoint.
+/// The planner of the input `io` is the door of, reading `spec`, with its
+/// state read from the checkpoint.
 pub async fn open(io: &SourceIo, spec: &SourceSpec) -> Result<Box<dyn SourcePlanner>, DriverError> {
-    kind(spec).open(io).await
+    kind(spec, io.field()).open(io).await
 }

@@ -135,13 +135,17 @@ impl SourcePlanner for RatePlanner {
         }
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
+    fn tasks(
+        &self,
+        plan: &OffsetRecord,
+        input: &SourceOffsets,
+    ) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
         let SourceOffsets::Rate {
             start_value,
             end_value,
-        } = plan.source
+        } = *input
         else {
-            return Err(super::other_source("rate", plan));
+            return Err(super::other_source("rate", plan, input));
         };
         let parts = self.spec.partitions;
         rate::task_groups(parts, start_value, end_value, plan.max_rows_per_task)
@@ -154,9 +158,11 @@ impl SourcePlanner for RatePlanner {
                     start_value,
                     end_value,
                     partition_count: count,
+                    first_partition: first,
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Rate(task)),
+                    table: String::new(),
                 };
                 Ok((first, source))
             })
@@ -165,5 +171,13 @@ impl SourcePlanner for RatePlanner {
 
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64> {
         Some(offsets.end_value() - offsets.start_value())
+    }
+
+    fn idle(&self, committed: Option<&SourceOffsets>) -> SourceOffsets {
+        let end = Self::committed_end(committed);
+        SourceOffsets::Rate {
+            start_value: end,
+            end_value: end,
+        }
     }
 }

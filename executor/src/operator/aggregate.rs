@@ -43,7 +43,7 @@ impl Operator for Aggregate {
         let empty = Box::pin(futures::stream::empty());
         let agg = Aggregation::plan(
             &assigned.plan.sql,
-            assigned.input_schema.clone(),
+            assigned.streams.clone(),
             empty,
             &assigned.tables,
             budget,

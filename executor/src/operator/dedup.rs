@@ -67,7 +67,7 @@ impl Operator for Dedup {
         // Planned, not run: the schema of the rows the map tasks shuffled.
         let rows = sluice_sql::run(
             &assigned.plan.sql,
-            assigned.input_schema.clone(),
+            assigned.streams.clone(),
             empty,
             &assigned.tables,
             sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms),

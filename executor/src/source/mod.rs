@@ -42,17 +42,15 @@ pub trait SourceReader: Send {
     fn read(self: Box<Self>, counters: ReadCounters) -> Batches;
 }
 
-/// The reader for partition `partition` of `source`, whose `input` table
-/// has `schema`. A source that does not make sense (a partition out of
-/// range, say) is a malformed task.
+/// The reader of `source`, whose table has `schema`. A source that does
+/// not make sense (a partition out of range, say) is a malformed task.
 pub fn open(
     source: &TaskSource,
-    partition: u32,
     schema: SchemaRef,
     stores: &Stores,
 ) -> Result<Box<dyn SourceReader>, ExecutorError> {
     match source.kind.as_ref() {
-        Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r, partition)?)),
+        Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r)?)),
         Some(task_source::Kind::Files(f)) => Ok(Box::new(files::FilesReader::new(
             f.clone(),
             schema,

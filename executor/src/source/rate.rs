@@ -10,7 +10,8 @@ use futures::StreamExt;
 use super::{Batches, ReadCounters, SourceReader};
 use crate::error::ExecutorError;
 
-/// Reads partitions `[partition, partition + count)`, one after another.
+/// Reads partitions `[first_partition, first_partition + count)`, one
+/// after another.
 pub struct RateReader {
     task: RateTask,
     partition: u32,
@@ -18,7 +19,8 @@ pub struct RateReader {
 }
 
 impl RateReader {
-    pub fn new(task: RateTask, partition: u32) -> Result<Self, ExecutorError> {
+    pub fn new(task: RateTask) -> Result<Self, ExecutorError> {
+        let partition = task.first_partition;
         let bad = |m: &str| Err(ExecutorError::MalformedTask(format!("rate source: {m}")));
         let count = task.partition_count.max(1);
         if task.partitions == 0

@@ -143,17 +143,24 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
                 start_value: 0,
                 end_value: end,
                 partition_count: 1,
+                first_partition: 0,
             })),
+            table: String::new(),
         }),
         sink: Some(TaskSink {
             path: dir.into(),
             format: SinkFormat::Jsonl.into(),
             ..Default::default()
         }),
-        work: Some(sluice_proto::task_assignment::Work::Map(sluice_proto::MapWork {})),
+        work: Some(sluice_proto::task_assignment::Work::Map(
+            sluice_proto::MapWork {},
+        )),
         plan: Some(sluice_proto::TaskPlan {
             sql: "SELECT * FROM input".into(),
-            input_schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            streams: vec![sluice_proto::StreamPlan {
+                name: "input".into(),
+                schema: sluice_sql::encode_schema(&sluice_common::rate::schema()),
+            }],
             tables: Vec::new(),
             plan_budget_ms: 0,
             max_output_bytes: 0,

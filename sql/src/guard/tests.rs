@@ -19,6 +19,11 @@ fn schema() -> SchemaRef {
     )]))
 }
 
+/// The one stream table `input`, of [`schema`].
+fn streams() -> [(String, SchemaRef); 1] {
+    [(crate::INPUT.to_owned(), schema())]
+}
+
 fn input(values: Vec<u64>) -> InputBatches {
     let values: UInt64Array = values.into_iter().collect();
     let batch = RecordBatch::try_new(schema(), vec![Arc::new(values)]).unwrap();
@@ -45,7 +50,7 @@ fn wide(columns: usize) -> String {
 #[tokio::test]
 async fn operator_chains_past_the_depth_limit_are_refused_naming_it() {
     for sql in [plus_chain(2_500), or_chain(2_500), plus_chain(MAX_DEPTH)] {
-        let e = check(&sql, schema(), &[], DEFAULT_BUDGET)
+        let e = check(&sql, &streams(), &[], DEFAULT_BUDGET)
             .await
             .expect_err("a chain past the limit was accepted");
         assert!(matches!(e, SqlError::TooLarge(_)), "{e:?}");
@@ -89,14 +94,14 @@ async fn a_chain_at_the_depth_limit_plans_and_runs() {
         .unwrap();
     let t = terms as u64;
     assert_eq!(values, vec![t, 5 + t]);
-    let ors = check(&or_chain(MAX_DEPTH / 2), schema(), &[], generous).await;
+    let ors = check(&or_chain(MAX_DEPTH / 2), &streams(), &[], generous).await;
     assert!(ors.is_ok(), "{ors:?}");
 }
 
 #[tokio::test]
 async fn a_query_past_the_token_limit_is_refused_naming_it() {
     let sql = format!("SELECT value{} FROM input", ", 1".repeat(MAX_TOKENS / 2));
-    let e = check(&sql, schema(), &[], DEFAULT_BUDGET)
+    let e = check(&sql, &streams(), &[], DEFAULT_BUDGET)
         .await
         .expect_err("a query past the token limit was accepted");
     assert!(matches!(e, SqlError::TooLarge(_)), "{e:?}");
@@ -106,7 +111,7 @@ async fn a_query_past_the_token_limit_is_refused_naming_it() {
 #[tokio::test]
 async fn planning_past_its_budget_is_refused_naming_the_budget() {
     let budget = Duration::from_millis(1);
-    let e = check(&wide(3_000), schema(), &[], budget)
+    let e = check(&wide(3_000), &streams(), &[], budget)
         .await
         .expect_err("a 3,000-column plan fit in 1 ms");
     assert!(matches!(e, SqlError::TooLarge(_)), "{e:?}");
@@ -120,7 +125,7 @@ async fn planning_leaves_the_callers_thread_free() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
     let beside = tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
-    let checked = check(&wide(2_000), schema(), &[], DEFAULT_BUDGET).await;
+    let checked = check(&wide(2_000), &streams(), &[], DEFAULT_BUDGET).await;
     assert!(checked.is_ok(), "{checked:?}");
     assert!(
         ran.load(Ordering::SeqCst),

@@ -221,7 +221,7 @@ async fn file_source_sql_is_exact_through_driver_and_executor_kills() {
             end_seq,
             files: planned,
             ..
-        } = &plan.source
+        } = plan.inputs.single().expect("one source")
         else {
             panic!("batch {n} planned another source: {plan:?}");
         };
@@ -248,7 +248,7 @@ async fn file_source_sql_is_exact_through_driver_and_executor_kills() {
     let by_batch: BTreeMap<u64, Vec<String>> = committed_batches(&sink, &schema).await;
     assert_eq!(by_batch.len(), plans.len(), "one manifest a batch");
     for plan in &plans {
-        let SourceOffsets::Files { files, .. } = &plan.source else {
+        let SourceOffsets::Files { files, .. } = plan.inputs.single().expect("one source") else {
             unreachable!("checked above")
         };
         let input = files.iter().map(|f| file_rows(&f.path)).collect();

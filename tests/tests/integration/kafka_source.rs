@@ -74,10 +74,10 @@ async fn latest_starts_after_the_records_present_at_submit_and_the_cap_bounds_ba
     c.client.stop("clicks").await.expect("stop");
 
     let plans = offset_records(&c.cluster.checkpoint_root(), "clicks");
-    let first = ranges(&plans[0].source);
+    let first = ranges(plans[0].inputs.single().expect("one source"));
     assert!(first.iter().all(|&(_, start, _)| start == 50), "{first:?}");
     for plan in &plans {
-        for (p, start, end) in ranges(&plan.source) {
+        for (p, start, end) in ranges(plan.inputs.single().expect("one source")) {
             assert!(
                 end - start <= 40,
                 "batch {} partition {p}: {start}..{end}",
@@ -117,7 +117,7 @@ async fn a_partition_added_while_the_query_runs_is_read_from_its_start() {
     let plans = offset_records(&c.cluster.checkpoint_root(), "grow");
     let first_with_2 = plans
         .iter()
-        .flat_map(|p| ranges(&p.source))
+        .flat_map(|p| ranges(p.inputs.single().expect("one source")))
         .find(|&(p, _, _)| p == 2)
         .expect("a batch read partition 2");
     assert_eq!(

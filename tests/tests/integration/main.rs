@@ -41,6 +41,7 @@ mod manifests_security;
 mod manifests_settings;
 mod manifests_static;
 mod metrics;
+mod multi_stream;
 mod prerequisites;
 mod progress_failover;
 mod progress_follow;

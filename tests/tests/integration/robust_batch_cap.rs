@@ -39,7 +39,7 @@ async fn batches_are_capped_by_default_and_by_the_spec() {
         let records = offset_records(&cluster.checkpoint_root(), name);
         assert!(records.len() >= 3, "{name}: {records:?}");
         for r in &records {
-            let rows = r.source.end_value() - r.source.start_value();
+            let rows = r.inputs.end_value() - r.inputs.start_value();
             assert_eq!(rows, cap, "{name}: batch {} plans {rows} rows", r.batch_id);
             assert_eq!(r.max_rows_per_batch, Some(cap), "{name}: {r:?}");
         }

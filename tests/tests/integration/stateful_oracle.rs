@@ -151,7 +151,7 @@ async fn stateful_queries_commit_what_datafusion_computes_in_one_piece() {
     let plans = offset_records(&cluster.checkpoint_root(), "update-agg");
     let got = batches(&cluster.sink_path("update-agg")).await;
     for plan in plans {
-        let (start, end) = (plan.source.start_value(), plan.source.end_value());
+        let (start, end) = (plan.inputs.start_value(), plan.inputs.end_value());
         let touched: BTreeSet<String> = (start..end).map(|v| (v % 100).to_string()).collect();
         let emitted: BTreeSet<String> = got
             .get(&plan.batch_id)

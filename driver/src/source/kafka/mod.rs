@@ -57,7 +57,9 @@ pub struct KafkaPlanner {
 
 /// The Kafka source's registration (see [`super::SourceKind`]): its
 /// starting offsets are resolved at submit and fixed in `sources/kafka`.
-pub(super) struct Kind<'s>(pub &'s KafkaSourceSpec);
+/// The second field is the spec field of the source (`source`,
+/// `sources.<table>`).
+pub(super) struct Kind<'s>(pub &'s KafkaSourceSpec, pub String);
 
 impl super::SourceKind for Kind<'_> {
     fn resolve_schema<'a>(
@@ -73,7 +75,7 @@ impl super::SourceKind for Kind<'_> {
         _schema: &'a SchemaRef,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(create(qc, self.0, epoch))
+        Box::pin(create(qc, self.0, &self.1, epoch))
     }
 
     fn open<'a>(
@@ -197,9 +199,13 @@ impl SourcePlanner for KafkaPlanner {
         })
     }
 
-    fn tasks(&self, plan: &OffsetRecord) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
-        let SourceOffsets::Kafka { partitions } = &plan.source else {
-            return Err(super::other_source("kafka", plan));
+    fn tasks(
+        &self,
+        plan: &OffsetRecord,
+        input: &SourceOffsets,
+    ) -> Result<Vec<(u32, pb::TaskSource)>, DriverError> {
+        let SourceOffsets::Kafka { partitions } = input else {
+            return Err(super::other_source("kafka", plan, input));
         };
         let per_task = plan.max_rows_per_task.unwrap_or(u64::MAX).max(1);
         let mut pieces: Vec<(&KafkaRange, i64, i64)> = Vec::new();
@@ -237,6 +243,7 @@ impl SourcePlanner for KafkaPlanner {
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Kafka(task)),
+                    table: String::new(),
                 };
                 Ok((i as u32, source))
             })
@@ -246,6 +253,24 @@ impl SourcePlanner for KafkaPlanner {
     fn planned_rows(&self, _offsets: &SourceOffsets) -> Option<u64> {
         // Offsets may have holes (compaction, transaction markers).
         None
+    }
+
+    /// Every partition of `committed`, read no further; none before the
+    /// first batch (a partition a batch does not list starts where
+    /// `sources/kafka` says).
+    fn idle(&self, committed: Option<&SourceOffsets>) -> SourceOffsets {
+        let partitions = match committed {
+            Some(SourceOffsets::Kafka { partitions }) => partitions
+                .iter()
+                .map(|r| KafkaRange {
+                    start: r.end,
+                    previous_end: None,
+                    ..r.clone()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        SourceOffsets::Kafka { partitions }
     }
 
     fn progress(&self, offsets: &SourceOffsets) -> SourceProgress {
@@ -275,9 +300,10 @@ impl SourcePlanner for KafkaPlanner {
 pub async fn create(
     qc: &QueryCheckpoint,
     spec: &KafkaSourceSpec,
+    source_field: &str,
     epoch: u64,
 ) -> Result<(), DriverError> {
-    let field = "source.kafka";
+    let field = format!("{source_field}.kafka");
     let invalid = |f: &str, r: String| DriverError::Invalid(format!("{field}.{f}: {r}"));
     let kafka = Kafka::connect(&spec.bootstrap_servers, SUBMIT_DEADLINE)
         .await

@@ -64,11 +64,14 @@ pub fn plan(input: &PlanInput<'_>) -> Planned {
     let mut ranges = Vec::with_capacity(input.observed.len());
     for o in input.observed {
         let key = (o.topic.as_str(), o.partition);
-        let position = match input.committed {
-            Some(_) => previous.get(&key).copied(),
-            None => input.initial.get(&(o.topic.clone(), o.partition)).copied(),
-        }
-        .unwrap_or(o.earliest);
+        // Where the last batch that listed the partition ended, else where
+        // the query starts in it, else (a partition new since submit) its
+        // earliest offset.
+        let position = previous
+            .get(&key)
+            .or_else(|| input.initial.get(&(o.topic.clone(), o.partition)))
+            .copied()
+            .unwrap_or(o.earliest);
         let at = format!("topic {:?} partition {}", o.topic, o.partition);
         let (start, previous_end) = if position < o.earliest {
             if input.fail_on_data_loss {
