@@ -38,7 +38,8 @@ pub async fn run<O: Operator>(
     let assigned = stage::assigned(task, &caches).await?;
     let op = O::plan(task, work, &assigned).await?;
     let store = stage::open_store(&caches, &work_state.checkpoint).await?;
-    let rows = stage::read_partials(&store, task.batch_id, work_state, &op.input_schema()).await?;
+    let schema_of = |table: &str| op.input_schema(table);
+    let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
     let (schema, keys) = op.state_schema();
     let mut table = stage::state(&caches, &store, task, work_state, schema, keys).await?;
     let due = stage::due(work_state, &table);

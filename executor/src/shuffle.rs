@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::{RecordBatch, UInt32Array};
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::SchemaRef;
 use bytes::{Bytes, BytesMut};
 use sluice_proto::shuffle_map_work::Rows;
 use sluice_proto::{ShuffleMapWork, ShuffleRange, TaskOutput};
-use sluice_sql::Aggregation;
+use sluice_sql::{Aggregation, StreamJoin};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -86,15 +86,20 @@ fn partials(
     caches: &Caches,
 ) -> Result<(Produced, Bytes, Vec<ShuffleRange>), ExecutorError> {
     let (input, opened) = open_input(plan.source, &plan.tables, plan.late, runtime, caches)?;
-    let (schema, rows, keys) = match shuffled {
+    let (sql, streams, limits) = (
+        &plan.sql,
+        plan.streams.clone(),
+        caches.task_limits(plan.budget),
+    );
+    let (schema, rows, split) = match shuffled {
         Rows::Aggregate(_) => {
             let agg = runtime
                 .block_on(Aggregation::plan(
-                    &plan.sql,
-                    plan.streams.clone(),
+                    sql,
+                    streams,
                     Box::pin(input),
                     &opened.tables,
-                    caches.task_limits(plan.budget),
+                    limits,
                 ))?
                 .ok_or_else(|| {
                     ExecutorError::MalformedTask(
@@ -102,25 +107,61 @@ fn partials(
                     )
                 })?;
             let rows = drain(agg.map()?, runtime, &opened)?;
-            (agg.partial_schema(), rows, (0..agg.key_columns()).collect())
+            let keys: Vec<usize> = (0..agg.key_columns()).collect();
+            let split = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
+            (agg.partial_schema(), rows, split)
         }
         Rows::Dedup(d) => {
             let out = runtime.block_on(sluice_sql::run(
-                &plan.sql,
-                plan.streams.clone(),
+                sql,
+                streams,
                 Box::pin(input),
                 &opened.tables,
-                caches.task_limits(plan.budget),
+                limits,
             ))?;
             let schema = out.schema();
             let keys = crate::operator::key_columns(&schema, &d.columns)?;
-            (schema, drain(out, runtime, &opened)?, keys)
+            let rows = drain(out, runtime, &opened)?;
+            let split = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
+            (schema, rows, split)
+        }
+        Rows::Join(_) => {
+            let reading = streams.reading.clone();
+            let join = runtime
+                .block_on(StreamJoin::plan(
+                    sql,
+                    streams,
+                    Box::pin(input),
+                    &opened.tables,
+                    limits,
+                ))?
+                .ok_or_else(|| {
+                    ExecutorError::MalformedTask(
+                        "a join shuffle for a query without a join of two streams".into(),
+                    )
+                })?;
+            let side = join
+                .sides()
+                .iter()
+                .position(|s| *s == reading)
+                .ok_or_else(|| {
+                    ExecutorError::MalformedTask(format!(
+                        "the join does not read the stream {reading:?}"
+                    ))
+                })?;
+            let rows = drain(join.map(side)?, runtime, &opened)?;
+            let split = split(&rows, buckets, |b| Ok(join.keys(side, b)?))?;
+            (join.side_schema(side), rows, split)
         }
     };
-    let split = split(&rows, &schema, &keys, buckets)?;
     let (bytes, ranges) = encode(&schema, split, plan.partition)?;
     let produced = opened.produced(rows.iter().map(|b| b.num_rows() as u64).sum());
     Ok((produced, bytes, ranges))
+}
+
+/// The columns `keys` of `b`.
+fn columns(b: &RecordBatch, keys: &[usize]) -> Vec<ArrayRef> {
+    keys.iter().map(|&i| b.column(i).clone()).collect()
 }
 
 /// Every non-empty batch of `output`, then the rest of the input; a
@@ -153,27 +194,26 @@ pub fn bucket(key: &[u8], buckets: u32) -> u32 {
     (twox_hash::XxHash64::oneshot(0, key) % u64::from(buckets)) as u32
 }
 
-/// Rows split into `buckets` by the hash of their `keys` columns, keeping
-/// their order within each bucket. Without a key (a global aggregate)
-/// every row goes to bucket 0.
+/// Rows split into `buckets` by the hash of their key (`keys` of a
+/// batch: one array per key column), keeping their order within each
+/// bucket. Without a key (a global aggregate) every row goes to bucket 0.
 pub fn split(
     rows: &[RecordBatch],
-    schema: &SchemaRef,
-    keys: &[usize],
     buckets: u32,
+    keys: impl Fn(&RecordBatch) -> Result<Vec<ArrayRef>, ExecutorError>,
 ) -> Result<Vec<Vec<RecordBatch>>, ExecutorError> {
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); buckets as usize];
-    if keys.is_empty() {
-        out[0] = rows.to_vec();
-        return Ok(out);
-    }
-    let fields = keys
-        .iter()
-        .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields).map_err(fail)?;
     for b in rows {
-        let columns: Vec<_> = keys.iter().map(|&i| b.column(i).clone()).collect();
+        let columns = keys(b)?;
+        if columns.is_empty() {
+            out[0].push(b.clone());
+            continue;
+        }
+        let fields = columns
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields).map_err(fail)?;
         let keyed = converter.convert_columns(&columns).map_err(fail)?;
         let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets as usize];
         for (i, r) in keyed.iter().enumerate() {
@@ -210,6 +250,7 @@ pub fn encode(
             offset,
             length: file.len() as u64 - offset,
             rows,
+            table: String::new(),
         });
     }
     Ok((file.freeze(), ranges))

@@ -209,22 +209,28 @@ pub async fn open_store(caches: &Arc<Caches>, location: &str) -> Result<StateSto
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
 }
 
-/// The bucket's partial rows, read from each map task's shuffle file in
-/// map order.
+/// The bucket's rows, read from each map task's shuffle file in map
+/// order, each decoded with the schema of what its map task's stream
+/// shuffles (`schema_of`).
 pub async fn read_partials(
     store: &StateStore,
     batch: u64,
     work: &StateWork,
-    schema: &SchemaRef,
-) -> Result<Vec<RecordBatch>, ExecutorError> {
+    schema_of: impl Fn(&str) -> Result<SchemaRef, ExecutorError>,
+) -> Result<Vec<crate::operator::Shuffled>, ExecutorError> {
     let mut rows = Vec::new();
     for r in work.inputs.iter().filter(|r| r.length > 0) {
+        let schema = schema_of(&r.table)?;
         let bytes = store.read_shuffle(batch, r.map, r.offset, r.length).await?;
         let what = format!(
             "shuffle/{batch}/{:05}.arrow bytes {}+{}",
             r.map, r.offset, r.length
         );
-        rows.extend(codec::decode(bytes, schema, &what)?);
+        let decoded = codec::decode(bytes, &schema, &what)?;
+        rows.extend(decoded.into_iter().map(|b| crate::operator::Shuffled {
+            table: r.table.clone(),
+            rows: b,
+        }));
     }
     Ok(rows)
 }

@@ -6,7 +6,8 @@
 //!        ├─ map ──────────► crate::map      (source ─► SQL ─► part files)
 //!        ├─ shuffle_map ──► crate::shuffle  (source ─► the operator's rows ─► shuffle file)
 //!        ├─ aggregate ────► crate::reduce with operator::Aggregate  (shuffle + state ─►
-//!        └─ dedup ────────► crate::reduce with operator::Dedup       state version, part files)
+//!        ├─ dedup ────────► crate::reduce with operator::Dedup       state version, part files)
+//!        └─ join ─────────► crate::reduce with operator::Join
 //!                 │
 //!   TaskResult{ok: TaskOutput} | TaskResult{error: kind}
 //! ```
@@ -26,7 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::map;
-use crate::operator::{Aggregate, Dedup};
+use crate::operator::{Aggregate, Dedup, Join};
 use crate::reduce;
 
 /// Whether a task may run, given the highest driver epoch seen so far.
@@ -138,6 +139,7 @@ async fn run(
             reduce::run::<Aggregate>(task, w.state.as_ref(), w, caches, started).await
         }
         Work::Dedup(w) => reduce::run::<Dedup>(task, w.state.as_ref(), w, caches, started).await,
+        Work::Join(w) => reduce::run::<Join>(task, w.state.as_ref(), w, caches, started).await,
     }
 }
 

@@ -26,6 +26,9 @@ impl TaskAssignment {
     /// on one state partition (and goes where that state is held).
     pub fn is_reduce(&self) -> bool {
         use task_assignment::Work;
-        matches!(self.work, Some(Work::Aggregate(_) | Work::Dedup(_)))
+        matches!(
+            self.work,
+            Some(Work::Aggregate(_) | Work::Dedup(_) | Work::Join(_))
+        )
     }
 }

@@ -57,6 +57,41 @@ impl std::fmt::Debug for StreamJoin {
     }
 }
 
+/// What the driver checks of a query's join of two streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinInfo {
+    /// The stream each input of the join reads: left, right.
+    pub streams: [String; 2],
+    /// Whether each input's unmatched rows are emitted (an outer join).
+    pub outer: [bool; 2],
+    /// The event-time bound, with the name of each input's time column.
+    pub bound: Option<(Bound, [String; 2])>,
+}
+
+/// The join of two streams of `planned`, described; `None` without one.
+pub(crate) fn info(planned: &crate::Planned) -> Result<Option<JoinInfo>, SqlError> {
+    let Some((node, streams)) = find(planned)? else {
+        return Ok(None);
+    };
+    let join = hash_join(&node);
+    let name = |side: usize, i: usize| node.children()[side].schema().field(i).name().clone();
+    Ok(Some(JoinInfo {
+        outer: outer(join.join_type()),
+        bound: bound_of(join).map(|b| (b, [name(0, b.left), name(1, b.right)])),
+        streams,
+    }))
+}
+
+/// Whether each side's unmatched rows are emitted, for a join of `kind`.
+fn outer(kind: &JoinType) -> [bool; 2] {
+    match kind {
+        JoinType::Left => [true, false],
+        JoinType::Right => [false, true],
+        JoinType::Full => [true, true],
+        _ => [false, false],
+    }
+}
+
 /// The pairs one run of the join matched.
 #[derive(Debug)]
 pub struct Matches {
@@ -107,12 +142,7 @@ impl StreamJoin {
     /// Whether the unmatched rows of each side (left, right) are emitted,
     /// padded with NULLs.
     pub fn outer(&self) -> [bool; 2] {
-        match hash_join(&self.node).join_type() {
-            JoinType::Left => [true, false],
-            JoinType::Right => [false, true],
-            JoinType::Full => [true, true],
-            _ => [false, false],
-        }
+        outer(hash_join(&self.node).join_type())
     }
 
     /// The schema of side `side`'s rows (0: left, 1: right).

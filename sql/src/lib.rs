@@ -33,7 +33,7 @@ mod window;
 
 pub use bound::Bound;
 pub use error::SqlError;
-pub use join::{ID as JOIN_ID, Matches, StreamJoin};
+pub use join::{ID as JOIN_ID, JoinInfo, Matches, StreamJoin};
 pub use schema::{decode_schema, encode_schema};
 pub use stateful::{Aggregation, WindowEnd};
 pub use window::window_type;
@@ -137,12 +137,27 @@ pub async fn check(
         })
         .collect();
     guard::on_planning_thread(budget, move || {
-        let ctx = with_tables(streams, &tables, None)?;
+        let ctx = with_tables(streams.clone(), &tables, None)?;
         let (plan, shape) = block_on(session::logical_plan(&ctx, &sql, &names))?;
+        let join = match shape.join {
+            false => None,
+            true => {
+                let physical = block_on(ctx.state().create_physical_plan(&plan))
+                    .map_err(SqlError::from_planning)?;
+                let planned = Planned {
+                    ctx: ctx.clone(),
+                    plan: physical,
+                    input: SharedInput::new(Box::pin(futures::stream::empty())),
+                    streams,
+                };
+                join::info(&planned)?
+            }
+        };
         Ok(Checked {
             output: Arc::new(plan.schema().as_arrow().clone()),
             keys: shape.keys,
             window: shape.window,
+            join,
         })
     })
     .await
@@ -158,6 +173,8 @@ pub struct Checked {
     pub keys: Option<Vec<String>>,
     /// The input column of its event-time window key, if it has one.
     pub window: Option<String>,
+    /// Its join of two streams, if it has one (its stateful operator).
+    pub join: Option<JoinInfo>,
 }
 
 /// A running query's output.
@@ -387,3 +404,7 @@ mod tests;
 #[cfg(test)]
 #[path = "streams_tests.rs"]
 mod streams_tests;
+
+#[cfg(test)]
+#[path = "join_tests.rs"]
+mod join_tests;

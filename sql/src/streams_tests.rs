@@ -196,7 +196,8 @@ async fn refusal(sql: &str) -> String {
 
 #[tokio::test]
 async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
-    const JOIN: &str = "a join of the streams `a` and `b` is not supported: stream-stream joins are not supported yet";
+    const SEMI: &str =
+        "Sluice joins two streams with inner, left, right and full outer joins on equal keys";
     for (sql, named) in [
         (
             "SELECT id FROM a UNION ALL SELECT id FROM a UNION ALL SELECT id FROM b",
@@ -214,15 +215,21 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
             "SELECT id FROM a",
             "read every source in `sources:` or remove it",
         ),
-        ("SELECT a.id FROM a JOIN b ON a.id = b.id", JOIN),
-        ("SELECT a.id FROM a, b", JOIN),
-        ("SELECT id FROM a WHERE id IN (SELECT id FROM b)", JOIN),
+        (
+            "SELECT a.id FROM a, b",
+            "a join of the streams `a` and `b` without equal keys",
+        ),
+        ("SELECT id FROM a WHERE id IN (SELECT id FROM b)", SEMI),
         (
             "SELECT id FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.id = a.id)",
-            JOIN,
+            SEMI,
         ),
-        ("SELECT id FROM a INTERSECT SELECT id FROM b", JOIN),
-        ("SELECT id FROM a EXCEPT SELECT id FROM b", JOIN),
+        ("SELECT id FROM a INTERSECT SELECT id FROM b", SEMI),
+        ("SELECT id FROM a EXCEPT SELECT id FROM b", SEMI),
+        (
+            "SELECT a.id, count(*) AS n FROM a JOIN b ON a.id = b.id GROUP BY a.id",
+            "the join of the streams `a` and `b` feeding an aggregation",
+        ),
         (
             "SELECT id FROM a UNION ALL SELECT k.k FROM b RIGHT JOIN kinds k ON b.id = k.k",
             "a Right join that keeps the static table's side",

@@ -43,6 +43,8 @@ pub struct Shape {
     /// The column whose event-time window (`window`, `hop`, `date_bin`)
     /// the aggregation groups by, if it does.
     pub window: Option<String>,
+    /// Whether the query joins two streams (its one stateful operator).
+    pub join: bool,
 }
 
 /// Refuses the first construct of `plan`, a query over the stream tables
@@ -53,6 +55,7 @@ pub fn check(plan: &LogicalPlan, streams: &[String]) -> Result<Shape, SqlError> 
         refused: None,
         reads: vec![0; streams.len()],
         aggregations: Vec::new(),
+        joins: Vec::new(),
         window: None,
     };
     plan.apply_with_subqueries(|node| {
@@ -74,6 +77,8 @@ struct Walk<'a> {
     reads: Vec<usize>,
     /// The aggregations over streams: their keys, and the streams beneath.
     aggregations: Vec<(Vec<String>, Reads)>,
+    /// The joins of two streams: the two streams.
+    joins: Vec<Reads>,
     window: Option<String>,
 }
 
@@ -87,6 +92,9 @@ impl Walk<'_> {
         let sides = joins::join_sides(node, self.streams)?;
         if let Some(refused) = sides.iter().find_map(joins::refusal) {
             return Ok(Some(refused));
+        }
+        for s in sides.iter().filter(|s| joins::is_stream_join(s)) {
+            self.joins.push(s.left.union(&s.right).cloned().collect());
         }
         Ok(match node {
             LogicalPlan::Aggregate(a) => self.aggregate(a)?,
@@ -161,10 +169,14 @@ impl Walk<'_> {
                 "a streaming query keeps the state of one aggregation",
             ));
         }
+        if let Some(join) = self.joins.first() {
+            return self.stream_join(join);
+        }
         let Some((keys, beneath)) = self.aggregations.pop() else {
             return Ok(Shape {
                 keys: None,
                 window: self.window,
+                join: false,
             });
         };
         match self.streams.iter().find(|s| !beneath.contains(*s)) {
@@ -175,8 +187,43 @@ impl Walk<'_> {
             None => Ok(Shape {
                 keys: Some(keys),
                 window: self.window,
+                join: false,
             }),
         }
+    }
+}
+
+impl Walk<'_> {
+    /// The shape of a query with a join of two streams: the join is its
+    /// one stateful operator, over every stream.
+    fn stream_join(&self, join: &Reads) -> Result<Shape, SqlError> {
+        let pair = || {
+            let names: Vec<String> = join.iter().map(|n| format!("`{n}`")).collect();
+            names.join(" and ")
+        };
+        if self.joins.len() > 1 {
+            return Err(unsupported(
+                "more than one join of streams",
+                "a streaming query joins two streams once",
+            ));
+        }
+        if !self.aggregations.is_empty() {
+            return Err(unsupported(
+                format!("the join of the streams {} feeding an aggregation", pair()),
+                "a streaming query runs one stateful operator; aggregate the join's output where it is read",
+            ));
+        }
+        if let Some(outside) = self.streams.iter().find(|s| !join.contains(*s)) {
+            return Err(unsupported(
+                format!("the stream `{outside}` read outside the join of {}", pair()),
+                "a query with a join of two streams reads only those two",
+            ));
+        }
+        Ok(Shape {
+            keys: None,
+            window: None,
+            join: true,
+        })
     }
 }
 

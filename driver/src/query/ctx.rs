@@ -53,6 +53,9 @@ pub enum Operator {
     Aggregate(sluice_common::spec::OutputMode),
     /// Deduplication by the spec's `dedup` columns.
     Dedup(sluice_proto::Dedup),
+    /// The join of two streams; whether each side's rows leave the state
+    /// by the bound (left, right).
+    Join([bool; 2]),
 }
 
 impl Operator {
@@ -61,6 +64,7 @@ impl Operator {
         match self {
             Operator::Aggregate(_) => "aggregate",
             Operator::Dedup(_) => "dedup",
+            Operator::Join(_) => "join",
         }
     }
 
@@ -70,6 +74,7 @@ impl Operator {
         match self {
             Operator::Aggregate(_) => Rows::Aggregate(sluice_proto::PartialAggregates {}),
             Operator::Dedup(d) => Rows::Dedup(d.clone()),
+            Operator::Join(_) => Rows::Join(sluice_proto::JoinSide {}),
         }
     }
 
@@ -84,6 +89,11 @@ impl Operator {
             Operator::Dedup(d) => Work::Dedup(sluice_proto::DedupWork {
                 state: Some(state),
                 dedup: Some(d.clone()),
+            }),
+            Operator::Join([evict_left, evict_right]) => Work::Join(sluice_proto::JoinWork {
+                state: Some(state),
+                evict_left: *evict_left,
+                evict_right: *evict_right,
             }),
         }
     }

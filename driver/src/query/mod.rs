@@ -13,6 +13,7 @@ pub mod conflict;
 pub mod ctx;
 pub mod entry;
 pub mod history;
+mod join;
 pub mod outcome;
 pub mod paths;
 pub mod registry;
@@ -141,6 +142,9 @@ async fn check_sql(
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
     check_event_time(spec, streams, &checked)?;
+    if let Some(join) = &checked.join {
+        join::check(spec, join)?;
+    }
     check_partition_by(spec, &checked.output)
 }
 

@@ -51,7 +51,11 @@ pub async fn plan(
         columns: d.columns.clone(),
         within_ms: d.within_ms,
     });
-    if checked.keys.is_none() && dedup.is_none() {
+    let join = checked
+        .join
+        .as_ref()
+        .map(|j| Operator::Join(evictable(ctx, j)));
+    if checked.keys.is_none() && dedup.is_none() && join.is_none() {
         return Ok(None);
     }
     let checkpoint = query_location(&ctx.driver.config.checkpoint_root, &ctx.entry.name);
@@ -65,11 +69,31 @@ pub async fn plan(
         checkpoint,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
-        operator: match dedup {
-            Some(d) => Operator::Dedup(d),
-            None => Operator::Aggregate(OutputMode::effective(ctx.spec.output_mode, true)),
+        operator: match (dedup, join) {
+            (_, Some(join)) => join,
+            (Some(d), None) => Operator::Dedup(d),
+            (None, None) => Operator::Aggregate(OutputMode::effective(ctx.spec.output_mode, true)),
         },
     }))
+}
+
+/// Whether each side's buffered rows may leave the state by the join's
+/// bound: the other side has a watermark on the bound's time column, so
+/// that no row of it that could still match arrives later.
+pub fn evictable(ctx: &Ctx, join: &sluice_sql::JoinInfo) -> [bool; 2] {
+    let Some((bound, columns)) = &join.bound else {
+        return [false, false];
+    };
+    let watermarked = |side: usize| {
+        ctx.spec
+            .input(&join.streams[side])
+            .and_then(|i| i.watermark)
+            .is_some_and(|w| w.column == columns[side])
+    };
+    [
+        bound.upper_ms.is_some() && watermarked(1),
+        bound.lower_ms.is_some() && watermarked(0),
+    ]
 }
 
 /// What the tasks of a batch reported.
@@ -146,7 +170,7 @@ pub async fn run(
     let reduces = (0..stateful.partitions).map(|b| {
         let work = stateful.operator.reduce(pb::StateWork {
             checkpoint: stateful.checkpoint.clone(),
-            inputs: bucket(&map, b),
+            inputs: bucket(&map, &tables, b),
             operator: stateful.operator.name().into(),
             read_version: offsets.batch_id.checked_sub(1),
             snapshot_interval: stateful.snapshot_interval,
@@ -191,9 +215,16 @@ fn event_time(ctx: &Ctx, offsets: &OffsetRecord, table: Option<&str>) -> Option<
     })
 }
 
-/// Bucket `b`'s byte range of every map task's shuffle file, in map order.
-pub fn bucket(maps: &[pb::TaskOutput], b: u32) -> Vec<pb::ShuffleRange> {
+/// Bucket `b`'s byte range of every map task's shuffle file, in map order,
+/// each with the stream table its map task read (`tables`, in the same
+/// order).
+pub fn bucket(maps: &[pb::TaskOutput], tables: &[String], b: u32) -> Vec<pb::ShuffleRange> {
     maps.iter()
-        .filter_map(|m| m.shuffle.get(b as usize).cloned())
+        .zip(tables)
+        .filter_map(|(m, table)| {
+            let mut range = m.shuffle.get(b as usize).cloned()?;
+            range.table = table.clone();
+            Some(range)
+        })
         .collect()
 }

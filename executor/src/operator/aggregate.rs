@@ -16,7 +16,7 @@ use sluice_common::spec::OutputMode;
 use sluice_proto::{AggregateWork, TaskAssignment};
 use sluice_sql::Aggregation;
 
-use super::{Advanced, Operator};
+use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
 use crate::state::table::StateTable;
@@ -53,8 +53,8 @@ impl Operator for Aggregate {
         Ok(Aggregate { agg, mode })
     }
 
-    fn input_schema(&self) -> SchemaRef {
-        self.agg.partial_schema()
+    fn input_schema(&self, _table: &str) -> Result<SchemaRef, ExecutorError> {
+        Ok(self.agg.partial_schema())
     }
 
     fn state_schema(&self) -> (SchemaRef, usize) {
@@ -68,9 +68,9 @@ impl Operator for Aggregate {
     async fn advance(
         &self,
         state: &StateTable,
-        rows: Vec<RecordBatch>,
+        rows: Vec<Shuffled>,
     ) -> Result<Advanced, ExecutorError> {
-        let merged = merge(&self.agg, state, rows).await?;
+        let merged = merge(&self.agg, state, super::rows(rows)).await?;
         let changed = match self.mode {
             OutputMode::Update if self.agg.has_aggregates() => Some(merged.clone()),
             OutputMode::Update => Some(stage::filter(&merged, &state.is_new(&merged)?)?),

@@ -19,7 +19,7 @@ use arrow_select::concat::concat_batches;
 use sluice_proto::{DedupWork, TaskAssignment};
 use sluice_sql::WindowEnd;
 
-use super::{Advanced, Operator};
+use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
 use crate::state::table::StateTable;
@@ -87,8 +87,8 @@ impl Operator for Dedup {
         })
     }
 
-    fn input_schema(&self) -> SchemaRef {
-        self.rows.clone()
+    fn input_schema(&self, _table: &str) -> Result<SchemaRef, ExecutorError> {
+        Ok(self.rows.clone())
     }
 
     fn state_schema(&self) -> (SchemaRef, usize) {
@@ -102,9 +102,9 @@ impl Operator for Dedup {
     async fn advance(
         &self,
         state: &StateTable,
-        rows: Vec<RecordBatch>,
+        rows: Vec<Shuffled>,
     ) -> Result<Advanced, ExecutorError> {
-        let rows = concat_batches(&self.rows, &rows).map_err(fail)?;
+        let rows = concat_batches(&self.rows, &super::rows(rows)).map_err(fail)?;
         let candidates = self.state_rows(&rows)?;
         let first = state.first_new(&candidates)?;
         Ok(Advanced {

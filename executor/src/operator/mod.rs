@@ -15,9 +15,11 @@
 
 mod aggregate;
 mod dedup;
+mod join;
 
 pub use aggregate::Aggregate;
 pub use dedup::{Dedup, key_columns};
+pub use join::Join;
 
 use std::future::Future;
 
@@ -28,6 +30,18 @@ use sluice_proto::TaskAssignment;
 use crate::error::ExecutorError;
 use crate::stage::Assigned;
 use crate::state::table::StateTable;
+
+/// Rows a map task shuffled, with the stream table it read.
+#[derive(Debug, Clone)]
+pub struct Shuffled {
+    pub table: String,
+    pub rows: RecordBatch,
+}
+
+/// The rows of `shuffled`, whatever stream they came from.
+pub fn rows(shuffled: Vec<Shuffled>) -> Vec<RecordBatch> {
+    shuffled.into_iter().map(|s| s.rows).collect()
+}
 
 /// What one batch does to an operator's state.
 #[derive(Debug)]
@@ -51,8 +65,9 @@ pub trait Operator: Sized + Send + Sync {
         assigned: &Assigned<'_>,
     ) -> impl Future<Output = Result<Self, ExecutorError>> + Send;
 
-    /// The schema of the rows its map tasks shuffle to it.
-    fn input_schema(&self) -> SchemaRef;
+    /// The schema of the rows its map tasks that read stream `table`
+    /// shuffle to it.
+    fn input_schema(&self, table: &str) -> Result<SchemaRef, ExecutorError>;
 
     /// The schema of a state row, and how many leading columns are its key.
     fn state_schema(&self) -> (SchemaRef, usize);
@@ -60,11 +75,12 @@ pub trait Operator: Sized + Send + Sync {
     /// The schema of the rows it emits.
     fn output_schema(&self) -> SchemaRef;
 
-    /// Folds one batch's shuffled rows (in map order) into `state`.
+    /// Folds one batch's shuffled rows (in map order, each with the
+    /// stream its map task read) into `state`.
     fn advance(
         &self,
         state: &StateTable,
-        rows: Vec<RecordBatch>,
+        rows: Vec<Shuffled>,
     ) -> impl Future<Output = Result<Advanced, ExecutorError>> + Send;
 
     /// The rows of `state` that the watermark has passed: they can no

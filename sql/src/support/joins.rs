@@ -1,11 +1,11 @@
 //! Joins in a plan, and the streams each side of one reads.
 //!
 //! A task reads one stream, the query's other streams being empty for it,
-//! so a join is supported when every row it emits comes from one row of a
-//! stream: a join of a stream with a static table that keeps the stream's
-//! side. A join of two streams (an inner join, a semi or anti join from
-//! `IN`, `EXISTS`, `INTERSECT` or `EXCEPT`) would need the rows of both
-//! in one task, and is refused.
+//! so a join with a static table is supported when every row it emits
+//! comes from one row of a stream: one that keeps the stream's side. An
+//! inner or outer join of two streams runs as a stateful operator (see
+//! `crate::join`), its two sides shuffled by key; a semi or anti join of
+//! two streams (`IN`, `EXISTS`, `INTERSECT`, `EXCEPT`) is refused.
 
 use datafusion::common::JoinType;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -79,11 +79,7 @@ pub fn refusal(s: &Sides) -> Option<SqlError> {
         });
     }
     if !s.left.is_empty() && !s.right.is_empty() {
-        let both: Reads = s.left.union(&s.right).cloned().collect();
-        return Some(unsupported(
-            format!("a join of {}", named(&both)),
-            "stream-stream joins are not supported yet",
-        ));
+        return stream_join(s);
     }
     match s.kind {
         Kind::Join(kind) => with_static(kind, !s.left.is_empty(), !s.right.is_empty()),
@@ -97,6 +93,39 @@ pub fn refusal(s: &Sides) -> Option<SqlError> {
             )
         }),
     }
+}
+
+/// Whether `s` is a join of two streams that runs as Sluice's stream
+/// join: an inner, left, right or full join with one stream on each side.
+pub fn is_stream_join(s: &Sides) -> bool {
+    use JoinType as J;
+    matches!(s.kind, Kind::Join(J::Inner | J::Left | J::Right | J::Full))
+        && s.left.len() == 1
+        && s.right.len() == 1
+}
+
+/// The refusal of a join of two streams, unless it is a stream join.
+fn stream_join(s: &Sides) -> Option<SqlError> {
+    if is_stream_join(s) {
+        return None;
+    }
+    let both: Reads = s.left.union(&s.right).cloned().collect();
+    let what = match s.kind {
+        Kind::Join(
+            kind @ (JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full),
+        ) => {
+            format!("a {kind} join of more than two streams ({})", named(&both))
+        }
+        Kind::Join(kind) => format!(
+            "a {kind} join of {} (IN, EXISTS, INTERSECT or EXCEPT)",
+            named(&both)
+        ),
+        Kind::Subquery => format!("a subquery joining {}", named(&both)),
+    };
+    Some(unsupported(
+        what,
+        "Sluice joins two streams with inner, left, right and full outer joins on equal keys",
+    ))
 }
 
 /// A join of a stream with a static table is supported when every row it

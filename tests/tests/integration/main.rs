@@ -82,6 +82,7 @@ mod sql_oracle;
 mod stateful_chaos;
 mod stateful_failover;
 mod stateful_oracle;
+mod stream_join;
 mod verify_cli;
 mod web_ui;
 mod web_ui_auth;
