@@ -120,7 +120,10 @@ fn stream_join(s: &Sides) -> Option<SqlError> {
             "a {kind} join of {} (IN, EXISTS, INTERSECT or EXCEPT)",
             named(&both)
         ),
-        Kind::Subquery => format!("a subquery joining {}", named(&both)),
+        Kind::Subquery => format!(
+            "a subquery joining {} (IN, EXISTS or a scalar subquery: a semi, anti or outer join per row)",
+            named(&both)
+        ),
     };
     Some(unsupported(
         what,

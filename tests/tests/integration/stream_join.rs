@@ -136,3 +136,127 @@ async fn joins_of_two_streams_are_exact_through_driver_and_executor_kills() {
         assert!(got == want, "{name}: the sink differs from the oracle");
     }
 }
+
+const RATE: u64 = 3_000;
+const TOTAL: u64 = 36_000;
+const BOUNDED: &str = "SELECT a.value, a.timestamp_ms AS a_ts, b.timestamp_ms AS b_ts \
+     FROM a JOIN b ON a.value = b.value \
+     AND b.timestamp_ms BETWEEN a.timestamp_ms - INTERVAL '1 second' AND a.timestamp_ms + INTERVAL '1 second'";
+
+fn rate_join(name: &str, sink: &Path, sql: &str, watermarks: bool) -> String {
+    let rate =
+        format!("    rate: {{partitions: 2, rows_per_second: {RATE}, total_rows: {TOTAL}}}\n");
+    let marks = match watermarks {
+        true => {
+            "watermarks:\n  a: {column: timestamp_ms, delay_ms: 500}\n  b: {column: timestamp_ms, delay_ms: 500}\n"
+        }
+        false => "",
+    };
+    format!(
+        "name: {name}\nsources:\n  a:\n{rate}  b:\n{rate}{marks}trigger:\n  interval_ms: 200\nsink:\n  files:\n    path: {}\nsql: {sql:?}\n",
+        sink.display()
+    )
+}
+
+/// Every batch's state rows, from the query's progress records.
+fn state_rows(root: &Path, query: &str) -> Vec<u64> {
+    let dir = sluice_tests::query_dir(root, query).join("progress");
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
+        .iter()
+        .map(|p| {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+            v["state_rows_total"].as_u64().unwrap_or(0)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_watermarks_and_a_bound_the_state_stays_bounded_while_keys_pass_through() {
+    let cluster = Cluster::new("stream-join-bounded");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _e = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    let sink = cluster.sink_path("bounded");
+    client
+        .submit(&rate_join("bounded", &sink, BOUNDED, true))
+        .await
+        .expect("submitted");
+    let status = client
+        .wait_state("bounded", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    let root = cluster.checkpoint_root();
+    let start = |s: &str| {
+        let path = sluice_tests::query_dir(&root, "bounded").join(format!("inputs/{s}/rate"));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        v["start_ms"].as_i64().unwrap()
+    };
+    let rows = |s: &str| concat(&sluice_tests::oracle::rate_input(start(s), RATE, TOTAL));
+    let want = expected_with(BOUNDED, Vec::new(), &[("a", rows("a")), ("b", rows("b"))]).await;
+    let got = committed(&sink).await;
+    assert_eq!(want.len() as u64, TOTAL, "every row of a has its row of b");
+    assert_eq!(got.len(), want.len(), "row counts differ");
+    assert!(got == want, "the sink differs from the oracle");
+    // Two streams of 36,000 rows passed through; the state held the rows
+    // of about the bound, the watermark's delay and a batch or two.
+    let states = state_rows(&root, "bounded");
+    let most = states.iter().copied().max().unwrap_or(0);
+    eprintln!("state rows per batch: {states:?}");
+    assert!(states.len() > 5, "many batches: {states:?}");
+    assert!(most > 0, "the join buffered rows");
+    assert!(
+        most <= 2 * TOTAL / 4,
+        "the state stayed bounded: {most} rows at most"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_that_cannot_run_are_refused_naming_what_is_missing() {
+    let cluster = Cluster::new("stream-join-refusals");
+    let driver = cluster.start_ready_driver().await;
+    let client = cluster.client(driver.addr());
+    let sink = cluster.sink_path("out");
+    let refused = |text: String| {
+        let mut client = client.clone();
+        async move {
+            let e = client.submit(&text).await.expect_err("refused");
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+            e.message().to_string()
+        }
+    };
+    let left = BOUNDED.replace("FROM a JOIN b", "FROM a LEFT JOIN b");
+    let m = refused(rate_join("nowm", &sink, &left, false)).await;
+    assert!(
+        m.contains("left outer join of the streams `a` and `b`")
+            && m.contains("a watermark on `a`")
+            && m.contains("a watermark on `b`"),
+        "{m}"
+    );
+    let unbounded = "SELECT a.value, b.value AS v FROM a FULL JOIN b ON a.value = b.value";
+    let m = refused(rate_join("nobound", &sink, unbounded, true)).await;
+    assert!(
+        m.contains("full outer join") && m.contains("an event-time bound"),
+        "{m}"
+    );
+    let half = "SELECT a.value FROM a LEFT JOIN b ON a.value = b.value AND b.timestamp_ms >= a.timestamp_ms";
+    let m = refused(rate_join("half", &sink, half, true)).await;
+    assert!(m.contains("a bound closed at both ends"), "{m}");
+    let agg = "SELECT a.value % 10 AS k, count(*) AS n FROM a JOIN b ON a.value = b.value GROUP BY a.value % 10";
+    let m = refused(rate_join("agg", &sink, agg, true)).await;
+    assert!(
+        m.contains("the join of the streams `a` and `b` feeding an aggregation"),
+        "{m}"
+    );
+    let semi = "SELECT value FROM a WHERE value IN (SELECT value FROM b)";
+    let m = refused(rate_join("semi", &sink, semi, true)).await;
+    assert!(
+        m.contains("a subquery joining the streams `a` and `b` (IN, EXISTS"),
+        "{m}"
+    );
+}
