@@ -285,11 +285,19 @@ def main():
     res.update(check_output(res, res["input_rows_by_source"]))
 
     # sustainability verdict: every steady batch finished within the trigger
-    # interval and processed rows/s kept up with both streams together (2 x rate)
-    st = res["steady"]
+    # interval (p95) and processed rows/s kept up with both streams together
+    # (2 x rate). A run too slow to reach --skip data batches is judged on its
+    # data batches after the first (which holds the startup backlog).
+    st, basis = res["steady"], "steady"
+    if st["batches"] == 0 and res["all"]["batches"] > 1:
+        st, basis = summarize(prog, 1)["steady"], "all_but_first"
     if a.trigger > 0 and st["batches"]:
         res["sustained"] = bool(st["triggerExecution_ms_p95"] <= a.trigger * 1000
                                 and st["processedRowsPerSecond_median"] >= 2 * a.rate)
+        res["sustained_basis"] = basis
+    elif a.trigger > 0 and res["all"]["batches"]:
+        res["sustained"] = bool(res["all"]["triggerExecution_ms_max"] <= a.trigger * 1000)
+        res["sustained_basis"] = "only_batch"
     line = json.dumps(res)
     print("SUMMARY " + line, flush=True)
     if a.result:

@@ -22,6 +22,7 @@ pub enum Scenario {
     Windowed,
     StateRecovery,
     Kafka,
+    Join,
 }
 
 /// Where a scenario's checkpoint root and sink are (`--storage`).
@@ -66,10 +67,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// throughput, sql-stateless, stateful, windowed: total rows (windowed:
-    /// they span 30 s of event time).
+    /// they span 30 s of event time); join: the rows of each stream (over
+    /// 30 s of event time).
     #[arg(long, default_value_t = 20_000_000)]
     pub rows: u64,
-    /// throughput, sql-stateless, stateful, windowed: the cap on rows per batch.
+    /// throughput, sql-stateless, stateful, windowed, join: the cap on rows
+    /// per batch (join: per stream).
     #[arg(long, default_value_t = 4_000_000)]
     pub max_rows_per_batch: u64,
     /// overhead, partitions: the number of batches (default 200 overhead,
@@ -106,8 +109,8 @@ pub struct BenchArgs {
     /// windowed: the tumbling window's size, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub window_ms: u64,
-    /// windowed: the watermark's delay behind the latest event time, in
-    /// milliseconds.
+    /// windowed, join: the watermark's delay behind the latest event time,
+    /// in milliseconds.
     #[arg(long, default_value_t = 5_000)]
     pub watermark_ms: u64,
     /// throughput, overhead, recovery: where the checkpoint root and the

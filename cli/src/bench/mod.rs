@@ -10,6 +10,7 @@
 //! | `recovery` | `recovery.rs`: a driver child process killed and restarted |
 //! | `failover` | `failover.rs`: etcd and two drivers |
 //! | `stateful`, `windowed` | `stateful.rs`: GROUP BY over the rate source, in update and append mode |
+//! | `join` | `join.rs`: two rate streams joined within an event-time bound, into Parquet |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
 //!
@@ -27,6 +28,7 @@ mod args;
 mod child;
 mod cluster;
 mod failover;
+mod join;
 mod kafka;
 mod latency;
 mod recovery;
@@ -78,6 +80,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Windowed => stateful::windowed(&args, &shutdown).await,
         Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
         Scenario::Kafka => kafka::run(&args, &shutdown).await,
+        Scenario::Join => join::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

@@ -174,7 +174,7 @@ fn windowed_sql(window_ms: u64, keys: u64) -> String {
 
 /// The state's rows after the last batch and at their peak, and the map
 /// and reduce stage times of the batches.
-fn state(run: &Run) -> Value {
+pub(super) fn state(run: &Run) -> Value {
     let last = run.batches.values().next_back();
     let stage = |f: fn(&Durations) -> u64| -> Value {
         let v: Vec<f64> = run
@@ -197,7 +197,7 @@ fn state(run: &Run) -> Value {
 }
 
 /// Sets every field of `more` (an object) in `figures`.
-fn extend(figures: &mut Value, more: Value) {
+pub(super) fn extend(figures: &mut Value, more: Value) {
     if let (Some(f), Value::Object(more)) = (figures.as_object_mut(), more) {
         f.extend(more);
     }

@@ -277,3 +277,41 @@ async fn misused_sources_are_refused_by_name() {
     );
     drop(client);
 }
+
+/// A Kafka stream beside a rate stream, each with a watermark: the query
+/// reads both to the end of what they hold, each row once, and stopped,
+/// its sink is exactly both streams' rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_stream_and_a_rate_stream_are_read_together_each_row_once() {
+    use sluice_tests::kafka::{self, KafkaCluster, SCHEMA};
+    let mut c = KafkaCluster::start("multi-stream-kafka", "events", 2).await;
+    kafka::produce(&c.kafka, "events", 2, 0..300).await;
+    let sink = c.cluster.sink_path("mixed");
+    let text = format!(
+        "name: mixed\nsources:\n  k:\n    kafka:\n      bootstrap_servers: {}\n      topic: events\n      schema: {SCHEMA}\n      starting_offsets: earliest\n  r:\n    rate: {{partitions: 2, rows_per_second: 200, total_rows: 200}}\nwatermarks:\n  k: {{column: kafka_timestamp, delay_ms: 60000}}\n  r: {{column: timestamp_ms, delay_ms: 60000}}\ntrigger:\n  interval_ms: 100\nsink:\n  files:\n    path: {}\nsql: \"SELECT value FROM k UNION ALL SELECT value + 1000000 AS value FROM r\"\n",
+        c.broker.servers(),
+        sink.display()
+    );
+    c.client.submit(&text).await.expect("submitted");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while c.client.get("mixed").await.unwrap().committed_rows < 500 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "500 rows read in time"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.client.stop("mixed").await.expect("stopped");
+    let want: Vec<u64> = (0..300).chain(1_000_000..1_000_200).collect();
+    assert_eq!(kafka::sink_values(&sink), want);
+    let offsets = sluice_tests::query_dir(&c.cluster.checkpoint_root(), "mixed").join("offsets");
+    let first = std::fs::read_dir(offsets)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(first).unwrap()).unwrap();
+    assert!(plan["sources"]["k"]["kafka"].is_object(), "{plan}");
+    assert!(plan["sources"]["r"]["rate"].is_object(), "{plan}");
+}
