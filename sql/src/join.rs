@@ -198,16 +198,28 @@ impl StreamJoin {
     ) -> Result<Matches, SqlError> {
         let join = hash_join(&self.node);
         let with_id = |side: usize| with_id(&self.side_schema(side));
+        let (left_rows, right_rows) = (left.clone(), right.clone());
         let l = MemorySourceConfig::try_new_exec(&[left], with_id(0), None)
             .map_err(SqlError::from_planning)?;
         let r = MemorySourceConfig::try_new_exec(&[right], with_id(1), None)
             .map_err(SqlError::from_planning)?;
-        let inner = HashJoinExecBuilder::new(l, r, join.on().to_vec(), JoinType::Inner)
+        let built = HashJoinExecBuilder::new(l, r, join.on().to_vec(), JoinType::Inner)
             .with_filter(join.filter().cloned())
             .with_null_equality(join.null_equality())
             .with_partition_mode(PartitionMode::CollectLeft)
-            .build_exec()
+            .build()
             .map_err(SqlError::from_planning)?;
+        // The hash table is built on the left: on the smaller side, the
+        // new rows of a batch rather than the kept ones. The swapped join
+        // restores the column order; which side builds is a function of
+        // the row counts, so a retry matches in the same order.
+        let inner: Arc<dyn ExecutionPlan> = if rows(&left_rows) > rows(&right_rows) {
+            built
+                .swap_inputs(PartitionMode::CollectLeft)
+                .map_err(SqlError::from_planning)?
+        } else {
+            Arc::new(built)
+        };
         let pairs = collect(inner, self.ctx.task_ctx())
             .await
             .map_err(SqlError::from_execution)?;
@@ -289,6 +301,11 @@ impl StreamJoin {
             .await
             .map_err(SqlError::from_execution)
     }
+}
+
+/// The rows of `batches`.
+fn rows(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
 }
 
 /// `schema` with the id column last.

@@ -154,31 +154,91 @@ impl StateTable {
     /// same way, so it leaves the same rows in the same order.
     pub fn apply(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
         if change.upserts.num_rows() > 0 {
-            let kept = self.without(&change.upserts)?;
-            self.rows = concat_batches(&self.schema, [&kept, &change.upserts]).map_err(fail)?;
-            self.reindex()?;
+            match self.marks(&change.upserts)? {
+                // Only new keys: appended, and the index extended.
+                None => {
+                    let base = self.rows.num_rows();
+                    self.rows = concat_batches(&self.schema, [&self.rows, &change.upserts])
+                        .map_err(fail)?;
+                    self.index_appended(&change.upserts, base)?;
+                }
+                Some(replaced) => {
+                    let kept = self.filtered(&replaced)?;
+                    self.rows =
+                        concat_batches(&self.schema, [&kept, &change.upserts]).map_err(fail)?;
+                    self.reindex()?;
+                }
+            }
         }
-        if change.deletes.num_rows() > 0 {
-            self.rows = self.without(&change.deletes)?;
-            self.reindex()?;
+        if change.deletes.num_rows() > 0
+            && let Some(deleted) = self.marks(&change.deletes)?
+        {
+            self.rows = self.filtered(&deleted)?;
+            self.index_removed(&deleted);
         }
         self.version = Some(version);
         Ok(())
     }
 
-    /// The state's rows but those with a key of `keys` (state rows).
-    fn without(&self, keys: &RecordBatch) -> Result<RecordBatch, ExecutorError> {
+    /// Which rows have a key of `keys`; `None` when none has.
+    fn marks(&self, keys: &RecordBatch) -> Result<Option<Vec<bool>>, ExecutorError> {
         let mut drop = vec![false; self.rows.num_rows()];
+        let mut any = false;
         self.each_key(keys, |_, key| {
             if let Some(&i) = self.index.get(key) {
                 drop[i as usize] = true;
+                any = true;
             }
         })?;
-        if !drop.iter().any(|d| *d) {
-            return Ok(self.rows.clone());
-        }
+        Ok(any.then_some(drop))
+    }
+
+    /// The state's rows but the marked ones.
+    fn filtered(&self, drop: &[bool]) -> Result<RecordBatch, ExecutorError> {
         let keep: BooleanArray = drop.iter().map(|d| Some(!d)).collect();
         arrow_select::filter::filter_record_batch(&self.rows, &keep).map_err(fail)
+    }
+
+    /// Extends the index by `appended`, the rows from position `base`.
+    fn index_appended(&mut self, appended: &RecordBatch, base: usize) -> Result<(), ExecutorError> {
+        let mut index = std::mem::take(&mut self.index);
+        let (mut twice, mut bytes) = (false, 0);
+        let indexed = self.each_key(appended, |i, key| {
+            bytes += key.len() + 24;
+            twice |= index.insert(Box::from(key), (base + i) as u32).is_some();
+        });
+        self.index = index;
+        indexed?;
+        // Invariant: merging leaves one row per key.
+        if twice {
+            return Err(ExecutorError::TaskPanicked(
+                "state holds two rows for one key".into(),
+            ));
+        }
+        self.index_bytes += bytes;
+        Ok(())
+    }
+
+    /// Drops the marked rows' keys from the index and moves the others to
+    /// their positions once the marked rows are gone.
+    fn index_removed(&mut self, drop: &[bool]) {
+        let mut before = Vec::with_capacity(drop.len());
+        let mut gone = 0u32;
+        for &d in drop {
+            before.push(gone);
+            gone += u32::from(d);
+        }
+        let mut freed = 0;
+        self.index.retain(|key, i| {
+            let at = *i as usize;
+            if drop[at] {
+                freed += key.len() + 24;
+                return false;
+            }
+            *i -= before[at];
+            true
+        });
+        self.index_bytes -= freed;
     }
 
     /// Replaces every row (a snapshot), which is version `version`.
