@@ -483,14 +483,30 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], path: &str) -> Result<T> {
             .err()
             .map(|e| e.path().to_string())
             .filter(|f| f != ".");
+        // An error about the record as a whole (one of its shapes is
+        // missing) has no position of its own: it was found where the
+        // record ends.
+        let e = match e.line() {
+            0 => format!("{e} at {}", end_of(bytes)),
+            _ => e.to_string(),
+        };
         Error::Corrupt {
             path: path.to_string(),
             reason: match field {
                 Some(f) => format!("field `{f}`: {e}"),
-                None => e.to_string(),
+                None => e,
             },
         }
     })
+}
+
+/// Where `bytes` end, as `line L column C`.
+fn end_of(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end();
+    let line = text.matches('\n').count() + 1;
+    let column = text.rsplit('\n').next().map_or(0, |l| l.chars().count());
+    format!("line {line} column {column}")
 }
 
 /// Decodes and validates the spec stored at `path` (`spec.json`).

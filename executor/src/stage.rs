@@ -20,6 +20,13 @@ use crate::sink::parts::Layout;
 use crate::state::table::{Change, StateTable};
 use crate::state::{self, codec};
 
+/// Rows a map task shuffled, with the stream table it read.
+#[derive(Debug, Clone)]
+pub struct Shuffled {
+    pub table: String,
+    pub rows: RecordBatch,
+}
+
 /// A reduce task's assignment, validated: its query, its sink, and the
 /// query's stream tables and static tables.
 pub struct Assigned<'a> {
@@ -217,7 +224,7 @@ pub async fn read_partials(
     batch: u64,
     work: &StateWork,
     schema_of: impl Fn(&str) -> Result<SchemaRef, ExecutorError>,
-) -> Result<Vec<crate::operator::Shuffled>, ExecutorError> {
+) -> Result<Vec<Shuffled>, ExecutorError> {
     let mut rows = Vec::new();
     for r in work.inputs.iter().filter(|r| r.length > 0) {
         let schema = schema_of(&r.table)?;
@@ -227,7 +234,7 @@ pub async fn read_partials(
             r.map, r.offset, r.length
         );
         let decoded = codec::decode(bytes, &schema, &what)?;
-        rows.extend(decoded.into_iter().map(|b| crate::operator::Shuffled {
+        rows.extend(decoded.into_iter().map(|b| Shuffled {
             table: r.table.clone(),
             rows: b,
         }));

@@ -246,6 +246,10 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
             "SELECT id FROM a UNION ALL SELECT id FROM b ORDER BY id",
             "ORDER BY",
         ),
+        (
+            "SELECT id FROM a UNION ALL SELECT id FROM b UNION ALL SELECT k FROM kinds",
+            "a UNION branch that reads no stream",
+        ),
     ] {
         let e = refusal(sql).await;
         assert!(e.contains(named), "{sql}: {e}");

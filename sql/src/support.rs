@@ -97,6 +97,16 @@ impl Walk<'_> {
             self.joins.push(s.left.union(&s.right).cloned().collect());
         }
         Ok(match node {
+            LogicalPlan::Union(u) => u
+                .inputs
+                .iter()
+                .any(|i| self.read_by(i).is_empty())
+                .then(|| {
+                    unsupported(
+                        "a UNION branch that reads no stream",
+                        "every task would emit its rows again; each branch of a UNION must read a stream",
+                    )
+                }),
             LogicalPlan::Aggregate(a) => self.aggregate(a)?,
             LogicalPlan::Distinct(d) => {
                 let beneath = self.read_by(node);

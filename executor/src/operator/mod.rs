@@ -31,12 +31,7 @@ use crate::error::ExecutorError;
 use crate::stage::Assigned;
 use crate::state::table::StateTable;
 
-/// Rows a map task shuffled, with the stream table it read.
-#[derive(Debug, Clone)]
-pub struct Shuffled {
-    pub table: String,
-    pub rows: RecordBatch,
-}
+pub use crate::stage::Shuffled;
 
 /// The rows of `shuffled`, whatever stream they came from.
 pub fn rows(shuffled: Vec<Shuffled>) -> Vec<RecordBatch> {
