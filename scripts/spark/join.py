@@ -119,6 +119,9 @@ def summarize(progress, skip):
     }
     last = progress[-1] if progress else {}
     out["last_event_time"] = last.get("eventTime")
+    # the join operator's own figures at the last batch (update/removal/commit
+    # times are summed over its tasks; customMetrics are the state store's)
+    out["state_operator_last"] = ops_last[0] if ops_last else None
     return out
 
 
