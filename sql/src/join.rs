@@ -23,7 +23,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array, new_null_array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::JoinType;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_plan::joins::{HashJoinExec, HashJoinExecBuilder, PartitionMode};
 use datafusion::physical_plan::{ExecutionPlan, collect};
@@ -283,23 +283,7 @@ impl StreamJoin {
         };
         let source = MemorySourceConfig::try_new_exec(&[rows], self.node.schema(), None)
             .map_err(SqlError::from_planning)?;
-        let target = self.node.clone();
-        let source: Arc<dyn ExecutionPlan> = source;
-        let plan = self
-            .root
-            .clone()
-            .transform_down(|n| {
-                Ok(if Arc::ptr_eq(&n, &target) {
-                    Transformed::yes(source.clone())
-                } else {
-                    Transformed::no(n)
-                })
-            })
-            .map_err(SqlError::from_planning)?
-            .data;
-        collect(plan, self.ctx.task_ctx())
-            .await
-            .map_err(SqlError::from_execution)
+        crate::run_above(&self.ctx, &self.root, &self.node, source).await
     }
 }
 

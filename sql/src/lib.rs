@@ -277,6 +277,30 @@ fn execute_in_order(
     )))
 }
 
+/// Runs `root` with its node `target` replaced by `with`: the rest of a
+/// query over rows a stateful operator made.
+pub(crate) async fn run_above(
+    ctx: &SessionContext,
+    root: &Arc<dyn ExecutionPlan>,
+    target: &Arc<dyn ExecutionPlan>,
+    with: Arc<dyn ExecutionPlan>,
+) -> Result<Vec<RecordBatch>, SqlError> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    let plan = root
+        .clone()
+        .transform_down(|n| {
+            Ok(match Arc::ptr_eq(&n, target) {
+                true => Transformed::yes(with.clone()),
+                false => Transformed::no(n),
+            })
+        })
+        .map_err(SqlError::from_planning)?
+        .data;
+    datafusion::physical_plan::collect(plan, ctx.task_ctx())
+        .await
+        .map_err(SqlError::from_execution)
+}
+
 /// A physical plan, with the session that runs it, the input it reads,
 /// and each stream table's one partition (by which a plan node tells the
 /// stream it reads: [`Planned::stream_of`]).

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
@@ -193,22 +193,7 @@ impl Aggregation {
     /// final values, through the rest of the query (HAVING, SELECT).
     pub async fn finish(&self, state: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, SqlError> {
         let last = self.over_partials(AggregateMode::Final, state)?;
-        let target = self.node.clone();
-        let plan = self
-            .root
-            .clone()
-            .transform_down(|n| {
-                Ok(if Arc::ptr_eq(&n, &target) {
-                    Transformed::yes(last.clone())
-                } else {
-                    Transformed::no(n)
-                })
-            })
-            .map_err(SqlError::from_planning)?
-            .data;
-        collect(plan, self.ctx.task_ctx())
-            .await
-            .map_err(SqlError::from_execution)
+        crate::run_above(&self.ctx, &self.root, &self.node, last).await
     }
 
     fn over_partials(
