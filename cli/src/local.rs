@@ -238,7 +238,10 @@ async fn submit_demo(
     for l in lines {
         println!("{l}");
     }
-    let sink = demo::Sink::open(&crate::verify::stores(), running.sink_path())?;
+    let path = running
+        .sink_path()
+        .ok_or_else(|| anyhow::anyhow!("query {DEMO_QUERY} writes no files"))?;
+    let sink = demo::Sink::open(&crate::verify::stores(), path)?;
     Ok(Some(sink))
 }
 

@@ -14,6 +14,7 @@ mod fake_driver;
 mod inproc;
 mod live;
 mod local;
+mod nexmark;
 mod node;
 mod output;
 mod progress;
@@ -133,6 +134,9 @@ enum Command {
     Local(local::LocalArgs),
     /// Run a benchmark scenario on a local cluster; prints JSON.
     Bench(bench::BenchArgs),
+    /// The Nexmark benchmark's events as files.
+    #[command(subcommand)]
+    Nexmark(nexmark::NexmarkCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -225,6 +229,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             certs::new(&role, name.as_deref()).map(|()| 0)
         }
         Command::Local(args) => local::run(args).await,
+        Command::Nexmark(cmd) => nexmark::command(cmd),
         Command::Bench(args) => {
             init_quiet_logs();
             bench::run(args).await

@@ -10,6 +10,7 @@
 //!   commits/<N>     what batch N committed                     create-only
 //!   progress/<N>    the progress batch N reported              create-only
 //!   sources/rate    the rate source's start time               create-only
+//!   sources/nexmark the Nexmark source's start time            create-only
 //!   sources/schema  the input schema, fixed at submit           create-only
 //!   sources/tables  each static table's schema, fixed at submit create-only
 //!   sources/files/<N> the files batch N of a file source read   create-only
@@ -161,7 +162,9 @@ pub struct KafkaStart {
     pub offset: i64,
 }
 
-/// The rate source's fixed start, so that a replay produces the same bytes.
+/// A generated source's fixed start (`sources/rate`, `sources/nexmark`):
+/// the rate source's rows are stamped from it, so that a replay produces
+/// the same bytes; both sources pace their rows from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RateSourceMeta {
     pub version: u32,

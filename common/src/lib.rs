@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod epochs;
 pub mod error;
 pub mod kafka;
+pub mod nexmark;
 pub mod parquet_meta;
 pub mod rate;
 pub mod shutdown;

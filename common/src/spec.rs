@@ -5,6 +5,7 @@
 mod files;
 mod inputs;
 mod kafka;
+mod nexmark;
 mod state;
 mod tables;
 mod text;
@@ -22,6 +23,7 @@ pub use kafka::{
     EARLIEST, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST, MAX_RECORDS_PER_PARTITION,
     StartingOffsets, kafka_schema,
 };
+pub use nexmark::{DEFAULT_BASE_TIME_MS, NexmarkSpec, NexmarkTable};
 pub use state::{
     DEFAULT_MAX_STATE_BYTES, DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec,
     MAX_STATE_PARTITIONS, OutputMode, WatermarkSpec,
@@ -99,6 +101,7 @@ pub enum SourceSpec {
     Rate(RateSpec),
     Files(FileSourceSpec),
     Kafka(KafkaSourceSpec),
+    Nexmark(NexmarkSpec),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +124,14 @@ pub struct TriggerSpec {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum SinkSpec {
     Files(FileSinkSpec),
+    /// Counts rows and bytes and writes nothing.
+    Discard(DiscardSinkSpec),
 }
+
+/// `sink: {discard: {}}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscardSinkSpec {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -238,6 +248,7 @@ impl QuerySpec {
                 crate::storage::validate_location(&f.path)
                     .map_err(|reason| Error::invalid("sink.files.path", reason))?;
             }
+            SinkSpec::Discard(_) => {}
         }
         Ok(())
     }
@@ -270,10 +281,11 @@ impl QuerySpec {
         self.max_state_bytes.unwrap_or(DEFAULT_MAX_STATE_BYTES)
     }
 
-    /// The sink location.
-    pub fn sink_path(&self) -> &str {
+    /// The sink location; `None` for a sink that writes nothing.
+    pub fn sink_path(&self) -> Option<&str> {
         match &self.sink {
-            SinkSpec::Files(f) => &f.path,
+            SinkSpec::Files(f) => Some(&f.path),
+            SinkSpec::Discard(_) => None,
         }
     }
 
@@ -377,6 +389,7 @@ impl SourceSpec {
             }),
             SourceSpec::Files(f) => pb::source::Kind::Files(f.into()),
             SourceSpec::Kafka(k) => pb::source::Kind::Kafka(k.into()),
+            SourceSpec::Nexmark(n) => pb::source::Kind::Nexmark(n.into()),
         };
         pb::Source { kind: Some(kind) }
     }
@@ -390,9 +403,10 @@ impl SourceSpec {
             })),
             Some(pb::source::Kind::Files(f)) => Ok(SourceSpec::Files(f.try_into()?)),
             Some(pb::source::Kind::Kafka(k)) => Ok(SourceSpec::Kafka(k.try_into()?)),
+            Some(pb::source::Kind::Nexmark(n)) => Ok(SourceSpec::Nexmark(n.try_into()?)),
             None => Err(Error::invalid(
                 "source",
-                "missing; expected `rate`, `files` or `kafka`",
+                "missing; expected `rate`, `files`, `kafka` or `nexmark`",
             )),
         }
     }
@@ -414,6 +428,7 @@ impl FileSinkSpec {
             format: format.into(),
             partition_by: self.partition_by.clone(),
             max_file_bytes: self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+            discard: false,
         }
     }
 }
@@ -428,6 +443,20 @@ impl SinkSpec {
                     partition_by: f.partition_by.clone(),
                     max_file_bytes: f.max_file_bytes,
                 })),
+            },
+            SinkSpec::Discard(_) => pb::Sink {
+                kind: Some(pb::sink::Kind::Discard(pb::DiscardSink {})),
+            },
+        }
+    }
+
+    /// What each task of the query is told of the sink.
+    pub fn to_task(&self) -> pb::TaskSink {
+        match self {
+            SinkSpec::Files(f) => f.to_task(),
+            SinkSpec::Discard(_) => pb::TaskSink {
+                discard: true,
+                ..Default::default()
             },
         }
     }
@@ -444,7 +473,11 @@ impl SinkSpec {
                 partition_by: f.partition_by.clone(),
                 max_file_bytes: f.max_file_bytes,
             })),
-            None => Err(Error::invalid("sink", "missing; expected `files`")),
+            Some(pb::sink::Kind::Discard(_)) => Ok(SinkSpec::Discard(DiscardSinkSpec {})),
+            None => Err(Error::invalid(
+                "sink",
+                "missing; expected `files` or `discard`",
+            )),
         }
     }
 }

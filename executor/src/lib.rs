@@ -41,6 +41,9 @@ mod state;
 pub mod task;
 
 pub use config::{Cli, ExecutorConfig};
+/// The file sink's encoders, for tools that write files as the sink does
+/// (`sluice nexmark generate`).
+pub use sink::{Encoder as SinkEncoder, encoder as sink_encoder, extension as sink_extension};
 
 /// The stack of the runtime's threads that run tasks: enough to run any
 /// query that plans (see `sluice_sql::guard`).

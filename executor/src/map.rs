@@ -36,8 +36,8 @@ pub struct TaskPlan {
     pub input_schema: SchemaRef,
     /// How long planning `sql` may take.
     pub budget: std::time::Duration,
-    /// The file sink's root location, and the layout of its files.
-    pub sink_path: String,
+    /// The sink, and the layout of its files.
+    pub sink: sluice_proto::TaskSink,
     pub layout: Layout,
     /// The static tables the SQL joins with, as this batch reads them.
     pub tables: Vec<sluice_proto::TablePlan>,
@@ -75,11 +75,15 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
     let Some(files) = task.sink.as_ref() else {
         return Err(malformed("missing sink".into()));
     };
-    if files.path.is_empty() {
+    if files.path.is_empty() && !files.discard {
         return Err(malformed("missing sink path".into()));
     }
-    crate::sink::encoder(files.format(), source.schema()).map_err(|e| malformed(e.to_string()))?;
+    if !files.discard {
+        crate::sink::encoder(files.format(), source.schema())
+            .map_err(|e| malformed(e.to_string()))?;
+    }
     let layout = Layout {
+        discard: files.discard,
         format: files.format(),
         partition_by: files.partition_by.clone(),
         max_file_bytes: files.max_file_bytes.max(1),
@@ -102,7 +106,7 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         budget: sluice_sql::guard::budget_ms(query.plan_budget_ms),
         input_schema,
         streams,
-        sink_path: files.path.clone(),
+        sink: files.clone(),
         layout,
         tables: query.tables.clone(),
     })
@@ -122,11 +126,11 @@ pub async fn run(
             ..Default::default()
         });
     }
-    let sink = output::open_sink(&caches, &plan.sink_path).await?;
+    let sink = output::open_sink(&caches, &plan.sink).await?;
     let (tx, rx) = output::channel();
     let runtime = tokio::runtime::Handle::current();
     let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &caches));
-    let written = output::write_files(&sink, rx).await;
+    let written = output::write_files(sink.as_ref(), rx).await;
     let produced = producer
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
@@ -134,6 +138,7 @@ pub async fn run(
     produced.check(planned)?;
     Ok(TaskOutput {
         rows: produced.rows,
+        discarded_bytes: produced.discarded_bytes,
         files,
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
@@ -149,6 +154,8 @@ pub async fn run(
 pub(crate) struct Produced {
     pub input_rows: u64,
     pub rows: u64,
+    /// The discard sink: the Arrow bytes of the output rows.
+    pub discarded_bytes: u64,
     pub bad_records: u64,
     pub records_lost: u64,
     /// Input rows older than the watermark, dropped.
@@ -181,9 +188,10 @@ pub(crate) struct Opened {
 
 impl Opened {
     /// What the task counted, once its input is read.
-    pub fn produced(&self, rows: u64) -> Produced {
+    pub fn produced(&self, emitted: output::Emitted) -> Produced {
         Produced {
-            rows,
+            rows: emitted.rows,
+            discarded_bytes: emitted.discarded_bytes,
             input_rows: self.read.get(),
             bad_records: self.counters.bad_records.get(),
             records_lost: self.counters.records_lost.get(),

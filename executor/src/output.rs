@@ -16,7 +16,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_common::sink::FileSink;
 use sluice_common::storage::VisibleWriter;
-use sluice_proto::SinkFile;
+use sluice_proto::{SinkFile, TaskSink};
 use tokio::sync::mpsc;
 
 use crate::cache::Caches;
@@ -31,12 +31,36 @@ pub fn channel() -> (mpsc::Sender<Piece>, mpsc::Receiver<Piece>) {
     mpsc::channel(CHUNKS_IN_FLIGHT)
 }
 
-/// The sink at `path`, opened on first use.
-pub async fn open_sink(caches: &Arc<Caches>, path: &str) -> Result<FileSink, ExecutorError> {
-    let (caches, path) = (caches.clone(), path.to_string());
-    tokio::task::spawn_blocking(move || caches.sink(&path))
+/// The file sink `sink` names, opened on first use; `None` for the
+/// discard sink.
+pub async fn open_sink(
+    caches: &Arc<Caches>,
+    sink: &TaskSink,
+) -> Result<Option<FileSink>, ExecutorError> {
+    if sink.discard {
+        return Ok(None);
+    }
+    let (caches, path) = (caches.clone(), sink.path.clone());
+    tokio::task::spawn_blocking(move || caches.sink(&path).map(Some))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
+}
+
+/// What an [`Emitter`] emitted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Emitted {
+    pub rows: u64,
+    /// The discard sink: the Arrow bytes of the rows.
+    pub discarded_bytes: u64,
+}
+
+/// The Arrow bytes of `batch`'s rows (of its slice of shared buffers).
+fn arrow_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 /// The cap on a task's output of a plan's `max_output_bytes`: 0 is none.
@@ -47,15 +71,19 @@ pub fn task_cap(max_output_bytes: u64) -> u64 {
     }
 }
 
-/// The blocking side: encodes output batches into pieces of part files.
+/// The blocking side: encodes output batches into pieces of part files
+/// (for the discard sink, counts them).
 pub struct Emitter {
-    parts: Parts,
+    /// `None` for the discard sink.
+    parts: Option<Parts>,
     tx: mpsc::Sender<Piece>,
     pieces: Vec<Piece>,
     rows: u64,
     /// Bytes encoded so far, and the most the task may write.
     bytes: u64,
     max_bytes: u64,
+    /// The discard sink: the Arrow bytes of the rows counted.
+    discarded: u64,
 }
 
 impl Emitter {
@@ -66,12 +94,17 @@ impl Emitter {
     ) -> Result<Self, ExecutorError> {
         let max_bytes = layout.max_task_bytes;
         Ok(Emitter {
-            parts: Parts::new(layout, schema)?,
+            parts: if layout.discard {
+                None
+            } else {
+                Some(Parts::new(layout, schema)?)
+            },
             tx,
             pieces: Vec::new(),
             rows: 0,
             bytes: 0,
             max_bytes,
+            discarded: 0,
         })
     }
 
@@ -79,7 +112,11 @@ impl Emitter {
     /// or cancelled), when there is no point in going on.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<bool, ExecutorError> {
         self.rows += batch.num_rows() as u64;
-        self.parts.write(batch, &mut self.pieces)?;
+        let Some(parts) = &mut self.parts else {
+            self.discarded += arrow_bytes(batch);
+            return Ok(true);
+        };
+        parts.write(batch, &mut self.pieces)?;
         self.count()?;
         Ok(self.send())
     }
@@ -102,18 +139,24 @@ impl Emitter {
         Ok(())
     }
 
-    /// Ends every open file; returns the rows written.
-    pub fn finish(self) -> Result<u64, ExecutorError> {
+    /// Ends every open file; returns what was written.
+    pub fn finish(self) -> Result<Emitted, ExecutorError> {
         let Emitter {
             parts,
             tx,
             mut pieces,
             rows,
+            discarded,
             ..
         } = self;
-        parts.finish(&mut pieces)?;
-        send(&tx, &mut pieces);
-        Ok(rows)
+        if let Some(parts) = parts {
+            parts.finish(&mut pieces)?;
+            send(&tx, &mut pieces);
+        }
+        Ok(Emitted {
+            rows,
+            discarded_bytes: discarded,
+        })
     }
 
     fn send(&mut self) -> bool {
@@ -126,11 +169,20 @@ fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
 }
 
 /// The async side: writes the pieces into part files, create-only, and
-/// returns the files once the emitter is done.
+/// returns the files once the emitter is done. The discard sink (`None`)
+/// gets no piece.
 pub async fn write_files(
-    sink: &FileSink,
+    sink: Option<&FileSink>,
     mut rx: mpsc::Receiver<Piece>,
 ) -> Result<Written, ExecutorError> {
+    let Some(sink) = sink else {
+        return match rx.recv().await {
+            None => Ok(Written::Done(Vec::new())),
+            Some(_) => Err(ExecutorError::TaskPanicked(
+                "file bytes made for the discard sink".into(),
+            )),
+        };
+    };
     let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
     let mut files = Vec::new();
     while let Some(piece) = rx.recv().await {

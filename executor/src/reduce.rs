@@ -62,7 +62,7 @@ pub async fn run<O: Operator>(
 
     let files = assigned.files;
     let layout = stage::layout(files, task);
-    let written = stage::write(&caches, &files.path, layout, op.output_schema(), output).await?;
+    let written = stage::write(&caches, files, layout, op.output_schema(), output).await?;
     Ok(stage::done(&caches, task, table, written, started))
 }
 

@@ -155,7 +155,10 @@ fn partials(
         }
     };
     let (bytes, ranges) = encode(&schema, split, plan.partition)?;
-    let produced = opened.produced(rows.iter().map(|b| b.num_rows() as u64).sum());
+    let produced = opened.produced(crate::output::Emitted {
+        rows: rows.iter().map(|b| b.num_rows() as u64).sum(),
+        discarded_bytes: 0,
+    });
     Ok((produced, bytes, ranges))
 }
 

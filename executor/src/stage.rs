@@ -152,11 +152,12 @@ pub fn done(
     caches: &Caches,
     task: &TaskAssignment,
     table: StateTable,
-    (rows, files): (u64, Vec<sluice_proto::SinkFile>),
+    (emitted, files): (output::Emitted, Vec<sluice_proto::SinkFile>),
     started: std::time::Instant,
 ) -> sluice_proto::TaskOutput {
     let out = sluice_proto::TaskOutput {
-        rows,
+        rows: emitted.rows,
+        discarded_bytes: emitted.discarded_bytes,
         files,
         duration_ms: started.elapsed().as_millis() as u64,
         state_rows: table.len() as u64,
@@ -205,6 +206,7 @@ pub fn layout(files: &sluice_proto::TaskSink, task: &TaskAssignment) -> Layout {
         max_task_bytes: output::task_cap(task.plan.as_ref().map_or(0, |p| p.max_output_bytes)),
         batch: task.batch_id,
         partition: task.partition,
+        discard: files.discard,
     }
 }
 
@@ -316,18 +318,19 @@ pub fn closed(
     filter(rows, &keep)
 }
 
-/// Writes the output rows as part files; returns the rows and files.
+/// Writes the output rows as part files (counts them, for the discard
+/// sink); returns what was written and the files.
 pub async fn write(
     caches: &Arc<Caches>,
-    path: &str,
+    sink: &sluice_proto::TaskSink,
     layout: Layout,
     schema: arrow_schema::SchemaRef,
     output: Vec<RecordBatch>,
-) -> Result<(u64, Vec<sluice_proto::SinkFile>), ExecutorError> {
+) -> Result<(output::Emitted, Vec<sluice_proto::SinkFile>), ExecutorError> {
     if output.iter().all(|b| b.num_rows() == 0) {
-        return Ok((0, Vec::new()));
+        return Ok((output::Emitted::default(), Vec::new()));
     }
-    let sink = output::open_sink(caches, path).await?;
+    let sink = output::open_sink(caches, sink).await?;
     let (tx, rx) = output::channel();
     let emitter = tokio::task::spawn_blocking(move || {
         let mut emitter = Emitter::new(layout, &schema, tx)?;
@@ -338,7 +341,7 @@ pub async fn write(
         }
         emitter.finish()
     });
-    let written = output::write_files(&sink, rx).await;
+    let written = output::write_files(sink.as_ref(), rx).await;
     let emitted = emitter
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;

@@ -230,7 +230,7 @@ fn plans_reject_malformed_assignments() {
     let good = assignment("/tmp/out", 1, 0, 10);
     let p = plan(&good, &Default::default()).unwrap();
     assert_eq!(
-        (p.batch_id, p.partition, p.sink_path.as_str()),
+        (p.batch_id, p.partition, p.sink.path.as_str()),
         (7, 1, "/tmp/out")
     );
 

@@ -23,6 +23,7 @@ pub enum Scenario {
     StateRecovery,
     Kafka,
     Join,
+    Nexmark,
 }
 
 /// Where a scenario's checkpoint root and sink are (`--storage`).
@@ -135,6 +136,15 @@ pub struct BenchArgs {
         default_value_t = default_tansu()
     )]
     pub tansu_bin: String,
+    /// nexmark: the query, q0 .. q22, or all.
+    #[arg(long, default_value = "all")]
+    pub query: String,
+    /// nexmark: events of all kinds (each table holds its share).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events: u64,
+    /// nexmark: the source's pace, and the rate of its event time.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events_per_second: u64,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).

@@ -13,6 +13,7 @@
 //! | `join` | `join.rs`: two rate streams joined within an event-time bound, into Parquet |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
+//! | `nexmark` | `nexmark.rs`: the Nexmark queries (`nexmark_queries.rs`) into the discard sink |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -31,6 +32,8 @@ mod failover;
 mod join;
 mod kafka;
 mod latency;
+mod nexmark;
+mod nexmark_queries;
 mod recovery;
 mod secure;
 mod sql;
@@ -81,6 +84,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
         Scenario::Kafka => kafka::run(&args, &shutdown).await,
         Scenario::Join => join::run(&args, &shutdown).await,
+        Scenario::Nexmark => nexmark::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

@@ -29,6 +29,8 @@ pub enum Record {
     RateStart,
     /// `sources/kafka`: where a Kafka source starts in each partition.
     KafkaStart,
+    /// `sources/nexmark`: the Nexmark source's fixed start.
+    NexmarkStart,
     /// `sources/schema`: the input's schema, fixed at submit.
     Schema,
     /// `sources/tables`: each static table's schema, fixed at submit.
@@ -45,7 +47,7 @@ impl Record {
     fn of_source(self) -> bool {
         matches!(
             self,
-            Record::RateStart | Record::KafkaStart | Record::Schema
+            Record::RateStart | Record::KafkaStart | Record::NexmarkStart | Record::Schema
         )
     }
 
@@ -70,6 +72,7 @@ impl Record {
             Record::Failed => "failed",
             Record::RateStart => "sources/rate",
             Record::KafkaStart => "sources/kafka",
+            Record::NexmarkStart => "sources/nexmark",
             Record::Schema => "sources/schema",
             Record::Tables => "sources/tables",
         }

@@ -175,6 +175,10 @@ pub struct TableFile {
 ///
 /// For the Kafka source, the batch reads the offsets `[start, end)` of
 /// every partition it lists (every partition known when it was planned).
+///
+/// For the Nexmark source, the batch covers the events `[start_event,
+/// end_event)` of the generated stream (of all kinds), and reads its
+/// table's rows among them (see `crate::nexmark`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", try_from = "Unchecked")]
 pub enum SourceOffsets {
@@ -190,6 +194,10 @@ pub enum SourceOffsets {
     },
     Kafka {
         partitions: Vec<KafkaRange>,
+    },
+    Nexmark {
+        start_event: u64,
+        end_event: u64,
     },
 }
 
@@ -245,6 +253,7 @@ impl SourceOffsets {
     pub fn end_value(&self) -> u64 {
         match self {
             SourceOffsets::Rate { end_value, .. } => *end_value,
+            SourceOffsets::Nexmark { end_event, .. } => *end_event,
             SourceOffsets::Files { end_seq, .. } => *end_seq,
             SourceOffsets::Kafka { partitions } => partitions.iter().map(|r| r.end as u64).sum(),
         }
@@ -258,6 +267,10 @@ impl SourceOffsets {
                 start_value,
                 end_value,
             } => start_value == end_value,
+            SourceOffsets::Nexmark {
+                start_event,
+                end_event,
+            } => start_event == end_event,
             SourceOffsets::Files { files, .. } => files.is_empty(),
             SourceOffsets::Kafka { partitions } => partitions
                 .iter()
@@ -269,6 +282,7 @@ impl SourceOffsets {
     pub fn start_value(&self) -> u64 {
         match self {
             SourceOffsets::Rate { start_value, .. } => *start_value,
+            SourceOffsets::Nexmark { start_event, .. } => *start_event,
             SourceOffsets::Files { start_seq, .. } => *start_seq,
             SourceOffsets::Kafka { partitions } => partitions.iter().map(|r| r.start as u64).sum(),
         }
@@ -286,6 +300,13 @@ impl SourceOffsets {
                 "start_value {start_value} is after end_value {end_value}"
             )),
             SourceOffsets::Rate { .. } => Ok(()),
+            SourceOffsets::Nexmark {
+                start_event,
+                end_event,
+            } if start_event > end_event => Err(format!(
+                "start_event {start_event} is after end_event {end_event}"
+            )),
+            SourceOffsets::Nexmark { .. } => Ok(()),
             SourceOffsets::Files {
                 start_seq,
                 end_seq,
@@ -366,6 +387,10 @@ enum Unchecked {
     Kafka {
         partitions: Vec<KafkaRange>,
     },
+    Nexmark {
+        start_event: u64,
+        end_event: u64,
+    },
 }
 
 impl TryFrom<Unchecked> for SourceOffsets {
@@ -392,6 +417,13 @@ impl TryFrom<Unchecked> for SourceOffsets {
                 tasks,
             },
             Unchecked::Kafka { partitions } => SourceOffsets::Kafka { partitions },
+            Unchecked::Nexmark {
+                start_event,
+                end_event,
+            } => SourceOffsets::Nexmark {
+                start_event,
+                end_event,
+            },
         };
         offsets.check()?;
         Ok(offsets)

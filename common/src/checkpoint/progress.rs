@@ -49,6 +49,11 @@ pub struct ProgressRecord {
     pub records_lost: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<PartitionProgress>,
+    /// Rows written to the sink, and their bytes.
+    #[serde(default)]
+    pub num_output_rows: u64,
+    #[serde(default)]
+    pub sink_bytes: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -131,6 +136,8 @@ impl ProgressRecord {
             watermark_ms: p.watermark_ms,
             rows_dropped_by_watermark: p.rows_dropped_by_watermark,
             records_lost: p.records_lost,
+            num_output_rows: p.num_output_rows,
+            sink_bytes: p.sink_bytes,
             partitions: p
                 .partitions
                 .iter()
@@ -168,6 +175,8 @@ impl ProgressRecord {
             watermark_ms: self.watermark_ms,
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
             records_lost: self.records_lost,
+            num_output_rows: self.num_output_rows,
+            sink_bytes: self.sink_bytes,
             partitions: self
                 .partitions
                 .iter()
@@ -282,6 +291,8 @@ mod tests {
             watermark_ms: Some(1_699_999_990_000),
             rows_dropped_by_watermark: 6,
             records_lost: 9,
+            num_output_rows: 10,
+            sink_bytes: 11,
             partitions: vec![pb::PartitionProgress {
                 topic: "events".into(),
                 partition: 3,

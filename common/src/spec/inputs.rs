@@ -168,6 +168,7 @@ fn validate_source(field: &str, source: &SourceSpec) -> Result<()> {
         }
         SourceSpec::Files(f) => f.validate(&format!("{field}.files")),
         SourceSpec::Kafka(k) => k.validate(&format!("{field}.kafka")),
+        SourceSpec::Nexmark(n) => n.validate(&format!("{field}.nexmark")),
     }
 }
 

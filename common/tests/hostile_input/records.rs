@@ -258,6 +258,8 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 watermark_ms: Some(1_699_999_000_000),
                 rows_dropped_by_watermark: 3,
                 records_lost: 15,
+                num_output_rows: 40,
+                sink_bytes: 4096,
                 partitions: vec![PartitionProgress {
                     topic: "events".into(),
                     partition: 0,

@@ -50,8 +50,7 @@ pub fn task(
 
 /// What the tasks of a query with sink `sink` are told of it.
 fn task_sink(sink: &sluice_common::spec::SinkSpec) -> pb::TaskSink {
-    let sluice_common::spec::SinkSpec::Files(files) = sink;
-    files.to_task()
+    sink.to_task()
 }
 
 /// Runs `task` until an attempt succeeds or it fails for good.

@@ -24,6 +24,7 @@ pub struct Ctx {
     pub entry: Arc<QueryEntry>,
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
+    /// The file sink, once open; `None` for the discard sink.
     pub sink: Option<FileSink>,
     /// What every task of the query runs (the tables' files are set per
     /// batch).

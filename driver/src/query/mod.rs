@@ -268,7 +268,9 @@ fn check_dedup(
 /// The sink's `partition_by` names output columns, and leaves at least
 /// one for the files.
 fn check_partition_by(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
-    let sluice_common::spec::SinkSpec::Files(sink) = &spec.sink;
+    let sluice_common::spec::SinkSpec::Files(sink) = &spec.sink else {
+        return Ok(());
+    };
     for (i, c) in sink.partition_by.iter().enumerate() {
         let Ok(field) = output.field_with_name(c) else {
             let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
@@ -313,14 +315,16 @@ pub async fn submit(
         .queries
         .list()
         .iter()
-        .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path().to_string())))
+        .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path()?.to_string())))
         .collect();
     paths::check(&driver.config.allowed_paths, &spec).await?;
     let (checked, root) = (spec.clone(), driver.config.checkpoint_root.clone());
     tokio::task::spawn_blocking(move || check_sink(&checked, &others, &root))
         .await
         .map_err(|e| DriverError::Internal(format!("the check of the sink panicked: {e}")))??;
-    probe_sink(stores, spec.sink_path()).await?;
+    if let Some(sink) = spec.sink_path() {
+        probe_sink(stores, sink).await?;
+    }
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
     check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
@@ -406,7 +410,9 @@ fn check_sink(
     others: &[(String, String)],
     checkpoint_root: &str,
 ) -> Result<(), DriverError> {
-    let sink = spec.sink_path();
+    let Some(sink) = spec.sink_path() else {
+        return Ok(());
+    };
     check_sink_location(sink).map_err(|r| DriverError::Invalid(format!("sink.files.path: {r}")))?;
     if overlap_resolved(sink, checkpoint_root) {
         return Err(DriverError::Invalid(format!(
@@ -459,7 +465,8 @@ pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEn
     // A FAILED query's runner has ended: nothing else abandons its batch.
     if was_failed
         && let Some(spec) = &entry.spec
-        && let Ok(sink) = FileSink::open(&driver.config.stores, spec.sink_path())
+        && let Some(path) = spec.sink_path()
+        && let Ok(sink) = FileSink::open(&driver.config.stores, path)
     {
         let qc = driver.checkpoint.query(&entry.name);
         term.tasks

@@ -37,11 +37,13 @@ pub struct Outcome {
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report (see [`check_reported_rows`]).
-    pub fn of(batch: u64, outputs: &Outputs) -> Result<Self, DriverError> {
+    /// report (see [`check_reported_rows`]); `discard` for the discard
+    /// sink, whose writers count rows and bytes and write no file.
+    pub fn of(batch: u64, outputs: &Outputs, discard: bool) -> Result<Self, DriverError> {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
-        check_reported_rows(batch, outputs.writers())?;
+        let writers = outputs.writers();
+        check_reported_rows(batch, writers, discard)?;
         let files: Vec<SinkFile> = outputs
             .writers()
             .iter()
@@ -61,8 +63,9 @@ impl Outcome {
             max_event_time_ms: map.iter().filter_map(|o| o.max_event_time_ms).max(),
             max_event_times: max_event_times(outputs),
             records_lost: map.iter().map(|o| o.records_lost).sum(),
-            rows: files.iter().map(|f| f.rows).sum(),
-            sink_bytes: files.iter().map(|f| f.bytes).sum(),
+            rows: writers.iter().map(|o| o.rows).sum(),
+            sink_bytes: files.iter().map(|f| f.bytes).sum::<u64>()
+                + writers.iter().map(|o| o.discarded_bytes).sum::<u64>(),
             files,
             map_time: outputs.map_time,
             reduce_time: outputs.reduce_time,
@@ -121,11 +124,29 @@ fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), Dri
 
 /// An executor's report is checked where it can be: the rows a task says
 /// it wrote are the rows of the files it lists, so a batch never commits
-/// rows that no file holds (a faulty or rogue executor's report).
-fn check_reported_rows(batch: u64, writers: &[pb::TaskOutput]) -> Result<(), DriverError> {
+/// rows that no file holds (a faulty or rogue executor's report); a task
+/// of the discard sink lists no file.
+fn check_reported_rows(
+    batch: u64,
+    writers: &[pb::TaskOutput],
+    discard: bool,
+) -> Result<(), DriverError> {
     for (task, o) in writers.iter().enumerate() {
+        if (discard && !o.files.is_empty()) || (!discard && o.discarded_bytes > 0) {
+            return Err(DriverError::TaskFailed(format!(
+                "batch {batch}, task {task}: the executor reported {} files and {} discarded \
+                 bytes, but the sink {}",
+                o.files.len(),
+                o.discarded_bytes,
+                if discard {
+                    "is discard"
+                } else {
+                    "writes files"
+                }
+            )));
+        }
         let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
-        if o.rows != in_files {
+        if !discard && o.rows != in_files {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written, but the files \
                  it lists hold {in_files}",
@@ -192,6 +213,8 @@ pub fn progress(
         watermark_ms: offsets.watermark_ms,
         rows_dropped_by_watermark: outcome.rows_dropped_by_watermark,
         records_lost: from_source.records_lost + outcome.records_lost,
+        num_output_rows: outcome.rows,
+        sink_bytes: outcome.sink_bytes,
         partitions: from_source
             .partitions
             .iter()

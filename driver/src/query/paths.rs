@@ -42,12 +42,13 @@ fn locations(spec: &QuerySpec) -> Vec<Named> {
             input: true,
         });
     }
-    let SinkSpec::Files(sink) = &spec.sink;
-    out.push(Named {
-        field: "sink.files.path".into(),
-        location: sink.path.clone(),
-        input: false,
-    });
+    if let SinkSpec::Files(sink) = &spec.sink {
+        out.push(Named {
+            field: "sink.files.path".into(),
+            location: sink.path.clone(),
+            input: false,
+        });
+    }
     out
 }
 

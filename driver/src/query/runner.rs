@@ -45,7 +45,10 @@ pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
 
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let stop = entry.stop.clone();
-    let sink_path = entry.spec.as_ref().map(|s| s.sink_path().to_string());
+    let sink_path = entry
+        .spec
+        .as_ref()
+        .and_then(|s| Some(s.sink_path()?.to_string()));
     let stores = driver.config.stores.clone();
     let result = tokio::select! {
         biased;
@@ -137,13 +140,14 @@ async fn drive(
         })
         .collect();
     ctx.stateful = super::stages::plan(&ctx, &schemas).await?;
-    let path = ctx.spec.sink_path().to_string();
-    ctx.sink = Some(
-        ctx.storage("open sink", || async {
-            FileSink::open(&ctx.driver.config.stores, &path)
-        })
-        .await?,
-    );
+    if let Some(path) = ctx.spec.sink_path().map(str::to_string) {
+        ctx.sink = Some(
+            ctx.storage("open sink", || async {
+                FileSink::open(&ctx.driver.config.stores, &path)
+            })
+            .await?,
+        );
+    }
 
     let Resumed {
         mut next,

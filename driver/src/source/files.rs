@@ -277,9 +277,9 @@ impl SourcePlanner for FilesPlanner {
             SourceOffsets::Files { start_seq, .. } => Some(format!(
                 "starts at file {start_seq}, but the previous batch ended at file {end}"
             )),
-            SourceOffsets::Rate { .. } | SourceOffsets::Kafka { .. } => {
-                Some("plans another source's input".into())
-            }
+            SourceOffsets::Rate { .. }
+            | SourceOffsets::Kafka { .. }
+            | SourceOffsets::Nexmark { .. } => Some("plans another source's input".into()),
         }
     }
 

@@ -16,6 +16,7 @@ mod files;
 mod infer;
 mod io;
 mod kafka;
+mod nexmark;
 mod rate;
 mod split;
 mod streams;
@@ -133,6 +134,7 @@ pub(crate) fn other_source(kind: &str, plan: &OffsetRecord, input: &SourceOffset
         SourceOffsets::Rate { .. } => "rate",
         SourceOffsets::Files { .. } => "files",
         SourceOffsets::Kafka { .. } => "kafka",
+        SourceOffsets::Nexmark { .. } => "nexmark",
     };
     DriverError::Internal(format!(
         "{} plans {found} input, but the query reads a {kind} source",
@@ -175,6 +177,7 @@ fn kind<'s>(spec: &'s SourceSpec, field: &str) -> Box<dyn SourceKind + 's> {
         SourceSpec::Rate(s) => Box::new(rate::Kind(s)),
         SourceSpec::Files(s) => Box::new(files::Kind(s, field)),
         SourceSpec::Kafka(s) => Box::new(kafka::Kind(s, field)),
+        SourceSpec::Nexmark(s) => Box::new(nexmark::Kind(s)),
     }
 }
 

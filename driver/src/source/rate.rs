@@ -45,15 +45,7 @@ impl super::SourceKind for Kind<'_> {
         _schema: &'a SchemaRef,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            let start = RateSourceMeta {
-                version: RECORD_VERSION,
-                start_ms: now_ms(),
-                epoch,
-            };
-            qc.create(Record::RateStart, &start).await?;
-            Ok(())
-        })
+        Box::pin(create_start(qc, Record::RateStart, epoch))
     }
 
     fn open<'a>(
@@ -70,14 +62,9 @@ impl super::SourceKind for Kind<'_> {
 
 impl RatePlanner {
     pub async fn open(io: &SourceIo, spec: RateSpec) -> Result<Self, DriverError> {
-        let meta: RateSourceMeta = io
-            .storage("read sources/rate", || {
-                io.checkpoint().require(Record::RateStart)
-            })
-            .await?;
         Ok(RatePlanner {
             spec,
-            start_ms: meta.start_ms,
+            start_ms: read_start(io, Record::RateStart).await?,
         })
     }
 
@@ -85,6 +72,33 @@ impl RatePlanner {
     fn committed_end(committed: Option<&SourceOffsets>) -> u64 {
         committed.map_or(0, SourceOffsets::end_value)
     }
+}
+
+/// Fixes a generated source's start at `record` (create-only: a retried
+/// submit adopts the start already there).
+pub(super) async fn create_start(
+    qc: &QueryCheckpoint,
+    record: Record,
+    epoch: u64,
+) -> Result<(), DriverError> {
+    let start = RateSourceMeta {
+        version: RECORD_VERSION,
+        start_ms: now_ms(),
+        epoch,
+    };
+    qc.create(record, &start).await?;
+    Ok(())
+}
+
+/// A generated source's start, fixed at `record`.
+pub(super) async fn read_start(io: &SourceIo, record: Record) -> Result<i64, DriverError> {
+    let meta: RateSourceMeta = io
+        .storage(
+            &format!("read {}", io.checkpoint().describe(record)),
+            || io.checkpoint().require(record),
+        )
+        .await?;
+    Ok(meta.start_ms)
 }
 
 impl SourcePlanner for RatePlanner {
@@ -129,9 +143,7 @@ impl SourcePlanner for RatePlanner {
         match next {
             SourceOffsets::Rate { start_value, .. } => (*start_value != end)
                 .then(|| format!("starts at {start_value}, but the previous batch ended at {end}")),
-            SourceOffsets::Files { .. } | SourceOffsets::Kafka { .. } => {
-                Some("plans another source's input".into())
-            }
+            _ => Some("plans another source's input".into()),
         }
     }
 

@@ -51,6 +51,8 @@ pub struct Layout {
     pub max_task_bytes: u64,
     pub batch: u64,
     pub partition: u32,
+    /// The discard sink: rows are counted, and no file is made.
+    pub discard: bool,
 }
 
 struct Open {

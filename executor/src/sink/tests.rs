@@ -68,6 +68,7 @@ fn pieces(format: SinkFormat, partition_by: &[&str], max_file_bytes: u64) -> Vec
         max_task_bytes: u64::MAX,
         batch: 7,
         partition: 2,
+        discard: false,
     };
     let mut parts = Parts::new(layout, &b.schema()).unwrap();
     let mut out = Vec::new();

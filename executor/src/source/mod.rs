@@ -6,6 +6,7 @@
 
 pub mod files;
 mod kafka;
+mod nexmark;
 mod rate;
 
 use arrow_array::RecordBatch;
@@ -59,6 +60,7 @@ pub fn open(
         Some(task_source::Kind::Kafka(k)) => {
             Ok(Box::new(kafka::KafkaReader::new(k.clone(), schema)?))
         }
+        Some(task_source::Kind::Nexmark(n)) => Ok(Box::new(nexmark::NexmarkReader::new(n)?)),
         None => Err(ExecutorError::MalformedTask("missing source".into())),
     }
 }

@@ -217,7 +217,7 @@ fn spec_builder_yaml_parses() {
     assert_eq!(parsed.rate().unwrap().total_rows, Some(6000));
     assert_eq!(parsed.trigger.interval_ms, 50);
     assert_eq!(parsed.max_rows_per_batch, Some(300));
-    assert_eq!(parsed.sink_path(), "/tmp/with space/out");
+    assert_eq!(parsed.sink_path(), Some("/tmp/with space/out"));
     let plain = Spec::new("x", &sink).to_yaml();
     assert!(!plain.contains("total_rows") && !plain.contains("max_rows_per_batch"));
 }
