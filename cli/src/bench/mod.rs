@@ -13,7 +13,7 @@
 //! | `join` | `join.rs`: two rate streams joined within an event-time bound, into Parquet |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
-//! | `nexmark` | `nexmark.rs`: the Nexmark queries (`nexmark_queries.rs`) into the discard sink |
+//! | `nexmark` | `nexmark.rs`: the Nexmark queries (`sluice_common::nexmark::queries`) into the discard sink |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -33,7 +33,6 @@ mod join;
 mod kafka;
 mod latency;
 mod nexmark;
-mod nexmark_queries;
 mod recovery;
 mod secure;
 mod sql;

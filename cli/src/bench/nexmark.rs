@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, cores, workdir};
 use super::cluster::{self, Run};
-use super::nexmark_queries::{self as queries, Mode, Query, Runs};
 use crate::stats::{Summary, round3};
+use sluice_common::nexmark::queries::{self, Mode, Query, Runs};
 
 /// The source partitions of each table.
 const PARTITIONS: u32 = 4;

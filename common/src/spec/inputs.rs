@@ -100,7 +100,18 @@ pub fn validate(spec: &QuerySpec) -> Result<()> {
         }
         validate_source(&field, s)?;
     }
-    validate_watermarks(spec)
+    validate_watermarks(spec)?;
+    if !spec.sources.is_empty() && spec.sql.is_none() {
+        let names: Vec<&str> = spec.sources.keys().map(String::as_str).collect();
+        return Err(Error::invalid(
+            "sql",
+            format!(
+                "missing; a query over `sources:` reads its tables by name ({}), and there is no `input`",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_watermarks(spec: &QuerySpec) -> Result<()> {
@@ -197,9 +208,14 @@ mod tests {
         let names: Vec<&str> = one.inputs().iter().map(|i| i.name).collect();
         assert_eq!(names, ["input"]);
         let text = format!(
-            "sources:\n  orders: {RATE}\n  payments: {{files: {{path: /tmp/p, format: jsonl, schema: [{{name: a, type: int64}}]}}}}\nwatermarks:\n  orders: {{column: timestamp, delay_ms: 10}}\n"
+            "sources:\n  orders: {RATE}\n  payments: {{files: {{path: /tmp/p, format: jsonl, schema: [{{name: a, type: int64}}]}}}}\nwatermarks:\n  orders: {{column: timestamp, delay_ms: 10}}\nsql: SELECT * FROM orders\n"
         );
         let two = parse(&text).unwrap();
+        assert_eq!(
+            field(&text.replace("sql: SELECT * FROM orders\n", "")),
+            "sql",
+            "a query over sources names them"
+        );
         let inputs = two.inputs();
         let names: Vec<&str> = inputs.iter().map(|i| i.name).collect();
         assert_eq!(names, ["orders", "payments"]);

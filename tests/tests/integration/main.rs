@@ -42,6 +42,7 @@ mod manifests_settings;
 mod manifests_static;
 mod metrics;
 mod multi_stream;
+mod nexmark;
 mod prerequisites;
 mod progress_failover;
 mod progress_follow;

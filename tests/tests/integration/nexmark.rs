@@ -1,0 +1,235 @@
+//! The Nexmark source through a real cluster, and `sluice nexmark
+//! generate` beside it:
+//!
+//! - `generate` writes the same bytes twice, and exactly the rows a query
+//!   over the source reads, for the same settings;
+//! - Nexmark's q1 and q17 (over bids), q3 and q8 (persons joined with
+//!   auctions), as `sluice bench nexmark` runs them, while the driver and
+//!   an executor are SIGKILLed and restarted, equal what DataFusion
+//!   computes over `generate`'s Parquet files.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use sluice_common::nexmark::queries::{self, Mode};
+use sluice_tests::cli::run_cli;
+use sluice_tests::oracle::{committed, concat, expected_with};
+use sluice_tests::stateful::{batches, latest, oracle};
+use sluice_tests::{Cluster, QueryState, READY_TIMEOUT, test_rng};
+
+/// Generator settings besides the defaults, in both the specs and
+/// `generate`: fewer active people, so that joins find more matches.
+const SETTINGS: &str = r#"{"active_people": 200}"#;
+
+/// The `nexmark` source of `table`, as a YAML flow mapping.
+fn source(table: &str, events_per_second: u64, events: u64, partitions: u32) -> String {
+    format!(
+        "{{nexmark: {{table: {table}, events_per_second: {events_per_second}, total_events: {events}, partitions: {partitions}, active_people: 200}}}}"
+    )
+}
+
+/// Runs `sluice nexmark generate` into `out`, 500 rows a file.
+async fn generate(out: &Path, table: &str, events: u64, eps: u64, format: &str) {
+    let (events, eps) = (events.to_string(), eps.to_string());
+    let args = [
+        "nexmark",
+        "generate",
+        "--events",
+        &events,
+        "--events-per-second",
+        &eps,
+        "--table",
+        table,
+        "--format",
+        format,
+        "--rows-per-file",
+        "500",
+        "--settings",
+        SETTINGS,
+        "--out",
+        out.to_str().expect("utf-8 path"),
+    ];
+    run_cli("127.0.0.1:1", &args, out.parent().expect("a parent"))
+        .await
+        .assert_success();
+}
+
+/// The files of `dir`, by name.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("generated files")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every row of the Parquet files in `dir`.
+fn parquet_rows(dir: &Path) -> RecordBatch {
+    let mut all = Vec::new();
+    for path in files(dir) {
+        let file = std::fs::File::open(&path).expect("a generated file");
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .expect("Parquet")
+            .build()
+            .expect("a reader");
+        all.extend(reader.map(|b| b.expect("a row group")));
+    }
+    concat(&all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_writes_the_rows_the_source_reads() {
+    let cluster = Cluster::new("nexmark-generate");
+    let driver = cluster.start_driver();
+    driver.wait_ready(READY_TIMEOUT).await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    let events = 40_000;
+    for (table, partitions) in [("bid", 3), ("person", 2), ("auction", 4)] {
+        let text = format!(
+            "name: {table}\nsources:\n  {table}: {}\nsql: SELECT * FROM {table}\nmax_rows_per_batch: 5000\ntrigger:\n  interval_ms: 0\nsink:\n  files:\n    path: {}\n",
+            source(table, 1_000_000, events, partitions),
+            cluster.sink_path(table).display()
+        );
+        client.submit(&text).await.expect("submit");
+    }
+    for table in ["bid", "person", "auction"] {
+        let [a, b] = ["a", "b"].map(|d| cluster.root().join(format!("gen-{table}-{d}")));
+        for dir in [&a, &b] {
+            generate(dir, table, events, 1_000_000, "jsonl").await;
+        }
+        let (fa, fb) = (files(&a), files(&b));
+        assert!(fa.len() > 1, "{table}: several files");
+        for (x, y) in fa.iter().zip(&fb) {
+            let same = std::fs::read(x).unwrap() == std::fs::read(y).unwrap();
+            assert!(same, "{} and {} differ", x.display(), y.display());
+        }
+        let mut generated: Vec<String> = fa
+            .iter()
+            .flat_map(|f| {
+                let text = std::fs::read_to_string(f).unwrap();
+                text.lines().map(str::to_string).collect::<Vec<_>>()
+            })
+            .collect();
+        generated.sort();
+        let status = client
+            .wait_state(table, QueryState::Finished, Duration::from_secs(120))
+            .await;
+        assert!(status.last_committed_batch >= 1, "{table}: {status:#?}");
+        let read = committed(&cluster.sink_path(table)).await;
+        assert_eq!(read.len(), generated.len(), "{table}: row counts differ");
+        assert!(
+            read == generated,
+            "{table}: the source's rows are not generate's"
+        );
+    }
+}
+
+const EVENTS: u64 = 60_000;
+const EVENTS_PER_SECOND: u64 = 6_000;
+
+/// The queries of the oracle test, with the keys of an update-mode one.
+const CASES: [(&str, &[&str]); 4] = [
+    ("q1", &[]),
+    ("q17", &["auction", "day"]),
+    ("q3", &[]),
+    ("q8", &[]),
+];
+
+fn spec(name: &str, sink: &Path) -> String {
+    let q = queries::find(name).expect("a Nexmark query");
+    let plan = q.plan.expect("a query Sluice runs");
+    let mut text = format!("name: {name}\nsources:\n");
+    for t in plan.tables {
+        text += &format!("  {t}: {}\n", source(t, EVENTS_PER_SECOND, EVENTS, 3));
+    }
+    if plan.watermarks {
+        text += "watermarks:\n";
+        for t in plan.tables {
+            text += &format!("  {t}: {{column: date_time, delay_ms: 0}}\n");
+        }
+    }
+    if plan.mode == Mode::Update {
+        text += "output_mode: update\n";
+    }
+    text + &format!(
+        "max_rows_per_batch: 3000\nstate_partitions: 3\ntrigger:\n  interval_ms: 0\nsink:\n  files:\n    path: {}\nsql: {:?}\n",
+        sink.display(),
+        plan.sql
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_queries_equal_the_oracle_through_driver_and_executor_kills() {
+    let mut rng = test_rng();
+    let cluster = Cluster::new("nexmark-oracle");
+    let driver = cluster.start_driver();
+    driver.wait_ready(READY_TIMEOUT).await;
+    let drivers = driver.addr().to_string();
+    let victim = cluster.start_executor(&drivers);
+    let _survivor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    for (name, _) in CASES {
+        let text = spec(name, &cluster.sink_path(name));
+        client
+            .submit(&text)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: submit refused: {e}\n{text}"));
+    }
+    // The events arrive over 10 s: a SIGKILL of the driver, then of an
+    // executor, each at a moment the seed picks while q1 runs.
+    client
+        .wait_committed("q1", 1, Duration::from_secs(60))
+        .await;
+    tokio::time::sleep(rng.millis(0, 1500)).await;
+    driver.kill();
+    tokio::time::sleep(rng.millis(0, 300)).await;
+    driver.restart_ready().await;
+    let done = client
+        .wait_committed("q1", 0, Duration::from_secs(60))
+        .await;
+    client
+        .wait_committed("q1", done + 1, Duration::from_secs(60))
+        .await;
+    tokio::time::sleep(rng.millis(0, 1000)).await;
+    victim.kill();
+    tokio::time::sleep(rng.millis(0, 300)).await;
+    victim.restart();
+
+    let mut tables = Vec::new();
+    for table in ["bid", "person", "auction"] {
+        let dir = cluster.root().join(format!("oracle-{table}"));
+        generate(&dir, table, EVENTS, EVENTS_PER_SECOND, "parquet").await;
+        tables.push((table, parquet_rows(&dir)));
+    }
+    for (name, keys) in CASES {
+        let status = client
+            .wait_state(name, QueryState::Finished, Duration::from_secs(180))
+            .await;
+        assert!(status.error.is_empty(), "{name}: {status:#?}");
+        let sql = queries::find(name).unwrap().plan.unwrap().sql;
+        let sink = cluster.sink_path(name);
+        if keys.is_empty() {
+            let want = expected_with(sql, Vec::new(), &tables).await;
+            let got = committed(&sink).await;
+            eprintln!("{name}: {} rows", want.len());
+            assert!(!want.is_empty(), "{name}: the oracle has rows");
+            assert_eq!(got.len(), want.len(), "{name}: row counts differ");
+            assert!(got == want, "{name}: the sink differs from the oracle");
+        } else {
+            let want = oracle(sql, Vec::new(), &tables).await;
+            let got = latest(&batches(&sink).await, keys);
+            eprintln!("{name}: {} groups", want.len());
+            assert!(!want.is_empty(), "{name}: the oracle has rows");
+            assert!(
+                got == want,
+                "{name}: the sink's latest rows differ from the oracle"
+            );
+        }
+    }
+    assert_eq!(driver.starts(), 2, "the driver ran twice");
+    assert_eq!(victim.starts(), 2, "the executor ran twice");
+}
