@@ -89,24 +89,13 @@ fn spec(args: &GenerateArgs) -> anyhow::Result<NexmarkSpec> {
 
 fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     let spec = spec(args)?;
-    anyhow::ensure!(args.rows_per_file > 0, "--rows-per-file must be at least 1");
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let rows = nexmark::total_rows(&spec).unwrap_or(0);
-    let (mut files, mut bytes) = (0u64, 0u64);
-    for (i, start) in (0..rows).step_by(args.rows_per_file as usize).enumerate() {
-        let end = (start + args.rows_per_file).min(rows);
-        let ext = sluice_executor::sink_extension(args.format);
-        let name = format!("{}-{i:05}.{ext}", spec.table.as_str());
-        bytes += write_file(&args.out.join(name), &spec, args.format, start, end)?;
-        files += 1;
-    }
+    let written = write_table(&spec, args.format, &args.out, args.rows_per_file)?;
     let summary = json!({
         "table": spec.table.as_str(),
         "events": args.events,
-        "rows": rows,
-        "files": files,
-        "bytes": bytes,
+        "rows": written.rows,
+        "files": written.files,
+        "bytes": written.bytes,
         "format": sluice_executor::sink_extension(args.format),
         "schema": nexmark::schema(spec.table).fields().iter()
             .map(|f| json!({"name": f.name(), "type": f.data_type().to_string()}))
@@ -114,6 +103,40 @@ fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     });
     println!("{summary}");
     Ok(())
+}
+
+/// What [`write_table`] wrote.
+pub struct Written {
+    pub rows: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Writes the rows of the spec's table among its `total_events` into
+/// files of `rows_per_file` rows under `out` (created if missing).
+pub fn write_table(
+    spec: &NexmarkSpec,
+    format: SinkFormat,
+    out: &Path,
+    rows_per_file: u64,
+) -> anyhow::Result<Written> {
+    anyhow::ensure!(rows_per_file > 0, "--rows-per-file must be at least 1");
+    // Rows in order: partitions divide rows, never change them.
+    let spec = &NexmarkSpec {
+        partitions: 1,
+        ..spec.clone()
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let rows = nexmark::total_rows(spec).unwrap_or(0);
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for (i, start) in (0..rows).step_by(rows_per_file as usize).enumerate() {
+        let end = (start + rows_per_file).min(rows);
+        let ext = sluice_executor::sink_extension(format);
+        let name = format!("{}-{i:05}.{ext}", spec.table.as_str());
+        bytes += write_file(&out.join(name), spec, format, start, end)?;
+        files += 1;
+    }
+    Ok(Written { rows, files, bytes })
 }
 
 /// Writes rows `[start, end)` into `path`; returns its bytes.

@@ -26,6 +26,13 @@ pub enum Scenario {
     Nexmark,
 }
 
+/// Where the nexmark scenario's events come from (`--input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NexmarkInput {
+    Nexmark,
+    Files,
+}
+
 /// Where a scenario's checkpoint root and sink are (`--storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StorageKind {
@@ -145,6 +152,18 @@ pub struct BenchArgs {
     /// nexmark: the source's pace, and the rate of its event time.
     #[arg(long, default_value_t = 10_000_000)]
     pub events_per_second: u64,
+    /// nexmark: read the events from the nexmark source, or from Parquet
+    /// files of them (`--files-dir`) through the file source.
+    #[arg(long, value_enum, default_value_t = NexmarkInput::Nexmark)]
+    pub input: NexmarkInput,
+    /// nexmark `--input files`: a directory with a folder of Parquet files
+    /// per table (`bid/`, ...), written by `sluice nexmark generate` with
+    /// the same `--events`; a missing folder is generated first.
+    #[arg(long, default_value = "target/nexmark-files")]
+    pub files_dir: std::path::PathBuf,
+    /// nexmark `--input files`: files per batch.
+    #[arg(long, default_value_t = 2)]
+    pub files_per_batch: u32,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).

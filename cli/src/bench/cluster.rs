@@ -29,6 +29,16 @@ pub async fn start(
     start_on(root, &crate::verify::stores(), None, shutdown).await
 }
 
+/// [`start`], with the nodes allowed `inputs` (absolute directories) as
+/// well as the directory of `root`.
+pub async fn start_reading(
+    root: &str,
+    inputs: &[String],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(InProcess, Client)> {
+    start_with(root, &crate::verify::stores(), None, inputs, shutdown).await
+}
+
 /// [`start`], with every node opening storage through `stores`, and with
 /// TLS, mutual TLS and a token when `tls` is given.
 pub async fn start_on(
@@ -37,13 +47,29 @@ pub async fn start_on(
     tls: Option<&BenchTls>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
+    start_with(root, stores, tls, &[], shutdown).await
+}
+
+async fn start_with(
+    root: &str,
+    stores: &Stores,
+    tls: Option<&BenchTls>,
+    inputs: &[String],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(InProcess, Client)> {
     let listen = inproc::free_addr()?;
     let addr = inproc::advertise(listen);
     let mut cluster = InProcess::with_stores(shutdown.child_token(), stores.clone());
-    // The executor is confined as the driver is by default: to the
-    // directory that holds the checkpoint root.
-    cluster.confine(AllowedPaths::data_dir_of(root).map_err(anyhow::Error::msg)?);
     let mut driver_args = inproc::driver_args(listen, None, root, "bench-driver");
+    // The executor is confined as the driver is: to the directory that
+    // holds the checkpoint root, and the inputs.
+    let data_dir = AllowedPaths::data_dir_of(root).map_err(anyhow::Error::msg)?;
+    let mut allowed = data_dir.prefixes();
+    allowed.extend(inputs.iter().cloned());
+    cluster.confine(AllowedPaths::parse(&allowed).map_err(anyhow::Error::msg)?);
+    if !inputs.is_empty() {
+        driver_args.extend(["--allowed-paths".to_string(), allowed.join(",")]);
+    }
     let mut client = Client::new(vec![addr.clone()])?;
     if let Some(tls) = tls {
         driver_args.extend(tls.driver_args());
