@@ -55,6 +55,52 @@ const fn runs(sql: &'static str, tables: &'static [&'static str], mode: Mode) ->
 
 const BID: &[&str] = &["bid"];
 
+/// The bids counted by price rank (q15, q16, q17).
+macro_rules! rank_counts {
+    () => {
+        "count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
+         count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
+         count(*) FILTER (WHERE price >= 1000000) AS rank3_bids"
+    };
+}
+
+/// The distinct bidders and auctions, in all and by price rank (q15, q16).
+macro_rules! distinct_counts {
+    () => {
+        concat!(
+            distinct_by_rank!("bidder", "bidders"),
+            ", ",
+            distinct_by_rank!("auction", "auctions")
+        )
+    };
+}
+
+macro_rules! distinct_by_rank {
+    ($column:literal, $name:literal) => {
+        concat!(
+            "count(DISTINCT ",
+            $column,
+            ") AS total_",
+            $name,
+            ", ",
+            "count(DISTINCT ",
+            $column,
+            ") FILTER (WHERE price < 10000) AS rank1_",
+            $name,
+            ", ",
+            "count(DISTINCT ",
+            $column,
+            ") FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_",
+            $name,
+            ", ",
+            "count(DISTINCT ",
+            $column,
+            ") FILTER (WHERE price >= 1000000) AS rank3_",
+            $name
+        )
+    };
+}
+
 const CHAINED: &str = "chained stateful operators (an aggregation or join feeding another)";
 
 pub const QUERIES: [Query; 23] = [
@@ -199,19 +245,13 @@ pub const QUERIES: [Query; 23] = [
         name: "q15",
         what: "bidding statistics report",
         plan: Ok(runs(
-            "SELECT to_char(date_time, '%Y-%m-%d') AS day, count(*) AS total_bids, \
-             count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
-             count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
-             count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
-             count(DISTINCT bidder) AS total_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
-             count(DISTINCT auction) AS total_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions \
-             FROM bid GROUP BY to_char(date_time, '%Y-%m-%d')",
+            concat!(
+                "SELECT to_char(date_time, '%Y-%m-%d') AS day, count(*) AS total_bids, ",
+                rank_counts!(),
+                ", ",
+                distinct_counts!(),
+                " FROM bid GROUP BY to_char(date_time, '%Y-%m-%d')"
+            ),
             BID,
             Mode::Update,
         )),
@@ -220,20 +260,14 @@ pub const QUERIES: [Query; 23] = [
         name: "q16",
         what: "channel statistics report",
         plan: Ok(runs(
-            "SELECT channel, to_char(date_time, '%Y-%m-%d') AS day, \
-             max(to_char(date_time, '%H:%M')) AS minute, count(*) AS total_bids, \
-             count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
-             count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
-             count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
-             count(DISTINCT bidder) AS total_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
-             count(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
-             count(DISTINCT auction) AS total_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
-             count(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions \
-             FROM bid GROUP BY channel, to_char(date_time, '%Y-%m-%d')",
+            concat!(
+                "SELECT channel, to_char(date_time, '%Y-%m-%d') AS day, \
+                 max(to_char(date_time, '%H:%M')) AS minute, count(*) AS total_bids, ",
+                rank_counts!(),
+                ", ",
+                distinct_counts!(),
+                " FROM bid GROUP BY channel, to_char(date_time, '%Y-%m-%d')"
+            ),
             BID,
             Mode::Update,
         )),
@@ -242,13 +276,13 @@ pub const QUERIES: [Query; 23] = [
         name: "q17",
         what: "auction statistics report",
         plan: Ok(runs(
-            "SELECT auction, to_char(date_time, '%Y-%m-%d') AS day, count(*) AS total_bids, \
-             count(*) FILTER (WHERE price < 10000) AS rank1_bids, \
-             count(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
-             count(*) FILTER (WHERE price >= 1000000) AS rank3_bids, \
-             min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, \
-             sum(price) AS sum_price \
-             FROM bid GROUP BY auction, to_char(date_time, '%Y-%m-%d')",
+            concat!(
+                "SELECT auction, to_char(date_time, '%Y-%m-%d') AS day, count(*) AS total_bids, ",
+                rank_counts!(),
+                ", min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, \
+                 sum(price) AS sum_price \
+                 FROM bid GROUP BY auction, to_char(date_time, '%Y-%m-%d')"
+            ),
             BID,
             Mode::Update,
         )),

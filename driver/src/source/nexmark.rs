@@ -6,22 +6,18 @@
 //! query is created: event `n` is available `n / events_per_second`
 //! seconds after it. What the rows are is `sluice_common::nexmark`'s.
 
-use std::time::Duration;
-
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{OffsetRecord, QueryCheckpoint, Record, SourceOffsets};
 use sluice_common::spec::NexmarkSpec;
 use sluice_common::storage::Stores;
-use sluice_common::time::now_ms;
 use sluice_common::{nexmark, rate};
 use sluice_proto as pb;
 
 use super::io::SourceIo;
-use super::rate::{create_start, read_start};
+use super::rate::{Paced, create_start, read_start};
 use super::{Limits, Next, SourcePlanner};
 use crate::error::DriverError;
-use crate::planner::{PlanDecision, PlanInput, plan};
 
 pub struct NexmarkPlanner {
     spec: NexmarkSpec,
@@ -95,30 +91,26 @@ impl SourcePlanner for NexmarkPlanner {
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
         Box::pin(async move {
-            let committed_end = Self::committed_end(committed);
-            let now = now_ms();
-            let eps = self.spec.events_per_second;
-            let total = self.spec.total_events;
-            let input = PlanInput {
-                committed_end,
-                available: rate::available_rows(self.start_ms, now, eps, total),
-                max_rows_per_batch: limits
-                    .max_rows_per_batch
-                    .map(|r| nexmark::events_for_rows(&self.spec, r)),
-                total_rows: total,
-                max_rows_per_task: nexmark::events_for_rows(&self.spec, limits.max_rows_per_task),
+            let paced = Paced {
+                start_ms: self.start_ms,
+                per_second: self.spec.events_per_second,
+                total: self.spec.total_events,
                 partitions: self.spec.partitions,
             };
-            Ok(match plan(input) {
-                PlanDecision::Finished => Next::Finished,
-                PlanDecision::Wait => {
-                    let due = rate::timestamp_ms(self.start_ms, committed_end, eps);
-                    Next::Wait(Duration::from_millis((due - now).clamp(1, 1000) as u64))
-                }
-                PlanDecision::Batch { start, end } => Next::Batch(SourceOffsets::Nexmark {
+            // The caps count the table's rows; a batch counts events.
+            let events = |rows| nexmark::events_for_rows(&self.spec, rows);
+            let next = paced.next(
+                Self::committed_end(committed),
+                limits.max_rows_per_batch.map(events),
+                events(limits.max_rows_per_task),
+            );
+            Ok(match next {
+                Next::Batch((start, end)) => Next::Batch(SourceOffsets::Nexmark {
                     start_event: start,
                     end_event: end,
                 }),
+                Next::Wait(d) => Next::Wait(d),
+                Next::Finished => Next::Finished,
             })
         })
     }

@@ -101,6 +101,44 @@ pub(super) async fn read_start(io: &SourceIo, record: Record) -> Result<i64, Dri
     Ok(meta.start_ms)
 }
 
+/// A generated source's pace: value `v` (of `total`, if bounded) is
+/// available `v / per_second` seconds after `start_ms`.
+pub(super) struct Paced {
+    pub start_ms: i64,
+    pub per_second: u64,
+    pub total: Option<u64>,
+    pub partitions: u32,
+}
+
+impl Paced {
+    /// The values `[start, end)` of the next batch after `committed_end`,
+    /// within the caps, or how long until the next value is due.
+    pub fn next(
+        &self,
+        committed_end: u64,
+        max_per_batch: Option<u64>,
+        max_per_task: u64,
+    ) -> Next<(u64, u64)> {
+        let now = now_ms();
+        let input = PlanInput {
+            committed_end,
+            available: rate::available_rows(self.start_ms, now, self.per_second, self.total),
+            max_rows_per_batch: max_per_batch,
+            total_rows: self.total,
+            max_rows_per_task: max_per_task,
+            partitions: self.partitions,
+        };
+        match plan(input) {
+            PlanDecision::Finished => Next::Finished,
+            PlanDecision::Wait => {
+                let due = rate::timestamp_ms(self.start_ms, committed_end, self.per_second);
+                Next::Wait(Duration::from_millis((due - now).clamp(1, 1000) as u64))
+            }
+            PlanDecision::Batch { start, end } => Next::Batch((start, end)),
+        }
+    }
+}
+
 impl SourcePlanner for RatePlanner {
     fn schema(&self) -> SchemaRef {
         rate::schema()
@@ -113,27 +151,24 @@ impl SourcePlanner for RatePlanner {
         limits: Limits,
     ) -> BoxFuture<'a, Result<Next, DriverError>> {
         Box::pin(async move {
-            let committed_end = Self::committed_end(committed);
-            let now = now_ms();
-            let rps = self.spec.rows_per_second;
-            let input = PlanInput {
-                committed_end,
-                available: rate::available_rows(self.start_ms, now, rps, self.spec.total_rows),
-                max_rows_per_batch: limits.max_rows_per_batch,
-                total_rows: self.spec.total_rows,
-                max_rows_per_task: limits.max_rows_per_task,
+            let paced = Paced {
+                start_ms: self.start_ms,
+                per_second: self.spec.rows_per_second,
+                total: self.spec.total_rows,
                 partitions: self.spec.partitions,
             };
-            Ok(match plan(input) {
-                PlanDecision::Finished => Next::Finished,
-                PlanDecision::Wait => {
-                    let due = rate::timestamp_ms(self.start_ms, committed_end, rps);
-                    Next::Wait(Duration::from_millis((due - now).clamp(1, 1000) as u64))
-                }
-                PlanDecision::Batch { start, end } => Next::Batch(SourceOffsets::Rate {
+            let next = paced.next(
+                Self::committed_end(committed),
+                limits.max_rows_per_batch,
+                limits.max_rows_per_task,
+            );
+            Ok(match next {
+                Next::Batch((start, end)) => Next::Batch(SourceOffsets::Rate {
                     start_value: start,
                     end_value: end,
                 }),
+                Next::Wait(d) => Next::Wait(d),
+                Next::Finished => Next::Finished,
             })
         })
     }
