@@ -233,3 +233,58 @@ async fn nexmark_queries_equal_the_oracle_through_driver_and_executor_kills() {
     assert_eq!(driver.starts(), 2, "the driver ran twice");
     assert_eq!(victim.starts(), 2, "the executor ran twice");
 }
+
+/// Every file under `dir`, recursively.
+fn all_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(all_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discard_sink_counts_rows_and_bytes_and_writes_nothing() {
+    let cluster = Cluster::new("nexmark-discard");
+    let driver = cluster.start_driver();
+    driver.wait_ready(READY_TIMEOUT).await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    let events = 200_000;
+    // q2: the auction and price (two bigints) of one bid in about 123.
+    let sql = queries::find("q2").unwrap().plan.unwrap().sql;
+    let text = format!(
+        "name: discard\nsources:\n  bid: {}\nsql: {sql:?}\nmax_rows_per_batch: 40000\ntrigger:\n  interval_ms: 0\nsink:\n  discard: {{}}\n",
+        source("bid", 1_000_000, events, 2)
+    );
+    client.submit(&text).await.expect("submit");
+    let status = client
+        .wait_state("discard", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    let progress = client.progress("discard").await.expect("progress");
+    assert_eq!(progress.len() as i64, status.last_committed_batch + 1);
+    assert!(progress.len() > 3, "several batches: {}", progress.len());
+    let rows: u64 = progress.iter().map(|p| p.num_output_rows).sum();
+    let bytes: u64 = progress.iter().map(|p| p.sink_bytes).sum();
+
+    let dir = cluster.root().join("oracle-bid");
+    generate(&dir, "bid", events, 1_000_000, "parquet").await;
+    let want = expected_with(sql, Vec::new(), &[("bid", parquet_rows(&dir))]).await;
+    assert!(!want.is_empty(), "the oracle has rows");
+    assert_eq!(rows, want.len() as u64, "the rows counted are the query's");
+    assert_eq!(bytes, 16 * rows, "two bigints a row, in Arrow memory");
+    let written: Vec<PathBuf> = all_files(cluster.root())
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+        })
+        .collect();
+    assert!(written.is_empty(), "the discard sink wrote {written:?}");
+}
