@@ -43,10 +43,10 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
                 .with_context(|| format!("no Nexmark query {name:?}; expected q0 .. q22 or all"))?,
         ],
     };
-    let mut results = serde_json::Map::new();
+    let mut results = Vec::new();
     let mut failed = false;
     for q in chosen {
-        let figures = match &q.plan {
+        let mut figures = match &q.plan {
             Err(needs) => json!({"what": q.what, "runs": false, "needs": needs}),
             // A query that fails (its state past the executor's bound, say)
             // is reported, and the others still run.
@@ -61,7 +61,8 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
                 }
             },
         };
-        results.insert(q.name.into(), figures);
+        figures["query"] = q.name.into();
+        results.push(figures);
     }
     let figures = json!({
         "scenario": "nexmark",
