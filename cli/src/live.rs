@@ -35,6 +35,15 @@ pub fn sparkline(values: &[u64]) -> String {
 }
 
 /// `hh:mm:ss.mmm` UTC of a time in ms since the Unix epoch.
+/// A watermark as [`clock`] shows it; the batch that ends a bounded
+/// query's input has its watermark at the end of time.
+fn watermark(ms: i64) -> String {
+    if ms == i64::MAX {
+        return "end of input".into();
+    }
+    clock(ms)
+}
+
 fn clock(ms: i64) -> String {
     let ms = ms.rem_euclid(86_400_000);
     let (h, m, s) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60);
@@ -108,7 +117,7 @@ impl Live {
                 "state     {} rows  {}  watermark {}  late rows {}  bad records {}",
                 p.state_rows_total,
                 human_bytes(p.state_bytes),
-                p.watermark_ms.map_or_else(|| "none".into(), clock),
+                p.watermark_ms.map_or_else(|| "none".into(), watermark),
                 p.rows_dropped_by_watermark,
                 p.bad_records
             ),
@@ -226,6 +235,10 @@ mod tests {
         assert!(lines[3].contains("execution 76") && lines[3].contains("(map 10, reduce 5)"));
         assert!(lines[4].starts_with("state     40 rows  2.0 KiB  watermark 01:02:02.000 UTC"));
         assert!(live.render(30).iter().all(|l| l.chars().count() <= 30));
+        let mut end = batch(4, 10);
+        end.watermark_ms = Some(i64::MAX);
+        live.push(&end);
+        assert!(live.render(200)[4].contains("watermark end of input"));
     }
 
     #[test]

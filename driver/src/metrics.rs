@@ -295,7 +295,12 @@ impl Metrics {
         self.state_bytes
             .with_label_values(q)
             .set(p.state_bytes as i64);
-        if let Some(w) = p.watermark_ms {
+        // The batch that ends a bounded input keeps the gauge at the last
+        // event-time watermark rather than at the end of time.
+        if let Some(w) = p
+            .watermark_ms
+            .filter(|&w| w != crate::watermark::END_OF_TIME)
+        {
             self.watermark_ms.with_label_values(q).set(w);
         }
         let d = p.duration_ms.unwrap_or_default();

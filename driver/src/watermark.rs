@@ -17,6 +17,10 @@
 
 use std::collections::BTreeMap;
 
+/// The watermark of the batch that ends a query whose inputs have all
+/// ended (see [`Clocks::at_end`]).
+pub const END_OF_TIME: i64 = i64::MAX;
+
 /// What the committed batches say of event time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventClock {
@@ -75,6 +79,28 @@ impl Clocks {
         }
     }
 
+    /// The watermarks of a query's last batch, once every input has ended:
+    /// each input's at the end of time (the largest bigint, as Flink's
+    /// final watermark), so that every stateful operator lets go of what
+    /// it holds and emits what it would have emitted later: the last
+    /// windows of an append-mode aggregation, an outer join's unmatched
+    /// rows. `None` for a query without watermarks, and once that batch
+    /// has been planned.
+    pub fn at_end(&self) -> Option<NextWatermarks> {
+        let done = |c: &EventClock| c.watermark == Some(END_OF_TIME);
+        if self.inputs.is_empty() || self.inputs.values().all(|(_, c)| done(c)) {
+            return None;
+        }
+        Some(NextWatermarks {
+            query: Some(END_OF_TIME),
+            inputs: self
+                .inputs
+                .keys()
+                .map(|n| (n.clone(), END_OF_TIME))
+                .collect(),
+        })
+    }
+
     /// The clocks after a batch commits whose watermarks were `planned`
     /// and whose inputs' latest event times were `seen`.
     pub fn after(mut self, planned: &BTreeMap<String, i64>, seen: &BTreeMap<String, i64>) -> Self {
@@ -121,5 +147,25 @@ mod tests {
         let planned = c.next().inputs;
         let c = c.after(&planned, &seen);
         assert_eq!(c.next().query, Some(9_000), "a now holds the query back");
+    }
+
+    #[test]
+    fn the_end_of_every_input_moves_every_watermark_to_the_end_once() {
+        assert_eq!(
+            Clocks::default().at_end(),
+            None,
+            "no watermark, nothing held"
+        );
+        let mut c = Clocks::default();
+        c.inputs.insert("a".into(), (1000, EventClock::default()));
+        c.inputs.insert("b".into(), (0, EventClock::default()));
+        let seen = BTreeMap::from([("a".to_string(), 10_000)]);
+        let c = c.after(&BTreeMap::new(), &seen);
+        let end = c.at_end().expect("the last batch is due");
+        assert_eq!(end.query, Some(END_OF_TIME));
+        assert_eq!(end.inputs.len(), 2, "every input's, seen event time or not");
+        let c = c.after(&end.inputs, &BTreeMap::new());
+        assert_eq!(c.at_end(), None, "planned once");
+        assert_eq!(c.next().query, Some(END_OF_TIME), "and never moves back");
     }
 }

@@ -35,6 +35,10 @@ const fmt = (n, digits = 0) =>
   n == null ? "–" : Number(n).toLocaleString("en-US", { maximumFractionDigits: digits });
 const ago = (ms) => (ms == null ? "–" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s");
 const time = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").replace("Z", ""));
+// The watermark of the batch that ends a bounded query is the largest
+// bigint, past any date.
+const END_OF_TIME = 8.64e15;
+const watermark = (ms) => (ms != null && ms >= END_OF_TIME ? "end of input" : time(ms));
 
 function route() {
   const hash = decodeURIComponent(location.hash.replace(/^#\/?/, ""));
@@ -213,7 +217,7 @@ function progress(p) {
     $("q-in-rate").textContent = fmt(last.input_rows_per_second, 1);
     $("q-proc-rate").textContent = fmt(last.processed_rows_per_second, 1);
     $("q-state-rows").textContent = fmt(last.state_rows_total);
-    $("q-watermark").textContent = last.watermark_ms == null ? "–" : time(last.watermark_ms);
+    $("q-watermark").textContent = watermark(last.watermark_ms);
   }
   // A stateless query has no state: its state chart stays hidden.
   $("chart-state").hidden = !rs.some((r) => r.state_rows_total > 0);
@@ -232,7 +236,7 @@ function progress(p) {
     h("td", { class: "num", text: fmt(r.input_rows_per_second, 1) }),
     h("td", { class: "num", text: fmt(r.processed_rows_per_second, 1) }),
     h("td", { class: "num", text: r.duration_ms.total + " ms" }), h("td", { class: "num", text: fmt(r.state_rows_total) }),
-    h("td", { text: r.watermark_ms == null ? "–" : time(r.watermark_ms) })));
+    h("td", { text: watermark(r.watermark_ms) })));
   $("q-progress").querySelector("tbody").replaceChildren(...rows);
 }
 

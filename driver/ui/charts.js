@@ -103,7 +103,8 @@ const SluiceCharts = (() => {
           (rs) => [rs.map((r) => r.state_rows_total)]);
       case "watermark":
         return lines(el, "Watermark lag (s)", [lineSeries("lag s", "#d9534f")],
-          (rs) => [rs.map((r) => (r.watermark_ms == null ? null : (r.timestamp_ms - r.watermark_ms) / 1000))]);
+          // No lag for the batch that ends the input (its watermark is past any date).
+          (rs) => [rs.map((r) => (r.watermark_ms == null || r.watermark_ms >= 8.64e15 ? null : (r.timestamp_ms - r.watermark_ms) / 1000))]);
       default:
         throw new Error("unknown chart " + kind);
     }

@@ -385,15 +385,19 @@ async fn plan_next(
             max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
             parallelism: slots.max(1),
         };
-        let inputs = match streams.next(committed, limits).await? {
-            Next::Finished => return Ok(None),
+        let (inputs, watermarks) = match streams.next(committed, limits).await? {
+            Next::Finished => match clocks.at_end().filter(|_| ctx.stateful.is_some()) {
+                // Every input has ended: one last batch, reading nothing,
+                // lets the operator emit what it still holds.
+                Some(end) => (streams.idle(committed), end),
+                None => return Ok(None),
+            },
             Next::Wait(d) => {
                 ctx.sleep(d).await?;
                 continue;
             }
-            Next::Batch(inputs) => inputs,
+            Next::Batch(inputs) => (inputs, clocks.next()),
         };
-        let watermarks = clocks.next();
         let many = inputs.single().is_none();
         let tables = match &ctx.tables {
             Some(record) => source::tables::files(io, &ctx.spec, record).await?,

@@ -116,6 +116,16 @@ impl Streams {
         })
     }
 
+    /// Every input's range of a batch that reads nothing, after
+    /// `committed`.
+    pub fn idle(&self, committed: Option<&Inputs>) -> Inputs {
+        let ranges = self.streams.iter().map(|s| {
+            let before = committed.and_then(|c| c.get(&s.name));
+            (s.name.clone(), s.planner.idle(before))
+        });
+        self.inputs(ranges.collect())
+    }
+
     fn inputs(&self, mut ranges: BTreeMap<String, SourceOffsets>) -> Inputs {
         match (self.many, ranges.pop_first()) {
             (false, Some((_, range))) => Inputs::Source(range),

@@ -43,9 +43,14 @@ async fn the_readme_windowed_example_runs() {
         )
         .await;
     assert!(status.error.is_empty(), "{status:#?}");
-    let progress = status.latest_progress.expect("progress");
+    let progress = client
+        .progress("clicks-per-window")
+        .await
+        .expect("progress");
     assert!(
-        progress.watermark_ms.is_some() && progress.state_bytes > 0,
+        progress
+            .iter()
+            .any(|p| p.watermark_ms.is_some() && p.state_bytes > 0),
         "{progress:?}"
     );
     let root = cluster.checkpoint_root();

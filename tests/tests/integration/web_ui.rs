@@ -29,6 +29,7 @@ use sluice_tests::{Cluster, QueryState, query_dir};
 const QUERY: &str = "windows";
 const MANY: &str = "many";
 const MANY_BATCHES: u64 = 1100;
+const ENDED: &str = "ended";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn shots() -> PathBuf {
@@ -84,6 +85,18 @@ async fn the_web_ui_shows_live_charts_that_match_the_checkpoint() {
         .max_rows_per_batch(10)
         .interval_ms(0);
     client.submit(&many.to_yaml()).await.expect("submit many");
+    // A bounded windowed query: its last batch ends the input, with the
+    // watermark at the end of time.
+    let ended = Spec::new(ENDED, &cluster.sink_path(ENDED))
+        .partitions(2)
+        .rows_per_second(1_000_000)
+        .total_rows(4000)
+        .max_rows_per_batch(1000)
+        .interval_ms(0)
+        .sql(WINDOWS)
+        .with("watermark: {column: timestamp_ms, delay_ms: 200}")
+        .with("output_mode: append");
+    client.submit(&ended.to_yaml()).await.expect("submit ended");
     // The cluster as the API reports it, once the executor has attached.
     let deadline = std::time::Instant::now() + WAIT;
     let info = loop {
@@ -227,6 +240,17 @@ async fn the_web_ui_shows_live_charts_that_match_the_checkpoint() {
                 .ends_with('s')
         );
         b.screenshot(&dir.join("cluster.png"));
+
+        // A finished bounded query: its last batch ended the input.
+        b.run(&format!("location.hash = '#/query/{ENDED}'"));
+        b.wait_for(
+            "the bounded query finished",
+            "document.getElementById('q-state').textContent === 'FINISHED'",
+            WAIT,
+        );
+        assert_eq!(b.text("#q-watermark"), "end of input");
+        let last_row = b.eval("[...document.querySelector('#q-progress tbody tr').children].map(td => td.textContent)");
+        assert_eq!(last_row[8], "end of input", "{last_row}");
 
         // The long query: a chart keeps its last 1000 batches.
         b.run(&format!("location.hash = '#/query/{MANY}'"));
