@@ -73,6 +73,12 @@ pub fn partition_range(p: u32, parts: u32, start: u64, end: u64) -> (u64, u64) {
     }
 }
 
+/// How many of the values `[start, end)` partitions `parts` (a run of
+/// the `of` partitions) hold: a task's planned rows.
+pub fn rows_of(parts: std::ops::Range<u32>, of: u32, start: u64, end: u64) -> u64 {
+    parts.map(|p| partition_range(p, of, start, end).1).sum()
+}
+
 /// A task of a batch reads at least this many rows, when the batch has
 /// them: small partitions are packed into one task, as Spark packs small
 /// files into one partition, so that a task's fixed cost (planning, a

@@ -9,13 +9,13 @@
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{OffsetRecord, QueryCheckpoint, Record, SourceOffsets};
+use sluice_common::nexmark;
 use sluice_common::spec::NexmarkSpec;
 use sluice_common::storage::Stores;
-use sluice_common::{nexmark, rate};
 use sluice_proto as pb;
 
 use super::io::SourceIo;
-use super::rate::{Paced, create_start, read_start};
+use super::rate::{Paced, create_start, packed_tasks, read_start};
 use super::{Limits, Next, SourcePlanner};
 use crate::error::DriverError;
 
@@ -133,25 +133,22 @@ impl SourcePlanner for NexmarkPlanner {
         let Some((start_row, end_row)) = self.rows(input) else {
             return Err(super::other_source("nexmark", plan, input));
         };
-        let parts = self.spec.partitions;
         let source = pb::NexmarkSource::from(&self.spec);
-        rate::task_groups(parts, start_row, end_row, plan.max_rows_per_task)
-            .into_iter()
-            .map(|(first, count)| {
-                let task = pb::NexmarkTask {
+        let range = (start_row, end_row);
+        Ok(packed_tasks(
+            self.spec.partitions,
+            range,
+            plan,
+            |first, count| {
+                pb::task_source::Kind::Nexmark(pb::NexmarkTask {
                     source: Some(source.clone()),
                     start_row,
                     end_row,
                     partition_count: count,
                     first_partition: first,
-                };
-                let source = pb::TaskSource {
-                    kind: Some(pb::task_source::Kind::Nexmark(task)),
-                    table: String::new(),
-                };
-                Ok((first, source))
-            })
-            .collect()
+                })
+            },
+        ))
     }
 
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64> {

@@ -90,6 +90,27 @@ pub(super) async fn create_start(
     Ok(())
 }
 
+/// The tasks of a generated source's values `range` over `parts`
+/// partitions, packed into runs ([`rate::task_groups`]), each with its
+/// first partition; `kind` makes a run's task.
+pub(super) fn packed_tasks(
+    parts: u32,
+    (start, end): (u64, u64),
+    plan: &OffsetRecord,
+    kind: impl Fn(u32, u32) -> pb::task_source::Kind,
+) -> Vec<(u32, pb::TaskSource)> {
+    rate::task_groups(parts, start, end, plan.max_rows_per_task)
+        .into_iter()
+        .map(|(first, count)| {
+            let source = pb::TaskSource {
+                kind: Some(kind(first, count)),
+                table: String::new(),
+            };
+            (first, source)
+        })
+        .collect()
+}
+
 /// A generated source's start, fixed at `record`.
 pub(super) async fn read_start(io: &SourceIo, record: Record) -> Result<i64, DriverError> {
     let meta: RateSourceMeta = io
@@ -195,25 +216,18 @@ impl SourcePlanner for RatePlanner {
             return Err(super::other_source("rate", plan, input));
         };
         let parts = self.spec.partitions;
-        rate::task_groups(parts, start_value, end_value, plan.max_rows_per_task)
-            .into_iter()
-            .map(|(first, count)| {
-                let task = pb::RateTask {
-                    partitions: parts,
-                    rows_per_second: self.spec.rows_per_second,
-                    start_ms: self.start_ms,
-                    start_value,
-                    end_value,
-                    partition_count: count,
-                    first_partition: first,
-                };
-                let source = pb::TaskSource {
-                    kind: Some(pb::task_source::Kind::Rate(task)),
-                    table: String::new(),
-                };
-                Ok((first, source))
+        let range = (start_value, end_value);
+        Ok(packed_tasks(parts, range, plan, |first, count| {
+            pb::task_source::Kind::Rate(pb::RateTask {
+                partitions: parts,
+                rows_per_second: self.spec.rows_per_second,
+                start_ms: self.start_ms,
+                start_value,
+                end_value,
+                partition_count: count,
+                first_partition: first,
             })
-            .collect()
+        }))
     }
 
     fn planned_rows(&self, offsets: &SourceOffsets) -> Option<u64> {

@@ -48,13 +48,12 @@ impl SourceReader for NexmarkReader {
     }
 
     fn planned_rows(&self) -> Option<u64> {
-        let parts = self.spec.partitions;
-        Some(
-            self.partitions
-                .clone()
-                .map(|p| sluice_common::rate::partition_range(p, parts, self.start, self.end).1)
-                .sum(),
-        )
+        Some(sluice_common::rate::rows_of(
+            self.partitions.clone(),
+            self.spec.partitions,
+            self.start,
+            self.end,
+        ))
     }
 
     fn read(self: Box<Self>, _counters: ReadCounters) -> Batches {

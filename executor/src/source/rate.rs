@@ -53,11 +53,12 @@ impl SourceReader for RateReader {
 
     fn planned_rows(&self) -> Option<u64> {
         let t = &self.task;
-        Some(
-            self.partitions()
-                .map(|p| rate::partition_range(p, t.partitions, t.start_value, t.end_value).1)
-                .sum(),
-        )
+        Some(rate::rows_of(
+            self.partitions(),
+            t.partitions,
+            t.start_value,
+            t.end_value,
+        ))
     }
 
     fn read(self: Box<Self>, _counters: ReadCounters) -> Batches {
