@@ -21,7 +21,7 @@ use arrow_schema::SchemaRef;
 use bytes::{Bytes, BytesMut};
 use sluice_proto::shuffle_map_work::Rows;
 use sluice_proto::{ShuffleMapWork, ShuffleRange, TaskOutput};
-use sluice_sql::{Aggregation, StreamJoin};
+use sluice_sql::{Aggregation, StreamJoin, TopN};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -152,6 +152,24 @@ fn partials(
             let rows = drain(join.map(side)?, runtime, &opened)?;
             let split = split(&rows, buckets, |b| Ok(join.keys(side, b)?))?;
             (join.side_schema(side), rows, split)
+        }
+        Rows::TopN(_) => {
+            let top = runtime
+                .block_on(TopN::plan(
+                    sql,
+                    streams,
+                    Box::pin(input),
+                    &opened.tables,
+                    limits,
+                ))?
+                .ok_or_else(|| {
+                    ExecutorError::MalformedTask(
+                        "a top-N shuffle for a query without a top-N".into(),
+                    )
+                })?;
+            let rows = drain(top.map()?, runtime, &opened)?;
+            let split = split(&rows, buckets, |b| Ok(top.keys(b)?))?;
+            (top.row_schema(), rows, split)
         }
     };
     let (bytes, ranges) = encode(&schema, split, plan.partition)?;

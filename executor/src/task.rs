@@ -27,7 +27,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::map;
-use crate::operator::{Aggregate, Dedup, Join};
+use crate::operator::{Aggregate, Dedup, Join, TopN};
 use crate::reduce;
 
 /// Whether a task may run, given the highest driver epoch seen so far.
@@ -140,6 +140,7 @@ async fn run(
         }
         Work::Dedup(w) => reduce::run::<Dedup>(task, w.state.as_ref(), w, caches, started).await,
         Work::Join(w) => reduce::run::<Join>(task, w.state.as_ref(), w, caches, started).await,
+        Work::TopN(w) => reduce::run::<TopN>(task, w.state.as_ref(), w, caches, started).await,
     }
 }
 

@@ -11,7 +11,7 @@
 //! tables. A task reads one stream: its input batches are that table's
 //! rows, and every other stream table is empty for it. For a query linear
 //! in each stream (filters, projections, `UNION ALL`, joins with static
-//! tables, one aggregation over them all) the union of the tasks' outputs
+//! tables, one stateful operator over them all) the union of the tasks' outputs
 //! is the query's answer; [`check`] refuses the rest.
 //!
 //! Both go through [`session::context`], whose settings make a task's
@@ -29,6 +29,7 @@ mod schema;
 mod session;
 mod stateful;
 mod support;
+mod top_n;
 mod window;
 
 pub use bound::Bound;
@@ -36,6 +37,7 @@ pub use error::SqlError;
 pub use join::{ID as JOIN_ID, JoinInfo, Matches, StreamJoin};
 pub use schema::{decode_schema, encode_schema};
 pub use stateful::{Aggregation, WindowEnd};
+pub use top_n::{MAX_N as TOP_N_MAX, TopN, TopNInfo};
 pub use window::window_type;
 
 use std::sync::Arc;
@@ -139,25 +141,25 @@ pub async fn check(
     guard::on_planning_thread(budget, move || {
         let ctx = with_tables(streams.clone(), &tables, None)?;
         let (plan, shape) = block_on(session::logical_plan(&ctx, &sql, &names))?;
-        let join = match shape.join {
-            false => None,
-            true => {
-                let physical = block_on(ctx.state().create_physical_plan(&plan))
-                    .map_err(SqlError::from_planning)?;
-                let planned = Planned {
-                    ctx: ctx.clone(),
-                    plan: physical,
-                    input: SharedInput::new(Box::pin(futures::stream::empty())),
-                    streams,
-                };
-                join::info(&planned)?
-            }
-        };
+        let (mut join, mut top_n) = (None, None);
+        if shape.join || shape.top_n {
+            let physical = block_on(ctx.state().create_physical_plan(&plan))
+                .map_err(SqlError::from_planning)?;
+            let planned = Planned {
+                ctx: ctx.clone(),
+                plan: physical,
+                input: SharedInput::new(Box::pin(futures::stream::empty())),
+                streams,
+            };
+            join = join::info(&planned)?;
+            top_n = top_n::info(&planned)?;
+        }
         Ok(Checked {
             output: Arc::new(plan.schema().as_arrow().clone()),
             keys: shape.keys,
             window: shape.window,
             join,
+            top_n,
         })
     })
     .await
@@ -175,6 +177,8 @@ pub struct Checked {
     pub window: Option<String>,
     /// Its join of two streams, if it has one (its stateful operator).
     pub join: Option<JoinInfo>,
+    /// Its top-N, if it has one (its stateful operator).
+    pub top_n: Option<TopNInfo>,
 }
 
 /// A running query's output.

@@ -228,7 +228,7 @@ pub enum WindowEnd {
 
 /// The stride of a `date_bin(INTERVAL ..., ts)` group key, in
 /// milliseconds.
-fn date_bin_stride(expr: &Arc<dyn PhysicalExpr>) -> Option<i64> {
+pub(crate) fn date_bin_stride(expr: &Arc<dyn PhysicalExpr>) -> Option<i64> {
     use datafusion::physical_expr::ScalarFunctionExpr;
     use datafusion::physical_expr::expressions::Literal;
     let f = expr.downcast_ref::<ScalarFunctionExpr>()?;

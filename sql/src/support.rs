@@ -8,8 +8,10 @@
 //!
 //! - One aggregation over the streams (`GROUP BY`, `SELECT DISTINCT`) is
 //!   a stateful query; its aggregate functions are those whose state
-//!   merges exactly, and every stream is read beneath it. Window functions
-//!   (`OVER`) are refused.
+//!   merges exactly, and every stream is read beneath it.
+//! - So is one top-N over the streams: `ROW_NUMBER() OVER (PARTITION BY
+//!   .. ORDER BY ..)`, filtered by its rank (see [`crate::top_n`]). Other
+//!   window functions (`OVER`) are refused.
 //! - Every stream is read exactly once: a query that reads one twice (a
 //!   self-join, say) or never is refused, and so is a join of two streams
 //!   (see [`joins`]).
@@ -45,6 +47,9 @@ pub struct Shape {
     pub window: Option<String>,
     /// Whether the query joins two streams (its one stateful operator).
     pub join: bool,
+    /// Whether the query keeps the top N rows of each group (its one
+    /// stateful operator).
+    pub top_n: bool,
 }
 
 /// Refuses the first construct of `plan`, a query over the stream tables
@@ -56,6 +61,7 @@ pub fn check(plan: &LogicalPlan, streams: &[String]) -> Result<Shape, SqlError> 
         reads: vec![0; streams.len()],
         aggregations: Vec::new(),
         joins: Vec::new(),
+        top_ns: Vec::new(),
         window: None,
     };
     plan.apply_with_subqueries(|node| {
@@ -79,6 +85,8 @@ struct Walk<'a> {
     aggregations: Vec<(Vec<String>, Reads)>,
     /// The joins of two streams: the two streams.
     joins: Vec<Reads>,
+    /// The top-Ns over streams: the streams beneath.
+    top_ns: Vec<Reads>,
     window: Option<String>,
 }
 
@@ -108,6 +116,7 @@ impl Walk<'_> {
                     )
                 }),
             LogicalPlan::Aggregate(a) => self.aggregate(a)?,
+            LogicalPlan::Window(w) => self.top_n(w)?,
             LogicalPlan::Distinct(d) => {
                 let beneath = self.read_by(node);
                 if !beneath.is_empty() {
@@ -149,6 +158,36 @@ impl Walk<'_> {
         aggregate_functions(&a.aggr_expr)
     }
 
+    /// Records `w` if it is a top-N over streams; refuses any other use
+    /// of `OVER`.
+    fn top_n(
+        &mut self,
+        w: &datafusion::logical_expr::Window,
+    ) -> datafusion::common::Result<Option<SqlError>> {
+        let beneath = self.read_by(&w.input);
+        let refused = || -> datafusion::common::Result<Option<SqlError>> {
+            let names = function_names(&w.window_expr)?;
+            Ok(Some(unsupported(
+                format!("the window function {}", names.join(", ")),
+                "over a stream, OVER runs only as a top-N: ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..) filtered by `rn <= N`; use GROUP BY window(...) for event-time windows",
+            )))
+        };
+        let [Expr::WindowFunction(f)] = w.window_expr.as_slice() else {
+            return refused();
+        };
+        let p = &f.params;
+        if beneath.is_empty()
+            || f.fun.name() != "row_number"
+            || p.partition_by.is_empty()
+            || p.order_by.is_empty()
+        {
+            return refused();
+        }
+        self.window = p.partition_by.iter().find_map(window_column);
+        self.top_ns.push(beneath);
+        Ok(None)
+    }
+
     /// The streams that `plan` reads.
     fn read_by(&self, plan: &LogicalPlan) -> Reads {
         streams_read(plan, self.streams)
@@ -182,11 +221,15 @@ impl Walk<'_> {
         if let Some(join) = self.joins.first() {
             return self.stream_join(join);
         }
+        if let Some(top_n) = self.top_ns.first() {
+            return self.top_n_shape(top_n);
+        }
         let Some((keys, beneath)) = self.aggregations.pop() else {
             return Ok(Shape {
                 keys: None,
                 window: self.window,
                 join: false,
+                top_n: false,
             });
         };
         match self.streams.iter().find(|s| !beneath.contains(*s)) {
@@ -198,6 +241,7 @@ impl Walk<'_> {
                 keys: Some(keys),
                 window: self.window,
                 join: false,
+                top_n: false,
             }),
         }
     }
@@ -217,6 +261,15 @@ impl Walk<'_> {
                 "a streaming query joins two streams once",
             ));
         }
+        if !self.top_ns.is_empty() {
+            return Err(unsupported(
+                format!(
+                    "the join of the streams {} with a top-N (ROW_NUMBER)",
+                    pair()
+                ),
+                "a streaming query runs one stateful operator",
+            ));
+        }
         if !self.aggregations.is_empty() {
             return Err(unsupported(
                 format!("the join of the streams {} feeding an aggregation", pair()),
@@ -233,6 +286,36 @@ impl Walk<'_> {
             keys: None,
             window: None,
             join: true,
+            top_n: false,
+        })
+    }
+
+    /// The shape of a query with a top-N: its one stateful operator, over
+    /// every stream.
+    fn top_n_shape(&self, top_n: &Reads) -> Result<Shape, SqlError> {
+        if self.top_ns.len() > 1 {
+            return Err(unsupported(
+                "more than one ROW_NUMBER() over the stream",
+                "a streaming query keeps one top-N",
+            ));
+        }
+        if !self.aggregations.is_empty() {
+            return Err(unsupported(
+                "an aggregation together with a top-N (ROW_NUMBER)",
+                "a streaming query runs one stateful operator",
+            ));
+        }
+        if let Some(outside) = self.streams.iter().find(|s| !top_n.contains(*s)) {
+            return Err(unsupported(
+                format!("the stream `{outside}` read outside the top-N (ROW_NUMBER)"),
+                "each task folds its stream into the one top-N's state; rank every stream in the one ROW_NUMBER() (over a UNION ALL of the streams)",
+            ));
+        }
+        Ok(Shape {
+            keys: None,
+            window: self.window.clone(),
+            join: false,
+            top_n: true,
         })
     }
 }
@@ -250,13 +333,6 @@ fn construct(node: &LogicalPlan) -> datafusion::common::Result<Option<SqlError>>
             "DISTINCT ON",
             "use SELECT DISTINCT or GROUP BY",
         )),
-        LogicalPlan::Window(w) => {
-            let names = function_names(&w.window_expr)?;
-            Some(unsupported(
-                format!("the window function {}", names.join(", ")),
-                "it needs the rows of earlier batches in order; use GROUP BY window(...) for event-time windows",
-            ))
-        }
         LogicalPlan::Sort(_) => Some(unsupported(
             "ORDER BY",
             "a stream has no order; sort the output where it is read",

@@ -13,8 +13,8 @@
 pub enum Mode {
     /// A stateless query, or an inner join: every row once.
     Append,
-    /// An aggregation without a window: each batch emits the groups it
-    /// changed.
+    /// An aggregation without a window, or a top-N: each batch emits the
+    /// groups (the ranks) it changed.
     Update,
 }
 
@@ -290,12 +290,24 @@ pub const QUERIES: [Query; 23] = [
     Query {
         name: "q18",
         what: "find last bid",
-        plan: Err("top-N per group (ROW_NUMBER)"),
+        plan: Ok(runs(
+            "SELECT auction, bidder, price, channel, url, date_time, extra FROM \
+             (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rank_number \
+             FROM bid) WHERE rank_number <= 1",
+            BID,
+            Mode::Update,
+        )),
     },
     Query {
         name: "q19",
         what: "auction top-10 price",
-        plan: Err("top-N per group (ROW_NUMBER)"),
+        plan: Ok(runs(
+            "SELECT * FROM \
+             (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number \
+             FROM bid) WHERE rank_number <= 10",
+            BID,
+            Mode::Update,
+        )),
     },
     Query {
         name: "q20",

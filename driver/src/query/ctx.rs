@@ -57,6 +57,8 @@ pub enum Operator {
     /// The join of two streams; whether each side's rows leave the state
     /// by the bound (left, right).
     Join([bool; 2]),
+    /// The top N rows of each group, emitted as the mode says.
+    TopN(sluice_common::spec::OutputMode),
 }
 
 impl Operator {
@@ -66,6 +68,7 @@ impl Operator {
             Operator::Aggregate(_) => "aggregate",
             Operator::Dedup(_) => "dedup",
             Operator::Join(_) => "join",
+            Operator::TopN(_) => "top_n",
         }
     }
 
@@ -76,6 +79,7 @@ impl Operator {
             Operator::Aggregate(_) => Rows::Aggregate(sluice_proto::PartialAggregates {}),
             Operator::Dedup(d) => Rows::Dedup(d.clone()),
             Operator::Join(_) => Rows::Join(sluice_proto::JoinSide {}),
+            Operator::TopN(_) => Rows::TopN(sluice_proto::TopNRows {}),
         }
     }
 
@@ -95,6 +99,10 @@ impl Operator {
                 state: Some(state),
                 evict_left: *evict_left,
                 evict_right: *evict_right,
+            }),
+            Operator::TopN(mode) => Work::TopN(sluice_proto::TopNWork {
+                state: Some(state),
+                output_mode: mode.to_proto().into(),
             }),
         }
     }

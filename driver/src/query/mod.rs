@@ -186,13 +186,13 @@ fn check_event_time(
     checked: &sluice_sql::Checked,
 ) -> Result<(), DriverError> {
     check_watermarks(spec, streams)?;
-    let stateful = checked.keys.is_some();
+    let stateful = checked.keys.is_some() || checked.top_n.is_some();
     if let Some(d) = &spec.dedup {
         check_dedup(spec, d, checked)?;
     }
     match spec.output_mode {
         Some(OutputMode::Complete) if !stateful => Err(DriverError::Invalid(
-            "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT); this query keeps no state".into(),
+            "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT) or a top-N; this query keeps no state".into(),
         )),
         Some(OutputMode::Append) if stateful => {
             let columns: Vec<&str> = spec
@@ -208,10 +208,10 @@ fn check_event_time(
             match (watermark, window) {
                 (Some(w), Some(c)) if w == c => Ok(()),
                 (None, _) => Err(DriverError::Invalid(
-                    "output_mode: append needs a watermark (watermark: {column, delay_ms}) and an event-time window in GROUP BY, so that a group is emitted once, when it is final; use update or complete".into(),
+                    "output_mode: append needs a watermark (watermark: {column, delay_ms}) and an event-time window in GROUP BY (or a top-N's PARTITION BY), so that a group is emitted once, when it is final; use update or complete".into(),
                 )),
                 (Some(w), None) => Err(DriverError::Invalid(format!(
-                    "output_mode: append needs GROUP BY window({w}, ...) (or hop, or date_bin) over the watermark column, so that a group is emitted once, when the watermark passes its end"
+                    "output_mode: append needs GROUP BY window({w}, ...) (or hop, or date_bin; or in a top-N's PARTITION BY) over the watermark column, so that a group is emitted once, when the watermark passes its end"
                 ))),
                 (Some(w), Some(c)) => Err(DriverError::Invalid(format!(
                     "output_mode: append needs the window over the watermark column {w:?}, not {c:?}"

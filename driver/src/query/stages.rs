@@ -55,7 +55,9 @@ pub async fn plan(
         .join
         .as_ref()
         .map(|j| Operator::Join(evictable(ctx, j)));
-    if checked.keys.is_none() && dedup.is_none() && join.is_none() {
+    let mode = OutputMode::effective(ctx.spec.output_mode, true);
+    let top_n = checked.top_n.as_ref().map(|_| Operator::TopN(mode));
+    if checked.keys.is_none() && dedup.is_none() && join.is_none() && top_n.is_none() {
         return Ok(None);
     }
     let checkpoint = query_location(&ctx.driver.config.checkpoint_root, &ctx.entry.name);
@@ -69,10 +71,10 @@ pub async fn plan(
         checkpoint,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
-        operator: match (dedup, join) {
-            (_, Some(join)) => join,
+        operator: match (dedup, join.or(top_n)) {
+            (_, Some(op)) => op,
             (Some(d), None) => Operator::Dedup(d),
-            (None, None) => Operator::Aggregate(OutputMode::effective(ctx.spec.output_mode, true)),
+            (None, None) => Operator::Aggregate(mode),
         },
     }))
 }

@@ -16,10 +16,12 @@
 mod aggregate;
 mod dedup;
 mod join;
+mod top_n;
 
 pub use aggregate::Aggregate;
 pub use dedup::{Dedup, key_columns};
 pub use join::Join;
+pub use top_n::TopN;
 
 use std::future::Future;
 
