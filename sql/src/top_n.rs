@@ -28,14 +28,12 @@ use datafusion::prelude::SessionContext;
 
 mod find;
 
-use find::{find, window_expr};
+pub use find::MAX_N;
+use find::{Found, find, window_expr};
 
 use crate::input::SharedInput;
 use crate::stateful::WindowEnd;
 use crate::{InputBatches, Output, Planned, SqlError, Streams, Table};
-
-/// The largest N a top-N keeps per group.
-pub const MAX_N: u64 = 10_000;
 
 /// The top-N of a planned query.
 pub struct TopN {
@@ -65,12 +63,6 @@ impl std::fmt::Debug for TopN {
 pub struct TopNInfo {
     /// N: how many rows of each group are kept.
     pub limit: u64,
-}
-
-/// The window node of a top-N, the rows it ranks, and its N.
-struct Found {
-    node: Arc<dyn ExecutionPlan>,
-    limit: u64,
 }
 
 /// The top-N of `planned`, described; `None` without one.

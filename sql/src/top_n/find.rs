@@ -13,8 +13,16 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
-use super::{Found, MAX_N};
 use crate::{Planned, SqlError};
+
+/// The largest N a top-N keeps per group.
+pub const MAX_N: u64 = 10_000;
+
+/// The window node of a top-N, and its N.
+pub(super) struct Found {
+    pub node: Arc<dyn ExecutionPlan>,
+    pub limit: u64,
+}
 
 /// The one window expression of a window node.
 pub(super) fn window_expr(
