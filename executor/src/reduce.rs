@@ -48,17 +48,10 @@ pub async fn run<O: Operator>(
     let advanced = op.advance(&table, rows).await?;
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let evict = |rows: &_| op.evict(rows, watermark);
-    let change = stage::advance(
-        &mut table,
-        &store,
-        task,
-        work_state,
-        advanced.upserts,
-        evict,
-    )
-    .await?;
+    let change = advanced.change();
+    let evicted = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
     stage::bound(&caches, task, &table)?;
-    let output = op.emit(advanced.pending, change.deletes, &table).await?;
+    let output = op.emit(advanced.pending, evicted, &table).await?;
 
     let files = assigned.files;
     let layout = stage::layout(files, task);

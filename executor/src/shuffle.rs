@@ -107,7 +107,11 @@ fn partials(
                     )
                 })?;
             let rows = drain(agg.map()?, runtime, &opened)?;
-            let keys: Vec<usize> = (0..agg.key_columns()).collect();
+            // A key's sessions merge in one partition: its session is not
+            // part of the shuffle key.
+            let keys: Vec<usize> = (0..agg.key_columns())
+                .filter(|&i| Some(i) != agg.session())
+                .collect();
             let split = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
             (agg.partial_schema(), rows, split)
         }

@@ -110,40 +110,41 @@ pub async fn state(
     Ok(table)
 }
 
-/// Moves a partition's state to the batch's version: first `upserts`,
-/// then the deletes that `evict` picks from the state that results (the
-/// rows the watermark has passed). The delta file records both, and a
-/// reload applies them in the same order. Returns the change.
+/// Moves a partition's state to the batch's version: first the
+/// operator's `change` (its upserts, then its deletes, keys that none of
+/// the upserts has), then the deletes that `evict` picks from the state
+/// that results (the rows the watermark has passed). The delta file
+/// records the upserts and both deletes, and a reload applies them in the
+/// same order. Returns the rows evicted.
 pub async fn advance(
     table: &mut StateTable,
     store: &StateStore,
     task: &TaskAssignment,
     work: &StateWork,
-    upserts: RecordBatch,
+    change: Change,
     evict: impl FnOnce(&RecordBatch) -> Result<Option<RecordBatch>, ExecutorError>,
-) -> Result<Change, ExecutorError> {
-    let none = RecordBatch::new_empty(upserts.schema());
-    let added = Change {
-        upserts,
-        deletes: none.clone(),
-    };
-    table.apply(&added, task.batch_id)?;
-    let deletes = evict(table.rows())?.unwrap_or_else(|| none.clone());
-    let evicted = Change {
+) -> Result<RecordBatch, ExecutorError> {
+    table.apply(&change, task.batch_id)?;
+    let none = RecordBatch::new_empty(change.upserts.schema());
+    let evicted = evict(table.rows())?.unwrap_or_else(|| none.clone());
+    let evicting = Change {
         upserts: none,
+        deletes: evicted.clone(),
+    };
+    table.apply(&evicting, task.batch_id)?;
+    let deletes =
+        arrow_select::concat::concat_batches(&evicted.schema(), [&change.deletes, &evicted])
+            .map_err(|e| ExecutorError::TaskPanicked(format!("state deletes: {e}")))?;
+    let recorded = Change {
+        upserts: change.upserts,
         deletes,
     };
-    table.apply(&evicted, task.batch_id)?;
-    let change = Change {
-        upserts: added.upserts,
-        deletes: evicted.deletes,
-    };
-    let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change)?])?;
+    let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&recorded)?])?;
     let file = StateFile::Delta(task.batch_id);
     store
         .write(&work.operator, task.partition, file, delta)
         .await?;
-    Ok(change)
+    Ok(evicted)
 }
 
 /// A reduce task's result, once its output is written: the partition's

@@ -27,6 +27,7 @@ mod input;
 mod join;
 mod schema;
 mod session;
+mod session_window;
 mod stateful;
 mod support;
 mod top_n;

@@ -71,6 +71,7 @@ pub fn context(memory: Option<usize>) -> Result<SessionContext, SqlError> {
     for f in crate::window::functions() {
         ctx.register_udf(f);
     }
+    ctx.register_udf(crate::session_window::function());
     crate::bounded::register(&ctx);
     Ok(ctx)
 }

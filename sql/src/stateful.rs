@@ -154,6 +154,18 @@ impl Aggregation {
             })
     }
 
+    /// The group key column that is a session window
+    /// (`session_window(ts, gap)`), if one is: its index in a state row.
+    /// Its sessions are merged by the reduce stage, and it is also the
+    /// aggregation's [`Self::window`].
+    pub fn session(&self) -> Option<usize> {
+        use datafusion::physical_expr::ScalarFunctionExpr;
+        self.group_by.expr().iter().position(|(e, _)| {
+            e.downcast_ref::<ScalarFunctionExpr>()
+                .is_some_and(|f| f.name() == crate::session_window::NAME)
+        })
+    }
+
     /// The schema of the query's output rows.
     pub fn output_schema(&self) -> SchemaRef {
         self.root.schema()

@@ -97,6 +97,9 @@ impl Walk<'_> {
         if let Some(refused) = construct(node)? {
             return Ok(Some(refused));
         }
+        if let Some(refused) = session_outside_group_by(node)? {
+            return Ok(Some(refused));
+        }
         let sides = joins::join_sides(node, self.streams)?;
         if let Some(refused) = sides.iter().find_map(joins::refusal) {
             return Ok(Some(refused));
@@ -141,11 +144,19 @@ impl Walk<'_> {
     fn aggregate(&mut self, a: &Aggregate) -> datafusion::common::Result<Option<SqlError>> {
         let beneath = self.read_by(&a.input);
         if beneath.is_empty() {
-            return Ok(None);
+            return Ok(calls_session(&a.group_expr)?.then(session_refused));
         }
         let keys = a.group_expr.iter().map(|e| e.schema_name().to_string());
         self.aggregations.push((keys.collect(), beneath));
         self.window = a.group_expr.iter().find_map(window_column);
+        let windows = a.group_expr.iter().filter(|e| window_column(e).is_some());
+        let sessions = a.group_expr.iter().filter(|e| is_session(e));
+        if sessions.count() > 0 && windows.count() > 1 {
+            return Ok(Some(unsupported(
+                "session_window with another window in one GROUP BY",
+                "a group's rows are in one session; group by session_window(ts, gap) and the other keys",
+            )));
+        }
         if a.group_expr
             .iter()
             .any(|e| matches!(e, Expr::GroupingSet(_)))
@@ -377,13 +388,13 @@ pub(crate) fn read_twice(name: &str) -> SqlError {
 }
 
 /// The column an event-time window key is over: `window(ts, ...)`,
-/// `hop(ts, ...)` or `date_bin(stride, ts)`.
+/// `hop(ts, ...)`, `session_window(ts, gap)` or `date_bin(stride, ts)`.
 fn window_column(e: &Expr) -> Option<String> {
     let Expr::ScalarFunction(f) = e else {
         return None;
     };
     let arg = match f.func.name() {
-        "window" | "hop" => f.args.first()?,
+        "window" | "hop" | crate::session_window::NAME => f.args.first()?,
         "date_bin" => f.args.get(1)?,
         _ => return None,
     };
@@ -391,6 +402,44 @@ fn window_column(e: &Expr) -> Option<String> {
         Expr::Column(c) => Some(c.name.clone()),
         _ => None,
     }
+}
+
+/// Whether `e` is a `session_window(..)` call.
+fn is_session(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarFunction(f) if f.func.name() == crate::session_window::NAME)
+}
+
+/// The refusal of a `session_window` anywhere but a `GROUP BY`, where the
+/// reduce stage merges sessions; elsewhere it would be only a row's own
+/// session.
+fn session_outside_group_by(node: &LogicalPlan) -> datafusion::common::Result<Option<SqlError>> {
+    let exprs = match node {
+        LogicalPlan::Aggregate(a) => a.aggr_expr.clone(),
+        _ => node.expressions(),
+    };
+    Ok(calls_session(&exprs)?.then(session_refused))
+}
+
+fn session_refused() -> SqlError {
+    unsupported(
+        "session_window outside the GROUP BY of an aggregation over a stream",
+        "sessions are merged by a streaming aggregation: group by session_window(ts, gap)",
+    )
+}
+
+/// Whether any of `exprs` calls `session_window`.
+fn calls_session(exprs: &[Expr]) -> datafusion::common::Result<bool> {
+    let mut found = false;
+    for e in exprs {
+        e.apply(|e| {
+            found |= is_session(e);
+            Ok(match found {
+                true => TreeNodeRecursion::Stop,
+                false => TreeNodeRecursion::Continue,
+            })
+        })?;
+    }
+    Ok(found)
 }
 
 /// The first aggregate call in `exprs` whose state does not merge exactly

@@ -127,7 +127,7 @@ impl ScalarUDFImpl for Window {
 }
 
 /// Each window start with its end, as window structs.
-fn windows(starts: TimestampMillisecondArray, size: i64) -> Result<StructArray> {
+pub(crate) fn windows(starts: TimestampMillisecondArray, size: i64) -> Result<StructArray> {
     let ends: TimestampMillisecondArray = starts.iter().map(|s| s.map(|s| s + size)).collect();
     let DataType::Struct(fields) = window_type() else {
         unreachable!("a window is a struct")
@@ -173,7 +173,7 @@ fn all_windows(ts: &TimestampMillisecondArray, size: i64, slide: i64) -> Result<
 }
 
 /// The length of an interval argument in milliseconds.
-fn millis(arg: &ColumnarValue, name: &str) -> Result<i64> {
+pub(crate) fn millis(arg: &ColumnarValue, name: &str) -> Result<i64> {
     let ColumnarValue::Scalar(v) = arg else {
         return exec_err!("{name}: the window size must be a constant");
     };

@@ -123,3 +123,34 @@ async fn an_aggregation_names_its_window_key() {
         None
     );
 }
+
+#[tokio::test]
+async fn a_session_window_is_a_group_key_the_aggregation_names() {
+    let sql = "SELECT k, count(*) AS n, session_window(ts, '5 seconds')['start'] AS s, \
+               session_window(ts, '5 seconds')['end'] AS e \
+               FROM input GROUP BY k, session_window(ts, '5 seconds')";
+    let agg = Aggregation::plan(sql, schema(), input(), &[], BUDGET)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(agg.session(), Some(1));
+    assert_eq!(agg.window(), Some((1, WindowEnd::Field)));
+    let checked = crate::check(sql, &[(crate::INPUT.into(), schema())], &[], BUDGET)
+        .await
+        .unwrap();
+    assert_eq!(checked.window.as_deref(), Some("ts"));
+    // Each row is its own session until the reduce stage merges them.
+    let got = rows("SELECT session_window(ts, '5 seconds')['end'] AS e, count(*) FROM input GROUP BY session_window(ts, '5 seconds')").await;
+    assert_eq!(got.len(), 10, "{got:?}");
+    for refused in [
+        "SELECT session_window(ts, '5 seconds') AS s FROM input",
+        "SELECT k FROM input WHERE session_window(ts, '5 seconds')['end'] > ts",
+        "SELECT count(*) FROM input GROUP BY session_window(ts, '5 seconds'), window(ts, '10 seconds')",
+    ] {
+        let e = crate::check(refused, &[(crate::INPUT.into(), schema())], &[], BUDGET)
+            .await
+            .expect_err(refused)
+            .to_string();
+        assert!(e.contains("session_window"), "{refused}: {e}");
+    }
+}

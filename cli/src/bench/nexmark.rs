@@ -123,8 +123,11 @@ async fn one(
         "sink": {"discard": {}},
         "sql": plan.sql,
     });
-    if plan.mode == Mode::Update {
-        spec["output_mode"] = "update".into();
+    match plan.mode {
+        Mode::Update => spec["output_mode"] = "update".into(),
+        // With watermarks, an aggregation emits each window once.
+        Mode::Append if plan.watermarks => spec["output_mode"] = "append".into(),
+        Mode::Append => {}
     }
     if plan.watermarks {
         let w = json!({"column": nexmark::EVENT_TIME, "delay_ms": 0});

@@ -11,7 +11,8 @@
 /// How a query's output is emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// A stateless query, or an inner join: every row once.
+    /// A stateless query, an inner join, or (with watermarks) an
+    /// aggregation that emits each window once, final: every row once.
     Append,
     /// An aggregation without a window, or a top-N: each batch emits the
     /// groups (the ranks) it changed.
@@ -207,7 +208,17 @@ pub const QUERIES: [Query; 23] = [
     Query {
         name: "q11",
         what: "user sessions",
-        plan: Err("session windows"),
+        plan: Ok(Runs {
+            watermarks: true,
+            ..runs(
+                "SELECT bidder, count(*) AS bid_count, \
+                 session_window(date_time, '10 seconds')['start'] AS starttime, \
+                 session_window(date_time, '10 seconds')['end'] AS endtime \
+                 FROM bid GROUP BY bidder, session_window(date_time, '10 seconds')",
+                BID,
+                Mode::Append,
+            )
+        }),
     },
     Query {
         name: "q12",

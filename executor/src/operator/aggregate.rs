@@ -16,7 +16,7 @@ use sluice_common::spec::OutputMode;
 use sluice_proto::{AggregateWork, TaskAssignment};
 use sluice_sql::Aggregation;
 
-use super::{Advanced, Operator, Shuffled};
+use super::{Advanced, Operator, Shuffled, session};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
 use crate::state::table::StateTable;
@@ -70,6 +70,16 @@ impl Operator for Aggregate {
         state: &StateTable,
         rows: Vec<Shuffled>,
     ) -> Result<Advanced, ExecutorError> {
+        if let Some(session) = self.agg.session() {
+            let partials = super::rows(rows);
+            let (upserts, deletes) = session::advance(&self.agg, session, state, partials).await?;
+            let pending = (self.mode == OutputMode::Update).then(|| upserts.clone());
+            return Ok(Advanced {
+                upserts,
+                deletes: Some(deletes),
+                pending,
+            });
+        }
         let merged = merge(&self.agg, state, super::rows(rows)).await?;
         let changed = match self.mode {
             OutputMode::Update if self.agg.has_aggregates() => Some(merged.clone()),
@@ -77,18 +87,25 @@ impl Operator for Aggregate {
             OutputMode::Complete | OutputMode::Append => None,
         };
         Ok(Advanced {
+            deletes: None,
             upserts: merged,
             pending: changed,
         })
     }
 
-    /// Windows the watermark has passed are final. Complete mode keeps
-    /// every group.
+    /// Windows the watermark has passed are final: a window whose end is
+    /// at most the watermark, a session whose end is before it (a row at
+    /// the watermark is on time, and would extend a session ending there).
+    /// Complete mode keeps every group.
     fn evict(
         &self,
         rows: &RecordBatch,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
+        let watermark = match self.agg.session() {
+            Some(_) => watermark.map(|wm| wm.saturating_sub(1)),
+            None => watermark,
+        };
         match (self.agg.window(), watermark, self.mode) {
             (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
                 stage::closed(rows, w, wm).map(Some)

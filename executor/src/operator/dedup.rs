@@ -108,6 +108,7 @@ impl Operator for Dedup {
         let candidates = self.state_rows(&rows)?;
         let first = state.first_new(&candidates)?;
         Ok(Advanced {
+            deletes: None,
             upserts: stage::filter(&candidates, &first)?,
             pending: Some(stage::filter(&rows, &first)?),
         })

@@ -126,6 +126,7 @@ impl Operator for Join {
             }
         }
         Ok(Advanced {
+            deletes: None,
             upserts: concat_batches(&self.state, &upserts).map_err(fail)?,
             pending: Some(joined),
         })

@@ -16,6 +16,7 @@
 mod aggregate;
 mod dedup;
 mod join;
+mod session;
 mod top_n;
 
 pub use aggregate::Aggregate;
@@ -31,7 +32,7 @@ use sluice_proto::TaskAssignment;
 
 use crate::error::ExecutorError;
 use crate::stage::Assigned;
-use crate::state::table::StateTable;
+use crate::state::table::{Change, StateTable};
 
 pub use crate::stage::Shuffled;
 
@@ -45,9 +46,23 @@ pub fn rows(shuffled: Vec<Shuffled>) -> Vec<RecordBatch> {
 pub struct Advanced {
     /// State rows to upsert, by key.
     pub upserts: RecordBatch,
+    /// State rows whose keys leave the state (sessions merged into
+    /// another); none of them is a key of `upserts`. `None`: nothing.
+    pub deletes: Option<RecordBatch>,
     /// What the batch emits whatever the watermark does; the operator's
     /// own form, finished by [`Operator::emit`].
     pub pending: Option<RecordBatch>,
+}
+
+impl Advanced {
+    /// The change to the state, before eviction.
+    pub fn change(&self) -> Change {
+        let none = || RecordBatch::new_empty(self.upserts.schema());
+        Change {
+            upserts: self.upserts.clone(),
+            deletes: self.deletes.clone().unwrap_or_else(none),
+        }
+    }
 }
 
 /// One stateful operator of a query.

@@ -111,7 +111,11 @@ impl Operator for TopN {
             self.state_rows(&candidates, &changed)?
         };
         let pending = (self.mode == OutputMode::Update).then(|| upserts.clone());
-        Ok(Advanced { upserts, pending })
+        Ok(Advanced {
+            upserts,
+            deletes: None,
+            pending,
+        })
     }
 
     /// The ranks of groups whose window the watermark has passed are

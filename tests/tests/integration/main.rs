@@ -77,6 +77,7 @@ mod security_full;
 mod security_limits;
 mod security_paths;
 mod security_tls;
+mod session_windows;
 mod sink_compaction;
 mod sink_oracle;
 mod sql_oracle;
