@@ -31,30 +31,77 @@ pub type InputError = Box<dyn std::error::Error + Send + Sync>;
 pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
 /// A task's input, polled by whoever holds a clone: the plan, then the
-/// task. Ended, it stays ended.
+/// task. Ended, it stays ended. A plan that scans the task's stream more
+/// than once (a stream in two inputs of operators, a self-join) keeps the
+/// batches it reads, and each scan replays them ([`SharedInput::keep`]).
 #[derive(Clone)]
-pub(crate) struct SharedInput(Arc<Mutex<InputBatches>>);
+pub(crate) struct SharedInput(Arc<Mutex<Inner>>);
+
+struct Inner {
+    input: InputBatches,
+    /// The batches read so far, when they are kept for another scan.
+    kept: Option<Vec<RecordBatch>>,
+}
 
 impl SharedInput {
     pub(crate) fn new(input: InputBatches) -> Self {
-        SharedInput(Arc::new(Mutex::new(Box::pin(input.fuse()))))
+        SharedInput(Arc::new(Mutex::new(Inner {
+            input: Box::pin(input.fuse()),
+            kept: None,
+        })))
+    }
+
+    /// Keeps every batch read from now on, for the scans that follow.
+    pub(crate) fn keep(&self) {
+        let mut inner = self.0.lock().expect("input lock poisoned");
+        inner.kept.get_or_insert_with(Vec::new);
+    }
+
+    /// A scan of the input from its start: the kept batches, then the
+    /// rest as it is read.
+    pub(crate) fn scan(&self) -> Scan {
+        Scan {
+            shared: self.clone(),
+            at: 0,
+        }
     }
 
     /// Reads the input to its end; the first error of the input ends it.
-    pub(crate) async fn read_rest(mut self) -> Result<(), InputError> {
-        while let Some(batch) = self.next().await {
+    pub(crate) async fn read_rest(self) -> Result<(), InputError> {
+        let mut scan = self.scan();
+        scan.at = usize::MAX;
+        while let Some(batch) = scan.next().await {
             batch?;
         }
         Ok(())
     }
 }
 
-impl Stream for SharedInput {
+/// One scan of a [`SharedInput`].
+pub(crate) struct Scan {
+    shared: SharedInput,
+    /// The next kept batch to replay; past the kept ones, the input.
+    at: usize,
+}
+
+impl Stream for Scan {
     type Item = Result<RecordBatch, InputError>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut input = self.0.lock().expect("input lock poisoned");
-        input.as_mut().poll_next(cx)
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let shared = self.shared.clone();
+        let mut inner = shared.0.lock().expect("input lock poisoned");
+        if let Some(kept) = &inner.kept
+            && let Some(b) = kept.get(self.at)
+        {
+            self.at += 1;
+            return Poll::Ready(Some(Ok(b.clone())));
+        }
+        let next = inner.input.as_mut().poll_next(cx);
+        if let (Poll::Ready(Some(Ok(b))), Some(kept)) = (&next, inner.kept.as_mut()) {
+            kept.push(b.clone());
+            self.at = kept.len();
+        }
+        next
     }
 }
 
@@ -93,13 +140,20 @@ impl PartitionStream for Once {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        // Invariant: the planner refuses every query that reads a stream
-        // twice (see `support`), so a second read is a bug.
+        // Invariant: a plan that scans a stream twice keeps its input
+        // (`crate::physical`), so a second scan of one that does not is a bug.
         let again = self.read.swap(true, Ordering::SeqCst);
-        assert!(!again, "the input of a task is read once");
+        let kept = self
+            .input
+            .0
+            .lock()
+            .expect("input lock poisoned")
+            .kept
+            .is_some();
+        assert!(!again || kept, "the input of a task is read once");
         let stream = self
             .input
-            .clone()
+            .scan()
             .map(|b| b.map_err(DataFusionError::External));
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }

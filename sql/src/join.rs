@@ -23,13 +23,13 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array, new_null_array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::JoinType;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_plan::joins::{HashJoinExec, HashJoinExecBuilder, PartitionMode};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
 
 use crate::bound::{Bound, bound_of};
+use crate::graph::{Graph, Kind, Source};
 use crate::input::SharedInput;
 use crate::{InputBatches, Output, SqlError, Streams, Table};
 
@@ -68,18 +68,16 @@ pub struct JoinInfo {
     pub bound: Option<(Bound, [String; 2])>,
 }
 
-/// The join of two streams of `planned`, described; `None` without one.
-pub(crate) fn info(planned: &crate::Planned) -> Result<Option<JoinInfo>, SqlError> {
-    let Some((node, streams)) = find(planned)? else {
-        return Ok(None);
-    };
-    let join = hash_join(&node);
-    let name = |side: usize, i: usize| node.children()[side].schema().field(i).name().clone();
-    Ok(Some(JoinInfo {
-        outer: outer(join.join_type()),
-        bound: bound_of(join).map(|b| (b, [name(0, b.left), name(1, b.right)])),
-        streams,
-    }))
+/// The join of `graph`'s operator `i`, described.
+pub(crate) fn info(graph: &Graph, i: usize) -> Result<JoinInfo, SqlError> {
+    let join = StreamJoin::of(graph, i)?;
+    let node = hash_join(&join.node);
+    let name = |side: usize, c: usize| join.node.children()[side].schema().field(c).name().clone();
+    Ok(JoinInfo {
+        outer: outer(node.join_type()),
+        bound: join.bound.map(|b| (b, [name(0, b.left), name(1, b.right)])),
+        streams: join.sides,
+    })
 }
 
 /// Whether each side's unmatched rows are emitted, for a join of `kind`.
@@ -104,8 +102,8 @@ pub struct Matches {
 }
 
 impl StreamJoin {
-    /// Plans `sql` over `streams` and the static `tables` within `limits`;
-    /// `None` when the query joins no two streams.
+    /// Plans `sql` over `streams` and the static `tables` within `limits`:
+    /// its last join of two streams; `None` when it joins no two streams.
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
@@ -113,20 +111,42 @@ impl StreamJoin {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let planned = crate::physical(sql, streams.into(), input, tables, limits.into()).await?;
-        let Some((node, sides)) = find(&planned)? else {
-            return Ok(None);
+        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
+        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::Join) {
+            Some(i) => Self::of(&graph, i).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The join that is operator `i` of `graph`. A join of two streams
+    /// that is not a hash join (no equal keys) is refused.
+    pub fn of(graph: &Graph, i: usize) -> Result<Self, SqlError> {
+        let node = graph.node(i).clone();
+        let sides: Vec<String> = graph
+            .sources(i)
+            .iter()
+            .map(|s| match s {
+                Source::Streams(names) => names.join(" and "),
+                Source::Operator(j) => format!("the output of operator {j}"),
+            })
+            .collect();
+        let sides: [String; 2] = sides
+            .try_into()
+            .map_err(|_| unexpected("a join without two sides"))?;
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+            return Err(SqlError::Unsupported {
+                construct: format!("a join of `{}` and `{}` without equal keys", sides[0], sides[1]),
+                reason: "a stream-stream join matches rows by equal keys: join ON a column of one equal to a column of the other".into(),
+            });
         };
-        let join = hash_join(&node);
-        let bound = bound_of(join);
-        Ok(Some(StreamJoin {
-            ctx: planned.ctx,
-            root: planned.plan,
+        Ok(StreamJoin {
+            bound: bound_of(join),
+            ctx: graph.ctx(),
+            root: graph.above(i),
             node,
             sides,
-            bound,
-            stream: planned.input,
-        }))
+            stream: graph.input(),
+        })
     }
 
     /// The stream each input of the join reads: left, right.
@@ -299,50 +319,10 @@ fn with_id(schema: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// A join node of two streams, and the stream each input reads.
-type JoinNode = (Arc<dyn ExecutionPlan>, [String; 2]);
-
-/// The join node `find` returned, as what it is.
+/// The join node of an operator, as what it is.
 fn hash_join(node: &Arc<dyn ExecutionPlan>) -> &HashJoinExec {
     node.downcast_ref::<HashJoinExec>()
         .expect("a stream join's node is a hash join")
-}
-
-/// The plan's one join of two streams, with the stream each input reads;
-/// `None` when no join has a stream on both sides. A join of two streams
-/// that is not a hash join (no equal keys) is refused.
-fn find(planned: &crate::Planned) -> Result<Option<JoinNode>, SqlError> {
-    let mut found = Vec::new();
-    planned
-        .plan
-        .apply(|n| {
-            let children = n.children();
-            if children.len() == 2 {
-                let left = planned.streams_of(children[0]);
-                let right = planned.streams_of(children[1]);
-                if let ([l], [r]) = (left.as_slice(), right.as_slice()) {
-                    found.push((n.clone(), [l.clone(), r.clone()]));
-                }
-            }
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        })
-        .map_err(SqlError::from_planning)?;
-    let Some((node, sides)) = found.pop() else {
-        return Ok(None);
-    };
-    if !found.is_empty() {
-        return Err(SqlError::Unsupported {
-            construct: "more than one join of streams".into(),
-            reason: "a streaming query joins two streams once".into(),
-        });
-    }
-    if node.downcast_ref::<HashJoinExec>().is_none() {
-        return Err(SqlError::Unsupported {
-            construct: format!("a join of the streams `{}` and `{}` without equal keys", sides[0], sides[1]),
-            reason: "a stream-stream join matches rows by equal keys: join ON a column of one equal to a column of the other".into(),
-        });
-    }
-    Ok(Some((node, sides)))
 }
 
 fn unexpected(what: &str) -> SqlError {

@@ -22,6 +22,7 @@
 mod bound;
 pub mod bounded;
 mod error;
+pub mod graph;
 pub mod guard;
 mod input;
 mod join;
@@ -35,6 +36,7 @@ mod window;
 
 pub use bound::Bound;
 pub use error::SqlError;
+pub use graph::{Graph, Kind, Source};
 pub use join::{ID as JOIN_ID, JoinInfo, Matches, StreamJoin};
 pub use schema::{decode_schema, encode_schema};
 pub use stateful::{Aggregation, WindowEnd};
@@ -142,18 +144,37 @@ pub async fn check(
     guard::on_planning_thread(budget, move || {
         let ctx = with_tables(streams.clone(), &tables, None)?;
         let (plan, shape) = block_on(session::logical_plan(&ctx, &sql, &names))?;
+        let physical =
+            block_on(ctx.state().create_physical_plan(&plan)).map_err(SqlError::from_planning)?;
+        let graph = Graph::of(Planned {
+            ctx: ctx.clone(),
+            plan: physical,
+            input: SharedInput::new(Box::pin(futures::stream::empty())),
+            streams,
+        })?;
+        let names = graph.names();
+        let mut ops = Vec::with_capacity(graph.len());
         let (mut join, mut top_n) = (None, None);
-        if shape.join || shape.top_n {
-            let physical = block_on(ctx.state().create_physical_plan(&plan))
-                .map_err(SqlError::from_planning)?;
-            let planned = Planned {
-                ctx: ctx.clone(),
-                plan: physical,
-                input: SharedInput::new(Box::pin(futures::stream::empty())),
-                streams,
+        for (i, name) in names.into_iter().enumerate() {
+            let windowed = match graph.kind(i) {
+                Kind::Aggregate => Aggregation::of(&graph, i)?.window().is_some(),
+                Kind::Join => {
+                    join = Some(join::info(&graph, i)?);
+                    false
+                }
+                Kind::TopN => {
+                    let t = TopN::of(&graph, i)?;
+                    top_n = Some(TopNInfo { limit: t.limit() });
+                    t.window().is_some()
+                }
             };
-            join = join::info(&planned)?;
-            top_n = top_n::info(&planned)?;
+            ops.push(OpInfo {
+                kind: graph.kind(i),
+                name,
+                sources: graph.sources(i),
+                consumer: graph.consumer(i),
+                windowed,
+            });
         }
         Ok(Checked {
             output: Arc::new(plan.schema().as_arrow().clone()),
@@ -161,6 +182,7 @@ pub async fn check(
             window: shape.window,
             join,
             top_n,
+            ops,
         })
     })
     .await
@@ -180,6 +202,23 @@ pub struct Checked {
     pub join: Option<JoinInfo>,
     /// Its top-N, if it has one (its stateful operator).
     pub top_n: Option<TopNInfo>,
+    /// Its stateful operators, in the order they run (see [`graph`]).
+    pub ops: Vec<OpInfo>,
+}
+
+/// One stateful operator of a checked query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpInfo {
+    pub kind: Kind,
+    /// Its state directory under `state/`.
+    pub name: String,
+    /// What each of its sides reads.
+    pub sources: Vec<Source>,
+    /// The operator and side its output feeds; `None`: the query's output.
+    pub consumer: Option<(usize, usize)>,
+    /// Whether it groups by an event-time window (an aggregation, a
+    /// top-N), whose groups the watermark closes.
+    pub windowed: bool,
 }
 
 /// A running query's output.
@@ -360,12 +399,17 @@ async fn physical(
         Ok((ctx, physical))
     })
     .await?;
-    Ok(Planned {
+    let planned = Planned {
         ctx,
         plan: physical,
         input,
         streams: partitions,
-    })
+    };
+    let reading = planned.streams_of(&planned.plan);
+    if reading.iter().filter(|s| **s == streams.reading).count() > 1 {
+        planned.input.keep();
+    }
+    Ok(planned)
 }
 
 /// Each stream table's one partition: `input` for the table the task

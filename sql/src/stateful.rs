@@ -28,21 +28,21 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect};
 use datafusion::prelude::SessionContext;
 
+use crate::graph::{Graph, Kind, partial_beneath};
 use crate::input::SharedInput;
 use crate::{InputBatches, Output, SqlError, Streams, Table};
 
 /// The aggregation of a planned stateful query.
 pub struct Aggregation {
     ctx: SessionContext,
-    /// The whole plan; `node` is its aggregation.
+    /// What its output runs through (`node` is in it): the side of the
+    /// operator it feeds, or the whole plan.
     root: Arc<dyn ExecutionPlan>,
     node: Arc<dyn ExecutionPlan>,
     group_by: Arc<PhysicalGroupBy>,
@@ -65,8 +65,8 @@ impl std::fmt::Debug for Aggregation {
 
 impl Aggregation {
     /// Plans `sql` over the stream tables `streams`, the one it reads being
-    /// `input`, and the static `tables` within `limits`; `None` when the
-    /// query keeps no state.
+    /// `input`, and the static `tables` within `limits`: its last
+    /// aggregation over streams; `None` when it has none.
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
@@ -74,21 +74,22 @@ impl Aggregation {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let crate::Planned {
-            ctx,
-            plan: root,
-            input: stream,
-            ..
-        } = crate::physical(sql, streams.into(), input, tables, limits.into()).await?;
-        let Some(node) = find(&root)? else {
-            return Ok(None);
-        };
+        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
+        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::Aggregate) {
+            Some(i) => Self::of(&graph, i).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The aggregation that is operator `i` of `graph`.
+    pub fn of(graph: &Graph, i: usize) -> Result<Self, SqlError> {
+        let node = graph.node(i);
         let agg = node
             .downcast_ref::<AggregateExec>()
-            .expect("find returns an aggregation");
+            .ok_or_else(|| unexpected("an aggregation that is not an aggregate node"))?;
         // A Final over a Partial, or a Single: either way the raw side.
         let raw = match agg.mode() {
-            AggregateMode::Single => agg,
+            AggregateMode::Single | AggregateMode::SinglePartitioned => agg,
             _ => partial_beneath(agg)
                 .ok_or_else(|| unexpected(&format!("an aggregation in mode {:?}", agg.mode())))?,
         };
@@ -98,26 +99,18 @@ impl Aggregation {
                 reason: "a streaming aggregation keeps one grouping".into(),
             });
         }
-        let partial = AggregateExec::try_new(
-            AggregateMode::Partial,
-            raw.group_expr().clone(),
-            raw.aggr_expr().to_vec(),
-            raw.filter_expr().to_vec(),
-            raw.input().clone(),
-            raw.input_schema(),
-        )
-        .map_err(SqlError::from_planning)?;
-        Ok(Some(Aggregation {
+        let partial = graph.side_plan(i, 0);
+        Ok(Aggregation {
             group_by: Arc::new(raw.group_expr().clone()),
             aggr_expr: raw.aggr_expr().to_vec(),
             filter_expr: raw.filter_expr().to_vec(),
             input: raw.input().clone(),
-            stream,
+            stream: graph.input(),
             partial: partial.schema(),
-            ctx,
-            root: root.clone(),
-            node,
-        }))
+            ctx: graph.ctx(),
+            root: graph.above(i),
+            node: node.clone(),
+        })
     }
 
     /// The schema of partial rows and of state rows: the group key columns,
@@ -258,61 +251,6 @@ pub(crate) fn date_bin_stride(expr: &Arc<dyn PhysicalExpr>) -> Option<i64> {
         _ => return None,
     };
     (ms > 0).then_some(ms)
-}
-
-/// The one aggregation of `root` that reads a stream: the Single one,
-/// or the Final of a Final-over-Partial pair. `None` when there is none.
-fn find(root: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, SqlError> {
-    let mut found: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-    root.apply(|n| {
-        if let Some(a) = n.downcast_ref::<AggregateExec>()
-            && matches!(
-                a.mode(),
-                AggregateMode::Single
-                    | AggregateMode::Final
-                    | AggregateMode::FinalPartitioned
-                    | AggregateMode::SinglePartitioned
-            )
-            && reads_stream(n)
-        {
-            found.push(n.clone());
-        }
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    })
-    .map_err(SqlError::from_planning)?;
-    match found.len() {
-        0 => Ok(None),
-        1 => Ok(found.pop()),
-        _ => Err(SqlError::Unsupported {
-            construct: "more than one aggregation over the stream".into(),
-            reason: "a streaming query keeps the state of one aggregation".into(),
-        }),
-    }
-}
-
-/// The Partial aggregation that the Final `agg` merges: its input, or the
-/// input of the `CoalescePartitionsExec` that gathers the partitions of a
-/// `UNION` of streams.
-fn partial_beneath(agg: &AggregateExec) -> Option<&AggregateExec> {
-    let mut node = agg.input();
-    if let Some(c) = node.downcast_ref::<CoalescePartitionsExec>() {
-        node = c.input();
-    }
-    node.downcast_ref::<AggregateExec>()
-        .filter(|p| *p.mode() == AggregateMode::Partial)
-}
-
-/// Whether `plan` reads a stream (a stream table's one partition).
-fn reads_stream(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|n| {
-        if n.name() == "StreamingTableExec" {
-            found = true;
-            return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
-        }
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    });
-    found
 }
 
 fn unexpected(what: &str) -> SqlError {

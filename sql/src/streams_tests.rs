@@ -200,12 +200,8 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
         "Sluice joins two streams with inner, left, right and full outer joins on equal keys";
     for (sql, named) in [
         (
-            "SELECT id FROM a UNION ALL SELECT id FROM a UNION ALL SELECT id FROM b",
-            "reading the stream `a` more than once",
-        ),
-        (
             "SELECT x.id FROM a x JOIN a y ON x.id = y.id UNION ALL SELECT id FROM b",
-            "a join of the stream with itself (`a`)",
+            "the query's output read from more than one stateful operator, or from a stream beside one",
         ),
         (
             "SELECT id FROM a",
@@ -217,7 +213,7 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
         ),
         (
             "SELECT a.id FROM a, b",
-            "a join of the streams `a` and `b` without equal keys",
+            "a join of `a` and `b` without equal keys",
         ),
         ("SELECT id FROM a WHERE id IN (SELECT id FROM b)", SEMI),
         (
@@ -226,10 +222,6 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
         ),
         ("SELECT id FROM a INTERSECT SELECT id FROM b", SEMI),
         ("SELECT id FROM a EXCEPT SELECT id FROM b", SEMI),
-        (
-            "SELECT a.id, count(*) AS n FROM a JOIN b ON a.id = b.id GROUP BY a.id",
-            "the join of the streams `a` and `b` feeding an aggregation",
-        ),
         (
             "SELECT id FROM a UNION ALL SELECT k.k FROM b RIGHT JOIN kinds k ON b.id = k.k",
             "a Right join that keeps the static table's side",
@@ -240,7 +232,7 @@ async fn queries_not_linear_in_each_stream_are_refused_naming_the_stream() {
         ),
         (
             "SELECT id % 3 AS k, count(*) AS n FROM a GROUP BY id % 3 UNION ALL SELECT id, 1 FROM b",
-            "the stream `b` read outside the query's aggregation is not supported: each task folds its stream into the one aggregation's state",
+            "the query's output read from more than one stateful operator, or from a stream beside one",
         ),
         (
             "SELECT id FROM a UNION ALL SELECT id FROM b ORDER BY id",

@@ -148,7 +148,9 @@ impl Walk<'_> {
         }
         let keys = a.group_expr.iter().map(|e| e.schema_name().to_string());
         self.aggregations.push((keys.collect(), beneath));
-        self.window = a.group_expr.iter().find_map(window_column);
+        if self.aggregations.len() + self.top_ns.len() == 1 {
+            self.window = a.group_expr.iter().find_map(window_column);
+        }
         let windows = a.group_expr.iter().filter(|e| window_column(e).is_some());
         let sessions = a.group_expr.iter().filter(|e| is_session(e));
         if sessions.count() > 0 && windows.count() > 1 {
@@ -194,8 +196,10 @@ impl Walk<'_> {
         {
             return refused();
         }
-        self.window = p.partition_by.iter().find_map(window_column);
         self.top_ns.push(beneath);
+        if self.aggregations.len() + self.top_ns.len() == 1 {
+            self.window = p.partition_by.iter().find_map(window_column);
+        }
         Ok(None)
     }
 
@@ -205,8 +209,9 @@ impl Walk<'_> {
     }
 
     /// The shape of the walked plan, or the refusal of its reads: every
-    /// stream read once, beneath the one aggregation if there is one.
-    fn finish(mut self) -> Result<Shape, SqlError> {
+    /// stream read. How its stateful operators feed each other is checked
+    /// on the physical plan (see [`crate::graph`]).
+    fn finish(self) -> Result<Shape, SqlError> {
         if let Some(e) = self.refused {
             return Err(e);
         }
@@ -216,117 +221,14 @@ impl Walk<'_> {
                 "a streaming query's rows come from its streams; give the query a source",
             ));
         }
-        for (name, reads) in self.streams.iter().zip(&self.reads) {
-            match reads {
-                0 => return Err(not_read(name, self.streams)),
-                1 => {}
-                _ => return Err(read_twice(name)),
-            }
-        }
-        if self.aggregations.len() > 1 {
-            return Err(unsupported(
-                "more than one aggregation over the stream",
-                "a streaming query keeps the state of one aggregation",
-            ));
-        }
-        if let Some(join) = self.joins.first() {
-            return self.stream_join(join);
-        }
-        if let Some(top_n) = self.top_ns.first() {
-            return self.top_n_shape(top_n);
-        }
-        let Some((keys, beneath)) = self.aggregations.pop() else {
-            return Ok(Shape {
-                keys: None,
-                window: self.window,
-                join: false,
-                top_n: false,
-            });
-        };
-        match self.streams.iter().find(|s| !beneath.contains(*s)) {
-            Some(outside) => Err(unsupported(
-                format!("the stream `{outside}` read outside the query's aggregation"),
-                "each task folds its stream into the one aggregation's state; aggregate every stream in the one GROUP BY (over a UNION ALL of the streams)",
-            )),
-            None => Ok(Shape {
-                keys: Some(keys),
-                window: self.window,
-                join: false,
-                top_n: false,
-            }),
-        }
-    }
-}
-
-impl Walk<'_> {
-    /// The shape of a query with a join of two streams: the join is its
-    /// one stateful operator, over every stream.
-    fn stream_join(&self, join: &Reads) -> Result<Shape, SqlError> {
-        let pair = || {
-            let names: Vec<String> = join.iter().map(|n| format!("`{n}`")).collect();
-            names.join(" and ")
-        };
-        if self.joins.len() > 1 {
-            return Err(unsupported(
-                "more than one join of streams",
-                "a streaming query joins two streams once",
-            ));
-        }
-        if !self.top_ns.is_empty() {
-            return Err(unsupported(
-                format!(
-                    "the join of the streams {} with a top-N (ROW_NUMBER)",
-                    pair()
-                ),
-                "a streaming query runs one stateful operator",
-            ));
-        }
-        if !self.aggregations.is_empty() {
-            return Err(unsupported(
-                format!("the join of the streams {} feeding an aggregation", pair()),
-                "a streaming query runs one stateful operator; aggregate the join's output where it is read",
-            ));
-        }
-        if let Some(outside) = self.streams.iter().find(|s| !join.contains(*s)) {
-            return Err(unsupported(
-                format!("the stream `{outside}` read outside the join of {}", pair()),
-                "a query with a join of two streams reads only those two",
-            ));
+        if let Some((name, _)) = self.streams.iter().zip(&self.reads).find(|(_, r)| **r == 0) {
+            return Err(not_read(name, self.streams));
         }
         Ok(Shape {
-            keys: None,
-            window: None,
-            join: true,
-            top_n: false,
-        })
-    }
-
-    /// The shape of a query with a top-N: its one stateful operator, over
-    /// every stream.
-    fn top_n_shape(&self, top_n: &Reads) -> Result<Shape, SqlError> {
-        if self.top_ns.len() > 1 {
-            return Err(unsupported(
-                "more than one ROW_NUMBER() over the stream",
-                "a streaming query keeps one top-N",
-            ));
-        }
-        if !self.aggregations.is_empty() {
-            return Err(unsupported(
-                "an aggregation together with a top-N (ROW_NUMBER)",
-                "a streaming query runs one stateful operator",
-            ));
-        }
-        if let Some(outside) = self.streams.iter().find(|s| !top_n.contains(*s)) {
-            return Err(unsupported(
-                format!("the stream `{outside}` read outside the top-N (ROW_NUMBER)"),
-                "each task folds its stream into the one top-N's state; rank every stream in the one ROW_NUMBER() (over a UNION ALL of the streams)",
-            ));
-        }
-        Ok(Shape {
-            keys: None,
-            window: self.window.clone(),
-            join: false,
-            top_n: true,
+            keys: self.aggregations.first().map(|(keys, _)| keys.clone()),
+            window: self.window,
+            join: !self.joins.is_empty(),
+            top_n: !self.top_ns.is_empty(),
         })
     }
 }

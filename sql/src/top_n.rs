@@ -22,18 +22,18 @@ use arrow_schema::{Field, SchemaRef};
 use datafusion::arrow::compute::{SortColumn, lexsort_to_indices};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use datafusion::prelude::SessionContext;
 
 mod find;
 
 pub use find::MAX_N;
-use find::{Found, find, window_expr};
+use find::{limit, unsupported_window, window_exprs};
 
+use crate::graph::{Graph, Kind};
 use crate::input::SharedInput;
 use crate::stateful::WindowEnd;
-use crate::{InputBatches, Output, Planned, SqlError, Streams, Table};
+use crate::{InputBatches, Output, SqlError, Streams, Table};
 
 /// The top-N of a planned query.
 pub struct TopN {
@@ -65,14 +65,9 @@ pub struct TopNInfo {
     pub limit: u64,
 }
 
-/// The top-N of `planned`, described; `None` without one.
-pub(crate) fn info(planned: &Planned) -> Result<Option<TopNInfo>, SqlError> {
-    Ok(find(planned)?.map(|f| TopNInfo { limit: f.limit }))
-}
-
 impl TopN {
-    /// Plans `sql` over `streams` and the static `tables` within `limits`;
-    /// `None` when the query has no top-N.
+    /// Plans `sql` over `streams` and the static `tables` within `limits`:
+    /// its last top-N; `None` when the query has none.
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
@@ -80,27 +75,30 @@ impl TopN {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let planned = crate::physical(sql, streams.into(), input, tables, limits.into()).await?;
-        let Some(Found { node, limit }) = find(&planned)? else {
-            return Ok(None);
-        };
-        let expr = window_expr(&node).clone();
-        let mut below = node.children()[0].clone();
-        // The node's input is sorted for it; the map stage keeps the input's
-        // order instead (ties go to the row that arrived first).
-        if let Some(sort) = below.downcast_ref::<SortExec>() {
-            below = sort.input().clone();
+        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
+        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::TopN) {
+            Some(i) => Self::of(&graph, i).map(Some),
+            None => Ok(None),
         }
-        Ok(Some(TopN {
-            ctx: planned.ctx,
-            root: planned.plan,
-            below,
-            partition_by: expr.partition_by().to_vec(),
-            order_by: expr.order_by().to_vec(),
+    }
+
+    /// The top-N that is operator `i` of `graph`.
+    pub fn of(graph: &Graph, i: usize) -> Result<Self, SqlError> {
+        let node = graph.node(i).clone();
+        let [w] = window_exprs(&node) else {
+            return Err(unsupported_window(&node));
+        };
+        let limit = limit(graph.root(), &node)?;
+        Ok(TopN {
+            ctx: graph.ctx(),
+            root: graph.above(i),
+            below: graph.side_plan(i, 0),
+            partition_by: w.partition_by().to_vec(),
+            order_by: w.order_by().to_vec(),
             node,
             limit,
-            stream: planned.input,
-        }))
+            stream: graph.input(),
+        })
     }
 
     /// N: how many rows of each group are kept.

@@ -214,7 +214,7 @@ async fn check_gives_n_and_refuses_other_ranks() {
         ),
         (
             "SELECT tag, count(*) FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY tag ORDER BY value) AS rn FROM input) WHERE rn <= 3 GROUP BY tag",
-            "an aggregation together with a top-N",
+            "a top-3 whose rank is not an output column",
         ),
     ];
     for (sql, construct) in refused {

@@ -141,6 +141,23 @@ async fn check_sql(
             sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
+    if checked.ops.len() > 1 {
+        let names: Vec<&str> = checked.ops.iter().map(|o| o.name.as_str()).collect();
+        return Err(DriverError::Invalid(format!(
+            "field `sql`: stateful operators that feed each other ({}) are not supported",
+            names.join(", ")
+        )));
+    }
+    if let Some(j) = checked
+        .join
+        .as_ref()
+        .filter(|j| j.streams[0] == j.streams[1])
+    {
+        return Err(DriverError::Invalid(format!(
+            "field `sql`: a join of the stream `{}` with itself is not supported",
+            j.streams[0]
+        )));
+    }
     check_event_time(spec, streams, &checked)?;
     if let Some(join) = &checked.join {
         join::check(spec, join)?;

@@ -70,6 +70,11 @@ pub fn join_sides(
 /// The refusal of a join whose sides are `s`, if Sluice does not run it.
 pub fn refusal(s: &Sides) -> Option<SqlError> {
     if let Some(name) = s.left.intersection(&s.right).next() {
+        // A join of a stream with itself (or with an operator over it) runs
+        // as a stream join: the stream's map tasks make both sides.
+        if is_stream_join(s) {
+            return None;
+        }
         return Some(match s.kind {
             Kind::Join(_) => unsupported(
                 format!("a join of the stream with itself (`{name}`)"),

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use arrow_schema::DataType;
 use datafusion::common::ScalarValue;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::Operator as Op;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_plan::filter::FilterExec;
@@ -13,57 +12,41 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 
-use crate::{Planned, SqlError};
+use crate::SqlError;
 
 /// The largest N a top-N keeps per group.
 pub const MAX_N: u64 = 10_000;
 
-/// The window node of a top-N, and its N.
-pub(super) struct Found {
-    pub node: Arc<dyn ExecutionPlan>,
-    pub limit: u64,
-}
-
-/// The one window expression of a window node.
-pub(super) fn window_expr(
+/// The window expressions of a window node.
+pub(super) fn window_exprs(
     node: &Arc<dyn ExecutionPlan>,
-) -> &Arc<dyn datafusion::physical_expr::window::WindowExpr> {
-    let exprs = match node.downcast_ref::<BoundedWindowAggExec>() {
+) -> &[Arc<dyn datafusion::physical_expr::window::WindowExpr>] {
+    match node.downcast_ref::<BoundedWindowAggExec>() {
         Some(w) => w.window_expr(),
         None => node
             .downcast_ref::<WindowAggExec>()
             .expect("a top-N's node is a window node")
             .window_expr(),
-    };
-    &exprs[0]
+    }
 }
 
-/// The plan's window node over a stream, with the N of the filter on its
-/// rank; `None` without one. A rank without such a filter, and a rank the
+/// The refusal of a window node that is not one `ROW_NUMBER()`.
+pub(super) fn unsupported_window(node: &Arc<dyn ExecutionPlan>) -> SqlError {
+    let names: Vec<&str> = window_exprs(node).iter().map(|w| w.name()).collect();
+    unsupported(
+        format!("the window functions {}", names.join(", ")),
+        "over a stream, OVER runs only as a top-N: one ROW_NUMBER() filtered by its rank",
+    )
+}
+
+/// The N of the top-N whose window node is `node`, from the filter on its
+/// rank above it in `root`. A rank without such a filter, and a rank the
 /// output drops while N > 1, are refused.
-pub(super) fn find(planned: &Planned) -> Result<Option<Found>, SqlError> {
-    let mut nodes = Vec::new();
-    planned
-        .plan
-        .apply(|n| {
-            let window = n.downcast_ref::<BoundedWindowAggExec>().is_some()
-                || n.downcast_ref::<WindowAggExec>().is_some();
-            if window && !planned.streams_of(n).is_empty() {
-                nodes.push(n.clone());
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-        .map_err(SqlError::from_planning)?;
-    let Some(node) = nodes.pop() else {
-        return Ok(None);
-    };
-    if !nodes.is_empty() {
-        return Err(unsupported(
-            "more than one ROW_NUMBER() over the stream",
-            "a streaming query keeps one top-N",
-        ));
-    }
-    let path = path_to(&planned.plan, &node).expect("the node is in the plan");
+pub(super) fn limit(
+    root: &Arc<dyn ExecutionPlan>,
+    node: &Arc<dyn ExecutionPlan>,
+) -> Result<u64, SqlError> {
+    let path = path_to(root, node).expect("the node is in the plan");
     let rank = node.schema().fields().len() - 1;
     let (limit, above) = limit_above(&path, rank)?;
     if limit > 1 && !reaches_output(&path[..=above], rank_at(&path, above, rank)) {
@@ -72,7 +55,7 @@ pub(super) fn find(planned: &Planned) -> Result<Option<Found>, SqlError> {
             "each output row replaces the row of its group and rank, so a top-N with N > 1 must select its ROW_NUMBER() column",
         ));
     }
-    Ok(Some(Found { node, limit }))
+    Ok(limit)
 }
 
 /// The nodes from `root` down to `target`, both included.
