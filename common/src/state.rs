@@ -5,6 +5,7 @@
 //! ```text
 //! <checkpoint>/queries/<name>/
 //!   shuffle/<N>/<map>.arrow                       one file per map task, one IPC stream per bucket
+//!   shuffle/<N>/<op + 1>-<partition>.arrow        a reduce task's output for the operator it feeds
 //!   state/<operator>/<partition>/<N>.delta        the rows batch N changed or removed
 //!   state/<operator>/<partition>/<N>.snapshot     the whole state after batch N
 //! ```
@@ -125,23 +126,42 @@ impl StateStore {
         }
     }
 
-    fn shuffle(batch: u64, map: u32) -> Path {
-        Path::from_iter(["shuffle", &padded(batch), &format!("{map:05}.arrow")])
+    /// The shuffle file of writer `writer` of stage `stage`: a map task
+    /// (stage 0), or a reduce task of operator `stage - 1`.
+    fn shuffle(batch: u64, stage: u32, writer: u32) -> Path {
+        let name = match stage {
+            0 => format!("{writer:05}.arrow"),
+            s => format!("{s}-{writer:05}.arrow"),
+        };
+        Path::from_iter(["shuffle", &padded(batch), &name])
     }
 
     fn dir(operator: &str, partition: u32) -> Path {
         Path::from_iter(["state", operator, &format!("{partition:05}")])
     }
 
-    /// Creates map task `map`'s shuffle file of batch `batch`; an existing
-    /// file with other bytes is damage (a task is deterministic).
-    pub async fn write_shuffle(&self, batch: u64, map: u32, bytes: Bytes) -> Result<()> {
-        self.create_same(&Self::shuffle(batch, map), bytes).await
+    /// Creates the shuffle file of writer `writer` of stage `stage` (see
+    /// [`Self::shuffle`]) of batch `batch`; an existing file with other
+    /// bytes is damage (a task is deterministic).
+    pub async fn write_shuffle(
+        &self,
+        batch: u64,
+        (stage, writer): (u32, u32),
+        bytes: Bytes,
+    ) -> Result<()> {
+        self.create_same(&Self::shuffle(batch, stage, writer), bytes)
+            .await
     }
 
-    /// One bucket of a map task's shuffle file.
-    pub async fn read_shuffle(&self, batch: u64, map: u32, offset: u64, len: u64) -> Result<Bytes> {
-        let path = Self::shuffle(batch, map);
+    /// One bucket of a shuffle file.
+    pub async fn read_shuffle(
+        &self,
+        batch: u64,
+        (stage, writer): (u32, u32),
+        offset: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let path = Self::shuffle(batch, stage, writer);
         self.storage
             .get_range(path.as_ref(), offset..offset + len)
             .await

@@ -17,10 +17,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_proto::{StateWork, TaskAssignment, TaskOutput};
+use sluice_sql::Graph;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::operator::Operator;
+use crate::output;
+use crate::shuffle::{self, Keyer};
 use crate::stage;
 
 /// Runs a reduce task of operator `O`, configured by `work`, over the
@@ -36,9 +39,18 @@ pub async fn run<O: Operator>(
         ExecutorError::MalformedTask(format!("task {}: missing state", task.task_id))
     })?;
     let assigned = stage::assigned(task, &caches).await?;
-    let op = O::plan(task, work, &assigned).await?;
+    let graph = Graph::plan(
+        &assigned.plan.sql,
+        assigned.streams.clone(),
+        Box::pin(futures::stream::empty()),
+        &assigned.tables,
+        sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms),
+    )
+    .await?;
+    let index = work_state.index as usize;
+    let op = O::plan(task, work, &assigned, (&graph, index)).await?;
     let store = stage::open_store(&caches, &work_state.checkpoint).await?;
-    let schema_of = |table: &str| op.input_schema(table);
+    let schema_of = |side: u32| op.input_schema(side);
     let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
     let (schema, keys) = op.state_schema();
     let mut table = stage::state(&caches, &store, task, work_state, schema, keys).await?;
@@ -54,9 +66,38 @@ pub async fn run<O: Operator>(
     let output = op.emit(advanced.pending, evicted, &table).await?;
 
     let files = assigned.files;
-    let layout = stage::layout(files, task);
-    let written = stage::write(&caches, files, layout, op.output_schema(), output).await?;
-    Ok(stage::done(&caches, task, table, written, started))
+    let next = match work_state.next_buckets {
+        0 => None,
+        n => Some((n, graph.consumer(index))),
+    };
+    let (written, shuffle) = match next {
+        None => {
+            let layout = stage::layout(files, task);
+            let out = stage::write(&caches, files, layout, op.output_schema(), output).await?;
+            (out, Vec::new())
+        }
+        Some((buckets, Some((next, side)))) => {
+            let keyer = Keyer::of(&graph, next, side)?;
+            let split = shuffle::split(&output, buckets, |b| keyer.keys(b))?;
+            let to = (next as u32, side as u32);
+            let part = shuffle::Part::new(to, op.output_schema(), split);
+            let writer = (work_state.index + 1, task.partition);
+            let (bytes, ranges) = shuffle::encode(vec![part], writer)?;
+            if !bytes.is_empty() {
+                store.write_shuffle(task.batch_id, writer, bytes).await?;
+            }
+            ((output::Emitted::default(), Vec::new()), ranges)
+        }
+        Some((_, None)) => {
+            return Err(ExecutorError::MalformedTask(format!(
+                "task {}: operator {index} feeds no other operator",
+                task.task_id
+            )));
+        }
+    };
+    let mut out = stage::done(&caches, task, table, written, started);
+    out.shuffle = shuffle;
+    Ok(out)
 }
 
 #[cfg(test)]

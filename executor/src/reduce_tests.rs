@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluice_proto::task_result::Outcome;
 use sluice_proto::{
-    AggregateWork, PartialAggregates, RateTask, ShuffleMapWork, ShuffleRange, SinkFormat,
+    AggregateWork, OperatorSide, OperatorSides, RateTask, ShuffleMapWork, ShuffleRange, SinkFormat,
     StateWork, TaskAssignment, TaskOutput, TaskSink, TaskSource, shuffle_map_work,
     task_assignment::Work, task_source,
 };
@@ -85,7 +85,12 @@ async fn batch(
         t.work = Some(Work::ShuffleMap(ShuffleMapWork {
             checkpoint: ckpt.into(),
             buckets: BUCKETS,
-            rows: Some(shuffle_map_work::Rows::Aggregate(PartialAggregates {})),
+            rows: Some(shuffle_map_work::Rows::Sides(OperatorSides {
+                sides: vec![OperatorSide {
+                    operator: 0,
+                    side: 0,
+                }],
+            })),
         }));
         let out = run(t, caches).await;
         assert_eq!(out.input_rows, (end - start) / 2);
@@ -108,6 +113,8 @@ async fn batch(
                 operator: "aggregate".into(),
                 read_version: n.checked_sub(1),
                 snapshot_interval: 2,
+                index: 0,
+                next_buckets: 0,
             }),
             output_mode: sluice_common::spec::OutputMode::parse(mode)
                 .expect("a test's mode")

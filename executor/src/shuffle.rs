@@ -21,7 +21,7 @@ use arrow_schema::SchemaRef;
 use bytes::{Bytes, BytesMut};
 use sluice_proto::shuffle_map_work::Rows;
 use sluice_proto::{ShuffleMapWork, ShuffleRange, TaskOutput};
-use sluice_sql::{Aggregation, StreamJoin, TopN};
+use sluice_sql::{Aggregation, Graph, Kind, StreamJoin, TopN};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -45,10 +45,14 @@ pub async fn run(
     }
     let planned = plan.source.planned_rows();
     if planned == Some(0) {
-        let none = vec![Vec::new(); shuffle.buckets as usize];
+        let none = |(op, side)| Part::empty(op, side, &plan.input_schema, shuffle.buckets);
+        let parts = match &rows {
+            Rows::Dedup(_) => vec![none((0, 0))],
+            Rows::Sides(s) => s.sides.iter().map(|s| none((s.operator, s.side))).collect(),
+        };
         return Ok(TaskOutput {
             duration_ms: started.elapsed().as_millis() as u64,
-            shuffle: encode(&plan.input_schema, none, plan.partition)?.1,
+            shuffle: encode(parts, (0, plan.partition))?.1,
             ..Default::default()
         });
     }
@@ -63,7 +67,7 @@ pub async fn run(
     produced.check(planned)?;
     if !bytes.is_empty() {
         let store = crate::stage::open_store(&caches, &shuffle.checkpoint).await?;
-        store.write_shuffle(batch, map, bytes).await?;
+        store.write_shuffle(batch, (0, map), bytes).await?;
     }
     Ok(TaskOutput {
         duration_ms: started.elapsed().as_millis() as u64,
@@ -77,7 +81,8 @@ pub async fn run(
     })
 }
 
-/// The blocking half: the partial rows of the task's input, encoded.
+/// The blocking half: the task's input through the query up to each
+/// operator side that reads its stream, split and encoded.
 fn partials(
     plan: TaskPlan,
     shuffled: &Rows,
@@ -91,30 +96,8 @@ fn partials(
         plan.streams.clone(),
         caches.task_limits(plan.budget),
     );
-    let (schema, rows, split) = match shuffled {
-        Rows::Aggregate(_) => {
-            let agg = runtime
-                .block_on(Aggregation::plan(
-                    sql,
-                    streams,
-                    Box::pin(input),
-                    &opened.tables,
-                    limits,
-                ))?
-                .ok_or_else(|| {
-                    ExecutorError::MalformedTask(
-                        "a shuffle for a query without an aggregation".into(),
-                    )
-                })?;
-            let rows = drain(agg.map()?, runtime, &opened)?;
-            // A key's sessions merge in one partition: its session is not
-            // part of the shuffle key.
-            let keys: Vec<usize> = (0..agg.key_columns())
-                .filter(|&i| Some(i) != agg.session())
-                .collect();
-            let split = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
-            (agg.partial_schema(), rows, split)
-        }
+    let mut parts = Vec::new();
+    match shuffled {
         Rows::Dedup(d) => {
             let out = runtime.block_on(sluice_sql::run(
                 sql,
@@ -126,62 +109,111 @@ fn partials(
             let schema = out.schema();
             let keys = crate::operator::key_columns(&schema, &d.columns)?;
             let rows = drain(out, runtime, &opened)?;
-            let split = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
-            (schema, rows, split)
+            let buckets = split(&rows, buckets, |b| Ok(columns(b, &keys)))?;
+            parts.push(Part::new((0, 0), schema, buckets));
         }
-        Rows::Join(_) => {
-            let reading = streams.reading.clone();
-            let join = runtime
-                .block_on(StreamJoin::plan(
-                    sql,
-                    streams,
-                    Box::pin(input),
-                    &opened.tables,
-                    limits,
-                ))?
-                .ok_or_else(|| {
-                    ExecutorError::MalformedTask(
-                        "a join shuffle for a query without a join of two streams".into(),
-                    )
-                })?;
-            let side = join
-                .sides()
-                .iter()
-                .position(|s| *s == reading)
-                .ok_or_else(|| {
-                    ExecutorError::MalformedTask(format!(
-                        "the join does not read the stream {reading:?}"
-                    ))
-                })?;
-            let rows = drain(join.map(side)?, runtime, &opened)?;
-            let split = split(&rows, buckets, |b| Ok(join.keys(side, b)?))?;
-            (join.side_schema(side), rows, split)
+        Rows::Sides(sides) => {
+            let graph = runtime.block_on(Graph::plan(
+                sql,
+                streams,
+                Box::pin(input),
+                &opened.tables,
+                limits,
+            ))?;
+            for s in &sides.sides {
+                let (op, side) = (s.operator as usize, s.side as usize);
+                if op >= graph.len() || side >= graph.sources(op).len() {
+                    return Err(ExecutorError::MalformedTask(format!(
+                        "a shuffle for side {side} of operator {op}, which the query has not"
+                    )));
+                }
+                let rows = drain(graph.map(op, side)?, runtime, &opened)?;
+                let keyer = Keyer::of(&graph, op, side)?;
+                let buckets = split(&rows, buckets, |b| keyer.keys(b))?;
+                parts.push(Part::new(
+                    (s.operator, s.side),
+                    graph.side_schema(op, side),
+                    buckets,
+                ));
+            }
         }
-        Rows::TopN(_) => {
-            let top = runtime
-                .block_on(TopN::plan(
-                    sql,
-                    streams,
-                    Box::pin(input),
-                    &opened.tables,
-                    limits,
-                ))?
-                .ok_or_else(|| {
-                    ExecutorError::MalformedTask(
-                        "a top-N shuffle for a query without a top-N".into(),
-                    )
-                })?;
-            let rows = drain(top.map()?, runtime, &opened)?;
-            let split = split(&rows, buckets, |b| Ok(top.keys(b)?))?;
-            (top.row_schema(), rows, split)
-        }
-    };
-    let (bytes, ranges) = encode(&schema, split, plan.partition)?;
+    }
+    let rows = parts.iter().map(Part::rows).sum();
+    let (bytes, ranges) = encode(parts, (0, plan.partition))?;
     let produced = opened.produced(crate::output::Emitted {
-        rows: rows.iter().map(|b| b.num_rows() as u64).sum(),
+        rows,
         discarded_bytes: 0,
     });
     Ok((produced, bytes, ranges))
+}
+
+/// How the rows of one side of an operator are keyed for the shuffle.
+pub enum Keyer {
+    /// By these columns (an aggregation's group key, less its session).
+    Columns(Vec<usize>),
+    /// By a join's key expressions of this side.
+    Join(Box<StreamJoin>, usize),
+    /// By a top-N's `PARTITION BY`.
+    TopN(Box<TopN>),
+}
+
+impl Keyer {
+    /// The key of side `side` of `graph`'s operator `op`.
+    pub fn of(graph: &Graph, op: usize, side: usize) -> Result<Self, ExecutorError> {
+        Ok(match graph.kind(op) {
+            Kind::Aggregate => {
+                let agg = Aggregation::of(graph, op)?;
+                // A key's sessions merge in one partition: its session is
+                // not part of the shuffle key.
+                let keys = (0..agg.key_columns()).filter(|&i| Some(i) != agg.session());
+                Keyer::Columns(keys.collect())
+            }
+            Kind::Join => Keyer::Join(Box::new(StreamJoin::of(graph, op)?), side),
+            Kind::TopN => Keyer::TopN(Box::new(TopN::of(graph, op)?)),
+        })
+    }
+
+    pub fn keys(&self, b: &RecordBatch) -> Result<Vec<ArrayRef>, ExecutorError> {
+        Ok(match self {
+            Keyer::Columns(keys) => columns(b, keys),
+            Keyer::Join(join, side) => join.keys(*side, b)?,
+            Keyer::TopN(top) => top.keys(b)?,
+        })
+    }
+}
+
+/// One operator side's rows, split into buckets.
+pub struct Part {
+    /// The operator and its side.
+    to: (u32, u32),
+    schema: SchemaRef,
+    buckets: Vec<Vec<RecordBatch>>,
+}
+
+impl Part {
+    pub fn new(to: (u32, u32), schema: SchemaRef, buckets: Vec<Vec<RecordBatch>>) -> Self {
+        Part {
+            to,
+            schema,
+            buckets,
+        }
+    }
+
+    fn empty(op: u32, side: u32, schema: &SchemaRef, buckets: u32) -> Self {
+        Part::new(
+            (op, side),
+            schema.clone(),
+            vec![Vec::new(); buckets as usize],
+        )
+    }
+
+    fn rows(&self) -> u64 {
+        self.buckets
+            .iter()
+            .flatten()
+            .map(|b| b.num_rows() as u64)
+            .sum()
+    }
 }
 
 /// The columns `keys` of `b`.
@@ -255,28 +287,33 @@ pub fn split(
     Ok(out)
 }
 
-/// The buckets as one file, an IPC stream per non-empty bucket, and each
-/// bucket's byte range in it.
+/// The parts as one file, an IPC stream per non-empty bucket, and each
+/// bucket's byte range in it, written by `writer` (stage, number).
 pub fn encode(
-    schema: &SchemaRef,
-    buckets: Vec<Vec<RecordBatch>>,
-    map: u32,
+    parts: Vec<Part>,
+    (stage, writer): (u32, u32),
 ) -> Result<(Bytes, Vec<ShuffleRange>), ExecutorError> {
     let mut file = BytesMut::new();
-    let mut ranges = Vec::with_capacity(buckets.len());
-    for bucket in buckets {
-        let rows: u64 = bucket.iter().map(|b| b.num_rows() as u64).sum();
-        let offset = file.len() as u64;
-        if rows > 0 {
-            file.extend_from_slice(&codec::encode(schema, &bucket)?);
+    let mut ranges = Vec::new();
+    for part in parts {
+        for (b, bucket) in part.buckets.into_iter().enumerate() {
+            let rows: u64 = bucket.iter().map(|b| b.num_rows() as u64).sum();
+            let offset = file.len() as u64;
+            if rows > 0 {
+                file.extend_from_slice(&codec::encode(&part.schema, &bucket)?);
+            }
+            ranges.push(ShuffleRange {
+                map: writer,
+                offset,
+                length: file.len() as u64 - offset,
+                rows,
+                table: String::new(),
+                operator: part.to.0,
+                side: part.to.1,
+                bucket: b as u32,
+                stage,
+            });
         }
-        ranges.push(ShuffleRange {
-            map,
-            offset,
-            length: file.len() as u64 - offset,
-            rows,
-            table: String::new(),
-        });
     }
     Ok((file.freeze(), ranges))
 }

@@ -20,10 +20,10 @@ use crate::sink::parts::Layout;
 use crate::state::table::{Change, StateTable};
 use crate::state::{self, codec};
 
-/// Rows a map task shuffled, with the stream table it read.
+/// Rows shuffled to an operator, with the side of it they are for.
 #[derive(Debug, Clone)]
 pub struct Shuffled {
-    pub table: String,
+    pub side: u32,
     pub rows: RecordBatch,
 }
 
@@ -92,8 +92,8 @@ pub async fn state(
     schema: SchemaRef,
     keys: usize,
 ) -> Result<StateTable, ExecutorError> {
-    let (query, p, version) = (&task.query_id, task.partition, work.read_version);
-    if let Some(held) = caches.states.take(query, p, version) {
+    let (owner, p, version) = (owner(task, work), task.partition, work.read_version);
+    if let Some(held) = caches.states.take(&owner, p, version) {
         return Ok(held);
     }
     let empty = state::empty(schema, keys)?;
@@ -165,8 +165,16 @@ pub fn done(
         state_bytes: table.bytes() as u64,
         ..Default::default()
     };
-    caches.states.put(&task.query_id, task.partition, table);
+    if let Some(work) = task.state() {
+        caches.states.put(&owner(task, work), task.partition, table);
+    }
     out
+}
+
+/// Whose state a reduce task works on, as the executor holds it: its
+/// query's operator.
+fn owner(task: &TaskAssignment, work: &StateWork) -> String {
+    format!("{}/{}", task.query_id, work.operator)
 }
 
 /// Keeps the states this executor holds under `--max-state-bytes`: the
@@ -189,9 +197,10 @@ pub fn bound(
         });
     }
     let room = usize::try_from(limit - own).unwrap_or(usize::MAX);
-    let dropped = caches
-        .states
-        .make_room(&task.query_id, task.partition, room);
+    let owner = task
+        .state()
+        .map_or_else(|| task.query_id.clone(), |w| owner(task, w));
+    let dropped = caches.states.make_room(&owner, task.partition, room);
     if dropped > 0 {
         tracing::info!(dropped, "state partitions dropped from memory to make room");
     }
@@ -219,26 +228,29 @@ pub async fn open_store(caches: &Arc<Caches>, location: &str) -> Result<StateSto
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
 }
 
-/// The bucket's rows, read from each map task's shuffle file in map
-/// order, each decoded with the schema of what its map task's stream
-/// shuffles (`schema_of`).
+/// The bucket's rows, read from each shuffle file that has rows for it,
+/// in the order the driver lists them (map tasks in map order, then the
+/// operators that feed this one), each decoded with the schema of the
+/// side it is for (`schema_of`).
 pub async fn read_partials(
     store: &StateStore,
     batch: u64,
     work: &StateWork,
-    schema_of: impl Fn(&str) -> Result<SchemaRef, ExecutorError>,
+    schema_of: impl Fn(u32) -> Result<SchemaRef, ExecutorError>,
 ) -> Result<Vec<Shuffled>, ExecutorError> {
     let mut rows = Vec::new();
     for r in work.inputs.iter().filter(|r| r.length > 0) {
-        let schema = schema_of(&r.table)?;
-        let bytes = store.read_shuffle(batch, r.map, r.offset, r.length).await?;
+        let schema = schema_of(r.side)?;
+        let bytes = store
+            .read_shuffle(batch, (r.stage, r.map), r.offset, r.length)
+            .await?;
         let what = format!(
-            "shuffle/{batch}/{:05}.arrow bytes {}+{}",
-            r.map, r.offset, r.length
+            "shuffle/{batch}/{}-{:05}.arrow bytes {}+{}",
+            r.stage, r.map, r.offset, r.length
         );
         let decoded = codec::decode(bytes, &schema, &what)?;
         rows.extend(decoded.into_iter().map(|b| Shuffled {
-            table: r.table.clone(),
+            side: r.side,
             rows: b,
         }));
     }

@@ -25,10 +25,18 @@ impl TaskAssignment {
     /// Whether the task is a stateful operator's reduce task, which works
     /// on one state partition (and goes where that state is held).
     pub fn is_reduce(&self) -> bool {
+        self.state().is_some()
+    }
+
+    /// A reduce task's state partition: its operator's work on it.
+    pub fn state(&self) -> Option<&StateWork> {
         use task_assignment::Work;
-        matches!(
-            self.work,
-            Some(Work::Aggregate(_) | Work::Dedup(_) | Work::Join(_))
-        )
+        match self.work.as_ref()? {
+            Work::Aggregate(w) => w.state.as_ref(),
+            Work::Dedup(w) => w.state.as_ref(),
+            Work::Join(w) => w.state.as_ref(),
+            Work::TopN(w) => w.state.as_ref(),
+            Work::Map(_) | Work::ShuffleMap(_) => None,
+        }
     }
 }

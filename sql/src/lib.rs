@@ -156,10 +156,12 @@ pub async fn check(
         let mut ops = Vec::with_capacity(graph.len());
         let (mut join, mut top_n) = (None, None);
         for (i, name) in names.into_iter().enumerate() {
+            let mut op_join = None;
             let windowed = match graph.kind(i) {
                 Kind::Aggregate => Aggregation::of(&graph, i)?.window().is_some(),
                 Kind::Join => {
-                    join = Some(join::info(&graph, i)?);
+                    op_join = Some(join::info(&graph, i)?);
+                    join = op_join.clone();
                     false
                 }
                 Kind::TopN => {
@@ -174,6 +176,7 @@ pub async fn check(
                 sources: graph.sources(i),
                 consumer: graph.consumer(i),
                 windowed,
+                join: op_join,
             });
         }
         Ok(Checked {
@@ -219,6 +222,8 @@ pub struct OpInfo {
     /// Whether it groups by an event-time window (an aggregation, a
     /// top-N), whose groups the watermark closes.
     pub windowed: bool,
+    /// A join's sides and bound.
+    pub join: Option<JoinInfo>,
 }
 
 /// A running query's output.

@@ -88,7 +88,7 @@ impl TopN {
         let [w] = window_exprs(&node) else {
             return Err(unsupported_window(&node));
         };
-        let limit = limit(graph.root(), &node)?;
+        let limit = limit(graph.root(), &node, graph.consumer(i).is_none())?;
         Ok(TopN {
             ctx: graph.ctx(),
             root: graph.above(i),

@@ -135,10 +135,10 @@ struct Actor {
 }
 
 /// The state a task works on, for affinity: a reduce task's (query,
-/// partition).
+/// operator, partition).
 fn affinity(task: &pb::TaskAssignment) -> Option<String> {
-    task.is_reduce()
-        .then(|| format!("{}/{}", task.query_id, task.partition))
+    task.state()
+        .map(|w| format!("{}/{}/{}", task.query_id, w.operator, task.partition))
 }
 
 impl Scheduler {

@@ -58,10 +58,12 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     let p = task.partition;
-    let (stage, prefix, stage_label) = if task.is_reduce() {
-        ("reduce partition", "r", "reduce")
-    } else {
-        ("partition", "", "map")
+    // A reduce task is named by its operator (from the second on) and
+    // partition: `r3`, `r1.3`.
+    let (stage, prefix, stage_label) = match task.state() {
+        Some(w) if w.index > 0 => ("reduce partition", format!("r{}.", w.index), "reduce"),
+        Some(_) => ("reduce partition", "r".to_string(), "reduce"),
+        None => ("partition", String::new(), "map"),
     };
     let m = &ctx.driver.metrics;
     let labels = [ctx.entry.name.as_str(), stage_label];

@@ -42,9 +42,30 @@ pub struct Stateful {
     pub checkpoint: String,
     pub partitions: u32,
     pub snapshot_interval: u64,
-    pub operator: Operator,
+    /// Its operators, in the order they run: the SQL's (see
+    /// `sluice_sql::graph`), or the one dedup.
+    pub ops: Vec<StatefulOp>,
     /// The shuffle and state files under `checkpoint`.
     pub store: sluice_common::state::StateStore,
+}
+
+/// One operator of a stateful query.
+#[derive(Debug, Clone)]
+pub struct StatefulOp {
+    pub operator: Operator,
+    /// Its state directory under `state/`.
+    pub name: String,
+    /// What each of its sides reads.
+    pub sources: Vec<sluice_sql::Source>,
+    /// The operator and side its output feeds; `None`: the sink.
+    pub consumer: Option<(usize, usize)>,
+}
+
+impl Stateful {
+    /// The operator whose output goes to the sink.
+    pub fn last(&self) -> &StatefulOp {
+        self.ops.last().expect("a stateful query has an operator")
+    }
 }
 
 /// A stateful query's operator, as its tasks are told of it.
@@ -62,27 +83,6 @@ pub enum Operator {
 }
 
 impl Operator {
-    /// The state's directory under `state/`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Operator::Aggregate(_) => "aggregate",
-            Operator::Dedup(_) => "dedup",
-            Operator::Join(_) => "join",
-            Operator::TopN(_) => "top_n",
-        }
-    }
-
-    /// What its map tasks shuffle.
-    pub fn shuffled(&self) -> sluice_proto::shuffle_map_work::Rows {
-        use sluice_proto::shuffle_map_work::Rows;
-        match self {
-            Operator::Aggregate(_) => Rows::Aggregate(sluice_proto::PartialAggregates {}),
-            Operator::Dedup(d) => Rows::Dedup(d.clone()),
-            Operator::Join(_) => Rows::Join(sluice_proto::JoinSide {}),
-            Operator::TopN(_) => Rows::TopN(sluice_proto::TopNRows {}),
-        }
-    }
-
     /// Its reduce task's work over the state partition `state` names.
     pub fn reduce(&self, state: sluice_proto::StateWork) -> sluice_proto::task_assignment::Work {
         use sluice_proto::task_assignment::Work;

@@ -141,28 +141,42 @@ async fn check_sql(
             sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
-    if checked.ops.len() > 1 {
-        let names: Vec<&str> = checked.ops.iter().map(|o| o.name.as_str()).collect();
-        return Err(DriverError::Invalid(format!(
-            "field `sql`: stateful operators that feed each other ({}) are not supported",
-            names.join(", ")
-        )));
-    }
-    if let Some(j) = checked
-        .join
-        .as_ref()
-        .filter(|j| j.streams[0] == j.streams[1])
-    {
-        return Err(DriverError::Invalid(format!(
-            "field `sql`: a join of the stream `{}` with itself is not supported",
-            j.streams[0]
-        )));
-    }
+    check_chain(spec, &checked)?;
     check_event_time(spec, streams, &checked)?;
     if let Some(join) = &checked.join {
         join::check(spec, join)?;
     }
     check_partition_by(spec, &checked.output)
+}
+
+/// Each operator that feeds another emits each of its rows once, final,
+/// as the next one needs: a join, or an aggregation over an event-time
+/// window whose groups the watermark closes. An aggregation without a
+/// window changes its groups, and a top-N its ranks, so either is refused
+/// anywhere but last, naming both operators.
+fn check_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
+    let ops = &checked.ops;
+    for op in ops {
+        let Some((next, _)) = op.consumer else {
+            continue;
+        };
+        let feeds = format!("`{}` feeds `{}`", op.name, ops[next].name);
+        let why = match op.kind {
+            sluice_sql::Kind::Join => continue,
+            sluice_sql::Kind::Aggregate if op.windowed && spec.has_watermark() => continue,
+            sluice_sql::Kind::Aggregate if op.windowed => format!(
+                "the aggregation {feeds}, so it emits each window once, when the watermark passes its end: the query needs a watermark"
+            ),
+            sluice_sql::Kind::Aggregate => format!(
+                "the aggregation {feeds}, so it must emit each group once, final: group by an event-time window (window, hop, date_bin or session_window) with a watermark on its column; without one its groups change with every batch"
+            ),
+            sluice_sql::Kind::TopN => format!(
+                "the top-N {feeds}, but a top-N's ranks change as rows arrive: it can only be the last stateful operator"
+            ),
+        };
+        return Err(DriverError::Invalid(format!("field `sql`: {why}")));
+    }
+    Ok(())
 }
 
 /// Each watermark names a timestamp column of its input table.
@@ -246,9 +260,9 @@ fn check_dedup(
     dedup: &sluice_common::spec::DedupSpec,
     checked: &sluice_sql::Checked,
 ) -> Result<(), DriverError> {
-    if checked.keys.is_some() {
+    if !checked.ops.is_empty() {
         return Err(DriverError::Invalid(
-            "dedup: the query has an aggregation; dedup removes duplicate rows of a query without one (use SELECT DISTINCT to deduplicate groups)".into(),
+            "dedup: the query has a stateful operator (an aggregation, a join of streams or a top-N); dedup removes duplicate rows of a query without one (use SELECT DISTINCT to deduplicate groups)".into(),
         ));
     }
     let names: Vec<&str> = checked

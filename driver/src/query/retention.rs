@@ -50,8 +50,10 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
         let Some(stateful) = stateful else { return };
         let purged = async {
             let store = &stateful.store;
-            for p in store.partitions(stateful.operator.name()).await? {
-                store.retain(stateful.operator.name(), p, keep_from).await?;
+            for op in &stateful.ops {
+                for p in store.partitions(&op.name).await? {
+                    store.retain(&op.name, p, keep_from).await?;
+                }
             }
             for b in store.shuffled_batches().await? {
                 if b <= committed {

@@ -18,7 +18,7 @@ use sluice_proto as pb;
 use sluice_proto::task_assignment::Work;
 
 use super::attempts;
-use super::ctx::{Ctx, Operator, Stateful};
+use super::ctx::{Ctx, Operator, Stateful, StatefulOp};
 use crate::error::DriverError;
 use sluice_common::spec::OutputMode;
 
@@ -47,17 +47,21 @@ pub async fn plan(
         }
     }
     .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
-    let dedup = ctx.spec.dedup.as_ref().map(|d| pb::Dedup {
-        columns: d.columns.clone(),
-        within_ms: d.within_ms,
-    });
-    let join = checked
-        .join
-        .as_ref()
-        .map(|j| Operator::Join(evictable(ctx, j)));
-    let mode = OutputMode::effective(ctx.spec.output_mode, true);
-    let top_n = checked.top_n.as_ref().map(|_| Operator::TopN(mode));
-    if checked.keys.is_none() && dedup.is_none() && join.is_none() && top_n.is_none() {
+    let ops = match &ctx.spec.dedup {
+        Some(d) => vec![StatefulOp {
+            operator: Operator::Dedup(pb::Dedup {
+                columns: d.columns.clone(),
+                within_ms: d.within_ms,
+            }),
+            name: "dedup".into(),
+            sources: vec![sluice_sql::Source::Streams(
+                streams.iter().map(|(n, _)| n.clone()).collect(),
+            )],
+            consumer: None,
+        }],
+        None => checked.ops.iter().map(|op| operator(ctx, op)).collect(),
+    };
+    if ops.is_empty() {
         return Ok(None);
     }
     let checkpoint = query_location(&ctx.driver.config.checkpoint_root, &ctx.entry.name);
@@ -71,12 +75,31 @@ pub async fn plan(
         checkpoint,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
-        operator: match (dedup, join.or(top_n)) {
-            (_, Some(op)) => op,
-            (Some(d), None) => Operator::Dedup(d),
-            (None, None) => Operator::Aggregate(mode),
-        },
+        ops,
     }))
+}
+
+/// How the tasks of `op` are told of it. The operator whose output goes
+/// to the sink emits as the query's mode says; one that feeds another
+/// emits each row once (append), which the query's check made sure it
+/// can.
+fn operator(ctx: &Ctx, op: &sluice_sql::OpInfo) -> StatefulOp {
+    let mode = match op.consumer {
+        None => OutputMode::effective(ctx.spec.output_mode, true),
+        Some(_) => OutputMode::Append,
+    };
+    let operator = match (op.kind, &op.join) {
+        (sluice_sql::Kind::Join, Some(j)) => Operator::Join(evictable(ctx, j)),
+        (sluice_sql::Kind::Join, None) => Operator::Join([false, false]),
+        (sluice_sql::Kind::Aggregate, _) => Operator::Aggregate(mode),
+        (sluice_sql::Kind::TopN, _) => Operator::TopN(mode),
+    };
+    StatefulOp {
+        operator,
+        name: op.name.clone(),
+        sources: op.sources.clone(),
+        consumer: op.consumer,
+    }
 }
 
 /// Whether each side's buffered rows may leave the state by the join's
@@ -105,8 +128,11 @@ pub struct Outputs {
     pub map: Vec<pb::TaskOutput>,
     /// The input table each map task read, in the same order.
     pub tables: Vec<String>,
-    /// The reduce tasks of a stateful query, which wrote the output.
+    /// The reduce tasks of a stateful query, operator by operator.
     pub reduce: Vec<pb::TaskOutput>,
+    /// Where the last operator's reduce tasks, which wrote the output,
+    /// start in `reduce`.
+    pub last: usize,
     pub map_time: Duration,
     pub reduce_time: Duration,
 }
@@ -117,7 +143,7 @@ impl Outputs {
         if self.reduce.is_empty() {
             &self.map
         } else {
-            &self.reduce
+            &self.reduce[self.last..]
         }
     }
 }
@@ -132,16 +158,16 @@ pub async fn run(
 ) -> Result<Outputs, DriverError> {
     let tables: Vec<String> = inputs.iter().map(|(_, s)| s.table.clone()).collect();
     let t = Instant::now();
-    let work = match &ctx.stateful {
-        None => Work::Map(pb::MapWork {}),
-        Some(s) => Work::ShuffleMap(pb::ShuffleMapWork {
-            checkpoint: s.checkpoint.clone(),
-            buckets: s.partitions,
-            rows: Some(s.operator.shuffled()),
-        }),
-    };
     let maps = inputs.into_iter().map(|(p, input)| {
-        let mut task = attempts::task(ctx, offsets, work.clone(), p);
+        let work = match &ctx.stateful {
+            None => Work::Map(pb::MapWork {}),
+            Some(s) => Work::ShuffleMap(pb::ShuffleMapWork {
+                checkpoint: s.checkpoint.clone(),
+                buckets: s.partitions,
+                rows: Some(map_rows(s, &input.table)),
+            }),
+        };
+        let mut task = attempts::task(ctx, offsets, work, p);
         task.event_time = event_time(ctx, offsets, Some(&input.table));
         task.source = Some(input);
         task.plan = Some(plan.clone());
@@ -157,39 +183,88 @@ pub async fn run(
             ..Default::default()
         });
     };
-    if let Some(m) = map
-        .iter()
-        .find(|m| m.shuffle.len() != stateful.partitions as usize)
-    {
+    let t = Instant::now();
+    let mut shuffled: Vec<pb::ShuffleRange> = Vec::new();
+    let outside = |r: &&pb::ShuffleRange| {
+        r.bucket >= stateful.partitions || r.operator as usize >= stateful.ops.len()
+    };
+    if let Some(r) = map.iter().flat_map(|m| &m.shuffle).find(outside) {
         return Err(DriverError::Internal(format!(
-            "batch {}: a map task reported {} shuffle buckets, not {}",
+            "batch {}: a map task shuffled to bucket {} of operator {}, of {} buckets and {} operators",
             offsets.batch_id,
-            m.shuffle.len(),
-            stateful.partitions
+            r.bucket,
+            r.operator,
+            stateful.partitions,
+            stateful.ops.len()
         )));
     }
-    let t = Instant::now();
-    let reduces = (0..stateful.partitions).map(|b| {
-        let work = stateful.operator.reduce(pb::StateWork {
-            checkpoint: stateful.checkpoint.clone(),
-            inputs: bucket(&map, &tables, b),
-            operator: stateful.operator.name().into(),
-            read_version: offsets.batch_id.checked_sub(1),
-            snapshot_interval: stateful.snapshot_interval,
+    for (m, table) in map.iter().zip(&tables) {
+        shuffled.extend(m.shuffle.iter().map(|r| pb::ShuffleRange {
+            table: table.clone(),
+            ..r.clone()
+        }));
+    }
+    let mut reduce = Vec::new();
+    let mut last = 0;
+    for (index, op) in stateful.ops.iter().enumerate() {
+        let tasks = (0..stateful.partitions).map(|b| {
+            let work = op.operator.reduce(pb::StateWork {
+                checkpoint: stateful.checkpoint.clone(),
+                inputs: bucket(&shuffled, index as u32, b),
+                operator: op.name.clone(),
+                read_version: offsets.batch_id.checked_sub(1),
+                snapshot_interval: stateful.snapshot_interval,
+                index: index as u32,
+                next_buckets: op.consumer.map_or(0, |_| stateful.partitions),
+            });
+            let mut task = attempts::task(ctx, offsets, work, b);
+            task.event_time = event_time(ctx, offsets, None);
+            task.plan = Some(plan.clone());
+            attempts::run(ctx, task)
         });
-        let mut task = attempts::task(ctx, offsets, work, b);
-        task.event_time = event_time(ctx, offsets, None);
-        task.plan = Some(plan.clone());
-        attempts::run(ctx, task)
-    });
-    let reduce = try_join_all(reduces).await?;
+        let outputs = try_join_all(tasks).await?;
+        last = reduce.len();
+        for o in &outputs {
+            shuffled.extend(o.shuffle.iter().cloned());
+        }
+        reduce.extend(outputs);
+    }
     Ok(Outputs {
         map,
         tables,
         reduce,
+        last,
         map_time,
         reduce_time: t.elapsed(),
     })
+}
+
+/// What a map task reading stream `table` shuffles: the rows of each
+/// operator side that reads it (or the query's rows, for dedup).
+fn map_rows(s: &Stateful, table: &str) -> pb::shuffle_map_work::Rows {
+    use pb::shuffle_map_work::Rows;
+    if let [
+        StatefulOp {
+            operator: Operator::Dedup(d),
+            ..
+        },
+    ] = s.ops.as_slice()
+    {
+        return Rows::Dedup(d.clone());
+    }
+    let mut sides = Vec::new();
+    for (i, op) in s.ops.iter().enumerate() {
+        for (side, source) in op.sources.iter().enumerate() {
+            if matches!(source, sluice_sql::Source::Streams(names) if names.iter().any(|n| n == table))
+            {
+                sides.push(pb::OperatorSide {
+                    operator: i as u32,
+                    side: side as u32,
+                });
+            }
+        }
+    }
+    Rows::Sides(pb::OperatorSides { sides })
 }
 
 /// What a task is told of event time: the batch's watermark (the
@@ -217,16 +292,13 @@ fn event_time(ctx: &Ctx, offsets: &OffsetRecord, table: Option<&str>) -> Option<
     })
 }
 
-/// Bucket `b`'s byte range of every map task's shuffle file, in map order,
-/// each with the stream table its map task read (`tables`, in the same
-/// order).
-pub fn bucket(maps: &[pb::TaskOutput], tables: &[String], b: u32) -> Vec<pb::ShuffleRange> {
-    maps.iter()
-        .zip(tables)
-        .filter_map(|(m, table)| {
-            let mut range = m.shuffle.get(b as usize).cloned()?;
-            range.table = table.clone();
-            Some(range)
-        })
+/// The byte ranges for bucket `b` of operator `op`, in the order they
+/// were written: map tasks in map order, then the reduce tasks of the
+/// operators that feed it, by partition.
+pub fn bucket(shuffled: &[pb::ShuffleRange], op: u32, b: u32) -> Vec<pb::ShuffleRange> {
+    shuffled
+        .iter()
+        .filter(|r| r.operator == op && r.bucket == b)
+        .cloned()
         .collect()
 }

@@ -14,7 +14,7 @@ use arrow_schema::SchemaRef;
 use arrow_select::concat::concat_batches;
 use sluice_common::spec::OutputMode;
 use sluice_proto::{AggregateWork, TaskAssignment};
-use sluice_sql::Aggregation;
+use sluice_sql::{Aggregation, Graph};
 
 use super::{Advanced, Operator, Shuffled, session};
 use crate::error::ExecutorError;
@@ -33,27 +33,17 @@ impl Operator for Aggregate {
     async fn plan(
         task: &TaskAssignment,
         work: &AggregateWork,
-        assigned: &Assigned<'_>,
+        _assigned: &Assigned<'_>,
+        (graph, index): (&Graph, usize),
     ) -> Result<Self, ExecutorError> {
-        let malformed =
-            |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-        let mode = OutputMode::from_proto(work.output_mode)
-            .ok_or_else(|| malformed("unknown output mode"))?;
-        let budget = sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms);
-        let empty = Box::pin(futures::stream::empty());
-        let agg = Aggregation::plan(
-            &assigned.plan.sql,
-            assigned.streams.clone(),
-            empty,
-            &assigned.tables,
-            budget,
-        )
-        .await?
-        .ok_or_else(|| malformed("a reduce task for a query without an aggregation"))?;
+        let mode = OutputMode::from_proto(work.output_mode).ok_or_else(|| {
+            ExecutorError::MalformedTask(format!("task {}: unknown output mode", task.task_id))
+        })?;
+        let agg = Aggregation::of(graph, index)?;
         Ok(Aggregate { agg, mode })
     }
 
-    fn input_schema(&self, _table: &str) -> Result<SchemaRef, ExecutorError> {
+    fn input_schema(&self, _side: u32) -> Result<SchemaRef, ExecutorError> {
         Ok(self.agg.partial_schema())
     }
 

@@ -57,6 +57,7 @@ impl Operator for Dedup {
         task: &TaskAssignment,
         work: &DedupWork,
         assigned: &Assigned<'_>,
+        _graph: (&sluice_sql::Graph, usize),
     ) -> Result<Self, ExecutorError> {
         let malformed =
             |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
@@ -87,7 +88,7 @@ impl Operator for Dedup {
         })
     }
 
-    fn input_schema(&self, _table: &str) -> Result<SchemaRef, ExecutorError> {
+    fn input_schema(&self, _side: u32) -> Result<SchemaRef, ExecutorError> {
         Ok(self.rows.clone())
     }
 

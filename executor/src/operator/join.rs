@@ -28,7 +28,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow_select::concat::concat_batches;
 use sluice_proto::{JoinWork, TaskAssignment};
-use sluice_sql::StreamJoin;
+use sluice_sql::{Graph, StreamJoin};
 
 use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
@@ -53,21 +53,10 @@ impl Operator for Join {
     async fn plan(
         task: &TaskAssignment,
         work: &JoinWork,
-        assigned: &Assigned<'_>,
+        _assigned: &Assigned<'_>,
+        (graph, index): (&Graph, usize),
     ) -> Result<Self, ExecutorError> {
-        let malformed =
-            |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-        let empty = Box::pin(futures::stream::empty());
-        let budget = sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms);
-        let join = StreamJoin::plan(
-            &assigned.plan.sql,
-            assigned.streams.clone(),
-            empty,
-            &assigned.tables,
-            budget,
-        )
-        .await?
-        .ok_or_else(|| malformed("a join task for a query without a join of two streams"))?;
+        let join = StreamJoin::of(graph, index)?;
         Ok(Join {
             state: state_schema(&join),
             join,
@@ -76,8 +65,8 @@ impl Operator for Join {
         })
     }
 
-    fn input_schema(&self, table: &str) -> Result<SchemaRef, ExecutorError> {
-        Ok(self.join.side_schema(self.side_of(table)?))
+    fn input_schema(&self, side: u32) -> Result<SchemaRef, ExecutorError> {
+        Ok(self.join.side_schema(side_index(side)?))
     }
 
     fn state_schema(&self) -> (SchemaRef, usize) {
@@ -266,25 +255,22 @@ impl Side {
     }
 }
 
-impl Join {
-    /// Which side of the join stream `table` is.
-    fn side_of(&self, table: &str) -> Result<usize, ExecutorError> {
-        self.join
-            .sides()
-            .iter()
-            .position(|s| s == table)
-            .ok_or_else(|| {
-                ExecutorError::MalformedTask(format!(
-                    "shuffled rows of the stream {table:?}, which the join does not read"
-                ))
-            })
+/// A join's side, 0 (left) or 1 (right).
+fn side_index(side: u32) -> Result<usize, ExecutorError> {
+    match side {
+        0 | 1 => Ok(side as usize),
+        s => Err(ExecutorError::MalformedTask(format!(
+            "rows for side {s} of a join, which has two"
+        ))),
     }
+}
 
+impl Join {
     /// This batch's rows of each side, with their ids.
     fn new_rows(&self, rows: Vec<Shuffled>) -> Result<[Side; 2], ExecutorError> {
         let mut by_side: [Vec<RecordBatch>; 2] = [Vec::new(), Vec::new()];
         for s in rows {
-            by_side[self.side_of(&s.table)?].push(s.rows);
+            by_side[side_index(s.side)?].push(s.rows);
         }
         let side = |i: usize, batches: &[RecordBatch]| -> Result<Side, ExecutorError> {
             let rows = concat_batches(&self.join.side_schema(i), batches).map_err(fail)?;

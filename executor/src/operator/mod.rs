@@ -29,6 +29,7 @@ use std::future::Future;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_proto::TaskAssignment;
+use sluice_sql::Graph;
 
 use crate::error::ExecutorError;
 use crate::stage::Assigned;
@@ -36,7 +37,7 @@ use crate::state::table::{Change, StateTable};
 
 pub use crate::stage::Shuffled;
 
-/// The rows of `shuffled`, whatever stream they came from.
+/// The rows of `shuffled`, whatever side they are for.
 pub fn rows(shuffled: Vec<Shuffled>) -> Vec<RecordBatch> {
     shuffled.into_iter().map(|s| s.rows).collect()
 }
@@ -70,16 +71,17 @@ pub trait Operator: Sized + Send + Sync {
     /// The operator's part of a task's work.
     type Work;
 
-    /// The operator of `task`'s query, as `work` configures it.
+    /// The operator of `task`'s query, as `work` configures it: operator
+    /// `index` of the query's `graph`.
     fn plan(
         task: &TaskAssignment,
         work: &Self::Work,
         assigned: &Assigned<'_>,
+        graph: (&Graph, usize),
     ) -> impl Future<Output = Result<Self, ExecutorError>> + Send;
 
-    /// The schema of the rows its map tasks that read stream `table`
-    /// shuffle to it.
-    fn input_schema(&self, table: &str) -> Result<SchemaRef, ExecutorError>;
+    /// The schema of the rows shuffled to its side `side`.
+    fn input_schema(&self, side: u32) -> Result<SchemaRef, ExecutorError>;
 
     /// The schema of a state row, and how many leading columns are its key.
     fn state_schema(&self) -> (SchemaRef, usize);

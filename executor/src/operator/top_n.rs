@@ -25,7 +25,7 @@ use arrow_select::concat::concat_batches;
 use arrow_select::take::{take, take_record_batch};
 use sluice_common::spec::OutputMode;
 use sluice_proto::{TaskAssignment, TopNWork};
-use sluice_sql::TopN as Ranking;
+use sluice_sql::{Graph, TopN as Ranking};
 
 use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
@@ -55,21 +55,13 @@ impl Operator for TopN {
     async fn plan(
         task: &TaskAssignment,
         work: &TopNWork,
-        assigned: &Assigned<'_>,
+        _assigned: &Assigned<'_>,
+        (graph, index): (&Graph, usize),
     ) -> Result<Self, ExecutorError> {
-        let malformed =
-            |m: &str| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
-        let mode = OutputMode::from_proto(work.output_mode)
-            .ok_or_else(|| malformed("unknown output mode"))?;
-        let top = Ranking::plan(
-            &assigned.plan.sql,
-            assigned.streams.clone(),
-            Box::pin(futures::stream::empty()),
-            &assigned.tables,
-            sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms),
-        )
-        .await?
-        .ok_or_else(|| malformed("a top-N task for a query without a top-N"))?;
+        let mode = OutputMode::from_proto(work.output_mode).ok_or_else(|| {
+            ExecutorError::MalformedTask(format!("task {}: unknown output mode", task.task_id))
+        })?;
+        let top = Ranking::of(graph, index)?;
         let mut fields = top.key_fields()?;
         let keys = fields.len();
         fields.push(Field::new(RANK, DataType::UInt64, false));
@@ -82,7 +74,7 @@ impl Operator for TopN {
         })
     }
 
-    fn input_schema(&self, _table: &str) -> Result<SchemaRef, ExecutorError> {
+    fn input_schema(&self, _side: u32) -> Result<SchemaRef, ExecutorError> {
         Ok(self.top.row_schema())
     }
 

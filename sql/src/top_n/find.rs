@@ -45,11 +45,12 @@ pub(super) fn unsupported_window(node: &Arc<dyn ExecutionPlan>) -> SqlError {
 pub(super) fn limit(
     root: &Arc<dyn ExecutionPlan>,
     node: &Arc<dyn ExecutionPlan>,
+    last: bool,
 ) -> Result<u64, SqlError> {
     let path = path_to(root, node).expect("the node is in the plan");
     let rank = node.schema().fields().len() - 1;
     let (limit, above) = limit_above(&path, rank)?;
-    if limit > 1 && !reaches_output(&path[..=above], rank_at(&path, above, rank)) {
+    if last && limit > 1 && !reaches_output(&path[..=above], rank_at(&path, above, rank)) {
         return Err(unsupported(
             format!("a top-{limit} whose rank is not an output column"),
             "each output row replaces the row of its group and rank, so a top-N with N > 1 must select its ROW_NUMBER() column",
