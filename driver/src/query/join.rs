@@ -11,9 +11,10 @@ use sluice_sql::JoinInfo;
 
 use crate::error::DriverError;
 
-/// Refuses a join of two streams that cannot run as specified.
-pub fn check(spec: &QuerySpec, join: &JoinInfo) -> Result<(), DriverError> {
-    if matches!(spec.output_mode, Some(m) if m != OutputMode::Append) {
+/// Refuses a join of two streams that cannot run as specified; `last`
+/// when its output is the query's (the output mode is its own).
+pub fn check(spec: &QuerySpec, join: &JoinInfo, last: bool) -> Result<(), DriverError> {
+    if last && matches!(spec.output_mode, Some(m) if m != OutputMode::Append) {
         return Err(DriverError::Invalid(
             "output_mode: a join of two streams emits each joined row once, in append mode".into(),
         ));

@@ -143,8 +143,10 @@ async fn check_sql(
         })?;
     check_chain(spec, &checked)?;
     check_event_time(spec, streams, &checked)?;
-    if let Some(join) = &checked.join {
-        join::check(spec, join)?;
+    for op in &checked.ops {
+        if let Some(join) = &op.join {
+            join::check(spec, join, op.consumer.is_none())?;
+        }
     }
     check_partition_by(spec, &checked.output)
 }
@@ -225,6 +227,7 @@ fn check_event_time(
         Some(OutputMode::Complete) if !stateful => Err(DriverError::Invalid(
             "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT) or a top-N; this query keeps no state".into(),
         )),
+        Some(OutputMode::Append) if checked.ops.len() > 1 => append_of_chain(spec, checked),
         Some(OutputMode::Append) if stateful => {
             let columns: Vec<&str> = spec
                 .inputs()
@@ -250,6 +253,21 @@ fn check_event_time(
             }
         }
         _ => Ok(()),
+    }
+}
+
+/// Append mode of operators that feed each other: the last one emits each
+/// row once, final: a join, or a group of an event-time window (its key
+/// the window of the operator that feeds it) that the watermark closes.
+fn append_of_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
+    let last = checked.ops.last().expect("a chain has operators");
+    match last.kind {
+        sluice_sql::Kind::Join => Ok(()),
+        _ if last.windowed && spec.has_watermark() => Ok(()),
+        _ => Err(DriverError::Invalid(format!(
+            "output_mode: append needs the last stateful operator, `{}`, to group by an event-time window (window, hop, date_bin or session_window, or the window column of the operator feeding it) with a watermark, so that a group is emitted once, when the watermark passes its end",
+            last.name
+        ))),
     }
 }
 

@@ -13,6 +13,7 @@
 mod bad_files;
 mod bad_input;
 mod bad_sql;
+mod chains;
 mod chaos_etcd;
 mod chaos_firewalled;
 mod chaos_handover;

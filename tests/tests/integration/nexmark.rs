@@ -23,14 +23,14 @@ use sluice_tests::{Cluster, QueryState, READY_TIMEOUT, test_rng};
 const SETTINGS: &str = r#"{"active_people": 200}"#;
 
 /// The `nexmark` source of `table`, as a YAML flow mapping.
-fn source(table: &str, events_per_second: u64, events: u64, partitions: u32) -> String {
+pub(crate) fn source(table: &str, events_per_second: u64, events: u64, partitions: u32) -> String {
     format!(
         "{{nexmark: {{table: {table}, events_per_second: {events_per_second}, total_events: {events}, partitions: {partitions}, active_people: 200}}}}"
     )
 }
 
 /// Runs `sluice nexmark generate` into `out`, 500 rows a file.
-async fn generate(out: &Path, table: &str, events: u64, eps: u64, format: &str) {
+pub(crate) async fn generate(out: &Path, table: &str, events: u64, eps: u64, format: &str) {
     let (events, eps) = (events.to_string(), eps.to_string());
     let args = [
         "nexmark",
@@ -66,7 +66,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Every row of the Parquet files in `dir`.
-fn parquet_rows(dir: &Path) -> RecordBatch {
+pub(crate) fn parquet_rows(dir: &Path) -> RecordBatch {
     let mut all = Vec::new();
     for path in files(dir) {
         let file = std::fs::File::open(&path).expect("a generated file");

@@ -1,0 +1,187 @@
+//! Stateful operators that feed each other, over the Nexmark source,
+//! while the driver and an executor are SIGKILLed and restarted: an
+//! aggregation of an aggregation, a join feeding a top-N (Nexmark q9), an
+//! aggregation joined back to its own stream (q7's shape), and a join
+//! feeding an aggregation. Each sink equals DataFusion over `generate`'s
+//! Parquet files; in append mode each row comes once, final.
+
+use std::time::Duration;
+
+use sluice_tests::oracle::{committed, expected_with};
+use sluice_tests::stateful::{batches, latest, oracle};
+use sluice_tests::{Cluster, QueryState, READY_TIMEOUT, test_rng};
+
+use super::nexmark::{generate, parquet_rows, source};
+
+const EVENTS: u64 = 60_000;
+const EVENTS_PER_SECOND: u64 = 6_000;
+
+/// A query of the test: its SQL as Sluice runs it, the oracle's SQL
+/// (DataFusion has no `window`), its tables, its mode, and the key of an
+/// update-mode one.
+struct Case {
+    name: &'static str,
+    sql: &'static str,
+    oracle: &'static str,
+    tables: &'static [&'static str],
+    mode: &'static str,
+    keys: &'static [&'static str],
+}
+
+const CASES: [Case; 4] = [
+    // The most bids any auction had in each 2-second window.
+    Case {
+        name: "max-of-counts",
+        sql: "SELECT w, max(num) AS maxn, count(*) AS auctions FROM \
+              (SELECT auction, count(*) AS num, window(date_time, '2 seconds') AS w \
+               FROM bid GROUP BY auction, window(date_time, '2 seconds')) \
+              GROUP BY w",
+        oracle: "SELECT w, max(num) AS maxn, count(*) AS auctions FROM \
+              (SELECT auction, count(*) AS num, named_struct('start', date_bin(INTERVAL '2 seconds', date_time), \
+               'end', date_bin(INTERVAL '2 seconds', date_time) + INTERVAL '2 seconds') AS w \
+               FROM bid GROUP BY auction, 3) \
+              GROUP BY w",
+        tables: &["bid"],
+        mode: "append",
+        keys: &[],
+    },
+    // Nexmark q9: each auction's highest bid while it was open (its order
+    // made total: a tie goes to the earlier bid, then the lower bidder).
+    Case {
+        name: "q9",
+        sql: Q9,
+        oracle: Q9,
+        tables: &["auction", "bid"],
+        mode: "update",
+        keys: &["id"],
+    },
+    // q7's shape: the bids at the highest price of the 2-second window
+    // before them.
+    Case {
+        name: "highest-bid",
+        sql: HIGHEST,
+        oracle: HIGHEST,
+        tables: &["bid"],
+        mode: "append",
+        keys: &[],
+    },
+    // The bids each seller's auctions received per category, counted.
+    Case {
+        name: "join-count",
+        sql: JOIN_COUNT,
+        oracle: JOIN_COUNT,
+        tables: &["auction", "bid"],
+        mode: "update",
+        keys: &["category"],
+    },
+];
+
+const Q9: &str = "SELECT id, item_name, initial_bid, reserve, date_time, expires, seller, category, \
+    auction, bidder, price, bid_date_time FROM \
+    (SELECT A.id, A.item_name, A.initial_bid, A.reserve, A.date_time, A.expires, A.seller, A.category, \
+     B.auction, B.bidder, B.price, B.date_time AS bid_date_time, \
+     ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC, B.bidder ASC) AS rownum \
+     FROM auction A, bid B \
+     WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires) \
+    WHERE rownum <= 1";
+
+const HIGHEST: &str = "SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B \
+    JOIN (SELECT max(price) AS maxprice, date_bin(INTERVAL '2 seconds', date_time) + INTERVAL '2 seconds' AS wend \
+          FROM bid GROUP BY date_bin(INTERVAL '2 seconds', date_time)) B1 \
+    ON B.price = B1.maxprice \
+    WHERE B.date_time BETWEEN B1.wend - INTERVAL '2 seconds' AND B1.wend";
+
+const JOIN_COUNT: &str = "SELECT A.category, count(*) AS bids, max(B.price) AS top FROM auction A \
+    JOIN bid B ON A.id = B.auction GROUP BY A.category";
+
+fn spec(case: &Case, sink: &std::path::Path) -> String {
+    let mut text = format!("name: {}\nsources:\n", case.name);
+    for t in case.tables {
+        text += &format!("  {t}: {}\n", source(t, EVENTS_PER_SECOND, EVENTS, 3));
+    }
+    text += "watermarks:\n";
+    for t in case.tables {
+        text += &format!("  {t}: {{column: date_time, delay_ms: 0}}\n");
+    }
+    text + &format!(
+        "output_mode: {}\nmax_rows_per_batch: 3000\nstate_partitions: 3\ntrigger:\n  interval_ms: 0\nsink:\n  files:\n    path: {}\nsql: {:?}\n",
+        case.mode,
+        sink.display(),
+        case.sql
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chained_operators_equal_the_oracle_through_driver_and_executor_kills() {
+    let mut rng = test_rng();
+    let cluster = Cluster::new("chains");
+    let driver = cluster.start_driver();
+    driver.wait_ready(READY_TIMEOUT).await;
+    let drivers = driver.addr().to_string();
+    let victim = cluster.start_executor(&drivers);
+    let _survivor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    for case in &CASES {
+        let text = spec(case, &cluster.sink_path(case.name));
+        client
+            .submit(&text)
+            .await
+            .unwrap_or_else(|e| panic!("{}: submit refused: {e}\n{text}", case.name));
+    }
+    let first = CASES[0].name;
+    client
+        .wait_committed(first, 1, Duration::from_secs(60))
+        .await;
+    tokio::time::sleep(rng.millis(0, 1500)).await;
+    driver.kill();
+    tokio::time::sleep(rng.millis(0, 300)).await;
+    driver.restart_ready().await;
+    let done = client
+        .wait_committed(first, 0, Duration::from_secs(60))
+        .await;
+    client
+        .wait_committed(first, done + 1, Duration::from_secs(60))
+        .await;
+    tokio::time::sleep(rng.millis(0, 1000)).await;
+    victim.kill();
+    tokio::time::sleep(rng.millis(0, 300)).await;
+    victim.restart();
+
+    let mut tables = Vec::new();
+    for table in ["bid", "auction"] {
+        let dir = cluster.root().join(format!("oracle-{table}"));
+        generate(&dir, table, EVENTS, EVENTS_PER_SECOND, "parquet").await;
+        tables.push((table, parquet_rows(&dir)));
+    }
+    for case in &CASES {
+        let status = client
+            .wait_state(case.name, QueryState::Finished, Duration::from_secs(180))
+            .await;
+        assert!(status.error.is_empty(), "{}: {status:#?}", case.name);
+        let sink = cluster.sink_path(case.name);
+        if case.keys.is_empty() {
+            let want = expected_with(case.oracle, Vec::new(), &tables).await;
+            let got = committed(&sink).await;
+            eprintln!("{}: {} rows", case.name, want.len());
+            assert!(!want.is_empty(), "{}: the oracle has rows", case.name);
+            assert_eq!(got.len(), want.len(), "{}: row counts differ", case.name);
+            assert!(
+                got == want,
+                "{}: the sink differs from the oracle",
+                case.name
+            );
+        } else {
+            let want = oracle(case.oracle, Vec::new(), &tables).await;
+            let got = latest(&batches(&sink).await, case.keys);
+            eprintln!("{}: {} groups", case.name, want.len());
+            assert!(!want.is_empty(), "{}: the oracle has rows", case.name);
+            assert!(
+                got == want,
+                "{}: the sink's latest rows differ from the oracle",
+                case.name
+            );
+        }
+    }
+    assert_eq!(driver.starts(), 2, "the driver ran twice");
+    assert_eq!(victim.starts(), 2, "the executor ran twice");
+}
