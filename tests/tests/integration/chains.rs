@@ -185,3 +185,78 @@ async fn chained_operators_equal_the_oracle_through_driver_and_executor_kills() 
     assert_eq!(driver.starts(), 2, "the driver ran twice");
     assert_eq!(victim.starts(), 2, "the executor ran twice");
 }
+
+const RPS: u64 = 20_000;
+const TOTAL: u64 = 60_000;
+
+/// Per 100 ms window, the most rows of any of 10 keys: two windowed
+/// aggregations in a row, over 3 s of event time.
+const MAX_OF_WINDOWS: &str = "SELECT w, max(n) AS maxn, count(*) AS keys FROM \
+    (SELECT value % 10 AS k, count(*) AS n, window(timestamp_ms, '100 milliseconds') AS w \
+     FROM input GROUP BY value % 10, window(timestamp_ms, '100 milliseconds')) GROUP BY w";
+const MAX_OF_WINDOWS_ORACLE: &str = "SELECT w, max(n) AS maxn, count(*) AS keys FROM \
+    (SELECT value % 10 AS k, count(*) AS n, named_struct('start', date_bin(INTERVAL '100 milliseconds', timestamp_ms), \
+     'end', date_bin(INTERVAL '100 milliseconds', timestamp_ms) + INTERVAL '100 milliseconds') AS w \
+     FROM input GROUP BY 1, 3) GROUP BY w";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_windowed_aggregations_keeps_its_state_bounded() {
+    let cluster = Cluster::new("chain-bounded");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    let sink = cluster.sink_path("windows");
+    let spec = sluice_tests::stateful::rate_spec(
+        "windows",
+        &sink,
+        (RPS, TOTAL),
+        MAX_OF_WINDOWS,
+        &["output_mode: append"],
+    );
+    client.submit(&spec).await.expect("submit");
+    let mut most_state = 0;
+    let mut batches_seen = 0;
+    loop {
+        let s = client.get("windows").await.unwrap();
+        if let Some(p) = &s.latest_progress {
+            most_state = most_state.max(p.state_rows_total);
+            batches_seen = batches_seen.max(p.batch_id);
+        }
+        if s.state != QueryState::Running as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = client
+        .wait_state("windows", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    assert!(batches_seen >= 10, "many batches: {batches_seen}");
+    // Each window once, final, equal to the oracle's.
+    sluice_tests::stateful::assert_append(
+        &cluster.checkpoint_root(),
+        "windows",
+        &sink,
+        MAX_OF_WINDOWS_ORACLE,
+        (RPS, TOTAL),
+        &["w"],
+    )
+    .await;
+    // 300 groups of the first aggregation and 30 windows of the second
+    // went through the state, a few windows at a time.
+    assert!(
+        most_state > 0 && most_state <= 100,
+        "state rows peaked at {most_state}"
+    );
+    let end = client
+        .get("windows")
+        .await
+        .unwrap()
+        .latest_progress
+        .unwrap();
+    assert_eq!(
+        end.state_rows_total, 0,
+        "the end of input lets every window go: {end:?}"
+    );
+}
