@@ -160,7 +160,7 @@ fn term(
 }
 
 /// An interval literal of a fixed length, in milliseconds.
-fn interval_ms(v: &ScalarValue) -> Option<i64> {
+pub(crate) fn interval_ms(v: &ScalarValue) -> Option<i64> {
     match v {
         ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
             Some(i64::from(i.days) * 86_400_000 + i.nanoseconds / 1_000_000)

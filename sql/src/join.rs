@@ -66,6 +66,10 @@ pub struct JoinInfo {
     pub outer: [bool; 2],
     /// The event-time bound, with the name of each input's time column.
     pub bound: Option<(Bound, [String; 2])>,
+    /// Whether each input's time column is the end (or later) of the
+    /// window of the aggregation feeding that input, which the watermark
+    /// closes as it closes a stream's event time.
+    pub window_end: [bool; 2],
 }
 
 /// The join of `graph`'s operator `i`, described.
@@ -73,10 +77,18 @@ pub(crate) fn info(graph: &Graph, i: usize) -> Result<JoinInfo, SqlError> {
     let join = StreamJoin::of(graph, i)?;
     let node = hash_join(&join.node);
     let name = |side: usize, c: usize| join.node.children()[side].schema().field(c).name().clone();
+    let window_end = match join.bound {
+        Some(b) => [
+            crate::lineage::window_end_or_later(graph, i, 0, b.left),
+            crate::lineage::window_end_or_later(graph, i, 1, b.right),
+        ],
+        None => [false, false],
+    };
     Ok(JoinInfo {
         outer: outer(node.join_type()),
         bound: join.bound.map(|b| (b, [name(0, b.left), name(1, b.right)])),
         streams: join.sides,
+        window_end,
     })
 }
 

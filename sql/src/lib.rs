@@ -26,6 +26,7 @@ pub mod graph;
 pub mod guard;
 mod input;
 mod join;
+mod lineage;
 mod schema;
 mod session;
 mod session_window;

@@ -60,7 +60,10 @@ fn missing(spec: &QuerySpec, join: &JoinInfo) -> Vec<String> {
             join.streams[1], columns[1], join.streams[0], columns[0]
         ));
     }
-    for (stream, column) in join.streams.iter().zip(columns) {
+    for (side, (stream, column)) in join.streams.iter().zip(columns).enumerate() {
+        if join.window_end[side] {
+            continue;
+        }
         match spec.input(stream).and_then(|i| i.watermark) {
             None => out.push(format!(
                 "a watermark on `{stream}` (watermarks: {{{stream}: {{column: {column}, delay_ms: ...}}}})"

@@ -103,17 +103,22 @@ fn operator(ctx: &Ctx, op: &sluice_sql::OpInfo) -> StatefulOp {
 }
 
 /// Whether each side's buffered rows may leave the state by the join's
-/// bound: the other side has a watermark on the bound's time column, so
-/// that no row of it that could still match arrives later.
+/// bound: the other side has a watermark on the bound's time column (or
+/// that column is the window end of the aggregation feeding it), so that
+/// no row of it that could still match arrives later.
 pub fn evictable(ctx: &Ctx, join: &sluice_sql::JoinInfo) -> [bool; 2] {
     let Some((bound, columns)) = &join.bound else {
         return [false, false];
     };
+    // A stream's watermark on the side's time column, or a time column
+    // that is the window end of the aggregation feeding the side.
     let watermarked = |side: usize| {
-        ctx.spec
-            .input(&join.streams[side])
-            .and_then(|i| i.watermark)
-            .is_some_and(|w| w.column == columns[side])
+        join.window_end[side]
+            || ctx
+                .spec
+                .input(&join.streams[side])
+                .and_then(|i| i.watermark)
+                .is_some_and(|w| w.column == columns[side])
     };
     [
         bound.upper_ms.is_some() && watermarked(1),

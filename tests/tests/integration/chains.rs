@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sluice_tests::oracle::{committed, expected_with};
+use sluice_tests::oracle::{committed, expected_with, rate_input, rate_start_ms};
 use sluice_tests::stateful::{batches, latest, oracle};
 use sluice_tests::{Cluster, QueryState, READY_TIMEOUT, test_rng};
 
@@ -199,6 +199,30 @@ const MAX_OF_WINDOWS_ORACLE: &str = "SELECT w, max(n) AS maxn, count(*) AS keys 
      'end', date_bin(INTERVAL '100 milliseconds', timestamp_ms) + INTERVAL '100 milliseconds') AS w \
      FROM input GROUP BY 1, 3) GROUP BY w";
 
+/// Each 100 ms window's highest value joined back to its row: an
+/// aggregation feeding a join, whose bound is on the window's end.
+const HIGHEST_OF_WINDOWS: &str = "SELECT B.value, B.timestamp_ms, B1.wend FROM input B \
+    JOIN (SELECT max(value) AS top, date_bin(INTERVAL '100 milliseconds', timestamp_ms) + INTERVAL '100 milliseconds' AS wend \
+          FROM input GROUP BY date_bin(INTERVAL '100 milliseconds', timestamp_ms)) B1 \
+    ON B.value = B1.top \
+    WHERE B.timestamp_ms BETWEEN B1.wend - INTERVAL '100 milliseconds' AND B1.wend";
+
+/// Waits for `name` to finish; the most state rows any of its batches
+/// left.
+async fn peak_state(client: &mut sluice_tests::Client, name: &str) -> u64 {
+    let status = client
+        .wait_state(name, QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    let progress = client.progress(name).await.expect("progress");
+    assert_eq!(progress.len() as i64, status.last_committed_batch + 1);
+    progress
+        .iter()
+        .map(|p| p.state_rows_total)
+        .max()
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_of_windowed_aggregations_keeps_its_state_bounded() {
     let cluster = Cluster::new("chain-bounded");
@@ -215,24 +239,21 @@ async fn a_chain_of_windowed_aggregations_keeps_its_state_bounded() {
         &["output_mode: append"],
     );
     client.submit(&spec).await.expect("submit");
-    let mut most_state = 0;
-    let mut batches_seen = 0;
-    loop {
-        let s = client.get("windows").await.unwrap();
-        if let Some(p) = &s.latest_progress {
-            most_state = most_state.max(p.state_rows_total);
-            batches_seen = batches_seen.max(p.batch_id);
-        }
-        if s.state != QueryState::Running as i32 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let status = client
-        .wait_state("windows", QueryState::Finished, Duration::from_secs(120))
-        .await;
-    assert!(status.error.is_empty(), "{status:#?}");
-    assert!(batches_seen >= 10, "many batches: {batches_seen}");
+    let highest = cluster.sink_path("highest");
+    let spec = sluice_tests::stateful::rate_spec(
+        "highest",
+        &highest,
+        (RPS, TOTAL),
+        HIGHEST_OF_WINDOWS,
+        &["output_mode: append"],
+    );
+    client.submit(&spec).await.expect("submit");
+    let most_state = peak_state(&mut client, "windows").await;
+    let status = client.get("windows").await.unwrap();
+    assert!(
+        status.last_committed_batch >= 10,
+        "many batches: {status:#?}"
+    );
     // Each window once, final, equal to the oracle's.
     sluice_tests::stateful::assert_append(
         &cluster.checkpoint_root(),
@@ -258,5 +279,22 @@ async fn a_chain_of_windowed_aggregations_keeps_its_state_bounded() {
     assert_eq!(
         end.state_rows_total, 0,
         "the end of input lets every window go: {end:?}"
+    );
+
+    // The join lets a row go once the watermark passes its bound, on both
+    // sides: the window end on one, the stream's event time on the other.
+    let most_join = peak_state(&mut client, "highest").await;
+    let input = rate_input(
+        rate_start_ms(&cluster.checkpoint_root(), "highest"),
+        RPS,
+        TOTAL,
+    );
+    let want = expected_with(HIGHEST_OF_WINDOWS, input, &[]).await;
+    assert!(want.len() >= 30, "a row per window: {}", want.len());
+    assert_eq!(committed(&highest).await, want);
+    eprintln!("the join's state peaked at {most_join} rows");
+    assert!(
+        most_join > 0 && most_join <= TOTAL / 4,
+        "the join's state peaked at {most_join} rows of {TOTAL}"
     );
 }
