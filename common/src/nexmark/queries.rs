@@ -102,7 +102,10 @@ macro_rules! distinct_by_rank {
     };
 }
 
-const CHAINED: &str = "chained stateful operators (an aggregation or join feeding another)";
+/// What q4 needs: its per-auction maximum changes with every bid, and the
+/// average over it must retract the old maximum and add the new one.
+const RETRACTIONS: &str =
+    "an aggregation of an aggregation without a window (update mode, retracting changed groups)";
 
 pub const QUERIES: [Query; 23] = [
     Query {
@@ -146,24 +149,58 @@ pub const QUERIES: [Query; 23] = [
     Query {
         name: "q4",
         what: "average price for a category",
-        plan: Err(CHAINED),
+        plan: Err(RETRACTIONS),
     },
     Query {
         name: "q5",
         what: "hot items",
-        plan: Err(CHAINED),
+        plan: Ok(Runs {
+            watermarks: true,
+            differs: Some(
+                "the windows' ends are the join's key, and a BETWEEN on them (implied by the \
+                 key) lets the join's state go with the watermark",
+            ),
+            ..runs(
+                "SELECT AuctionBids.auction, AuctionBids.num FROM \
+                 (SELECT auction, count(*) AS num, hop(date_time, '10 seconds', '2 seconds')['end'] AS wend \
+                  FROM bid GROUP BY auction, hop(date_time, '10 seconds', '2 seconds')) AS AuctionBids \
+                 JOIN \
+                 (SELECT max(num) AS maxn, w['end'] AS wend FROM \
+                  (SELECT count(*) AS num, hop(date_time, '10 seconds', '2 seconds') AS w \
+                   FROM bid GROUP BY auction, hop(date_time, '10 seconds', '2 seconds')) AS CountBids \
+                  GROUP BY w) AS MaxBids \
+                 ON AuctionBids.wend = MaxBids.wend AND AuctionBids.num >= MaxBids.maxn \
+                 AND AuctionBids.wend BETWEEN MaxBids.wend AND MaxBids.wend",
+                BID,
+                Mode::Append,
+            )
+        }),
     },
     Query {
         name: "q6",
         what: "average selling price by seller",
         plan: Err(
-            "chained stateful operators and OVER windows over rows (Flink runs no q6 either)",
+            "OVER windows over rows of an aggregation without a window (Flink runs no q6 either)",
         ),
     },
     Query {
         name: "q7",
         what: "highest bid",
-        plan: Err(CHAINED),
+        plan: Ok(Runs {
+            watermarks: true,
+            differs: Some(
+                "B1's time is its window's end (Flink's TUMBLE_ROWTIME: the end less 1 ms)",
+            ),
+            ..runs(
+                "SELECT B.auction, B.price, B.bidder, B.date_time, B.extra FROM bid B \
+                 JOIN (SELECT max(price) AS maxprice, window(date_time, '10 seconds')['end'] AS date_time \
+                       FROM bid GROUP BY window(date_time, '10 seconds')) B1 \
+                 ON B.price = B1.maxprice \
+                 WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10 seconds' AND B1.date_time",
+                BID,
+                Mode::Append,
+            )
+        }),
     },
     Query {
         name: "q8",
@@ -188,7 +225,20 @@ pub const QUERIES: [Query; 23] = [
     Query {
         name: "q9",
         what: "winning bids",
-        plan: Err("chained stateful operators and top-N (ROW_NUMBER)"),
+        plan: Ok(Runs {
+            watermarks: true,
+            ..runs(
+                "SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, \
+                 category, extra, auction, bidder, price, bid_date_time, bid_extra FROM \
+                 (SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time, B.extra AS bid_extra, \
+                  ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum \
+                  FROM auction A, bid B \
+                  WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires) \
+                 WHERE rownum <= 1",
+                &["auction", "bid"],
+                Mode::Update,
+            )
+        }),
     },
     Query {
         name: "q10",
