@@ -22,6 +22,7 @@
 //!   static table's unmatched rows with every batch.
 
 mod joins;
+mod windows;
 
 use std::collections::BTreeSet;
 
@@ -29,6 +30,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Aggregate, Expr, LogicalPlan, Volatility};
 
 use crate::{INPUT, SqlError};
+use windows::{
+    calls_session, is_session, session_outside_group_by, session_refused, window_column,
+};
 
 /// The aggregate functions whose state merges exactly across batches.
 const AGGREGATES: [&str; 6] = ["count", "sum", "min", "max", "avg", "approx_distinct"];
@@ -287,61 +291,6 @@ pub(crate) fn read_twice(name: &str) -> SqlError {
         ),
         "each batch's input is read once; join the stream with static tables instead",
     )
-}
-
-/// The column an event-time window key is over: `window(ts, ...)`,
-/// `hop(ts, ...)`, `session_window(ts, gap)` or `date_bin(stride, ts)`.
-fn window_column(e: &Expr) -> Option<String> {
-    let Expr::ScalarFunction(f) = e else {
-        return None;
-    };
-    let arg = match f.func.name() {
-        "window" | "hop" | crate::session_window::NAME => f.args.first()?,
-        "date_bin" => f.args.get(1)?,
-        _ => return None,
-    };
-    match arg {
-        Expr::Column(c) => Some(c.name.clone()),
-        _ => None,
-    }
-}
-
-/// Whether `e` is a `session_window(..)` call.
-fn is_session(e: &Expr) -> bool {
-    matches!(e, Expr::ScalarFunction(f) if f.func.name() == crate::session_window::NAME)
-}
-
-/// The refusal of a `session_window` anywhere but a `GROUP BY`, where the
-/// reduce stage merges sessions; elsewhere it would be only a row's own
-/// session.
-fn session_outside_group_by(node: &LogicalPlan) -> datafusion::common::Result<Option<SqlError>> {
-    let exprs = match node {
-        LogicalPlan::Aggregate(a) => a.aggr_expr.clone(),
-        _ => node.expressions(),
-    };
-    Ok(calls_session(&exprs)?.then(session_refused))
-}
-
-fn session_refused() -> SqlError {
-    unsupported(
-        "session_window outside the GROUP BY of an aggregation over a stream",
-        "sessions are merged by a streaming aggregation: group by session_window(ts, gap)",
-    )
-}
-
-/// Whether any of `exprs` calls `session_window`.
-fn calls_session(exprs: &[Expr]) -> datafusion::common::Result<bool> {
-    let mut found = false;
-    for e in exprs {
-        e.apply(|e| {
-            found |= is_session(e);
-            Ok(match found {
-                true => TreeNodeRecursion::Stop,
-                false => TreeNodeRecursion::Continue,
-            })
-        })?;
-    }
-    Ok(found)
 }
 
 /// The first aggregate call in `exprs` whose state does not merge exactly

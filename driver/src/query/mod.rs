@@ -8,6 +8,7 @@
 
 pub mod attempts;
 pub mod batch;
+mod check;
 pub mod cleanup;
 pub mod conflict;
 pub mod ctx;
@@ -23,16 +24,11 @@ pub mod runner;
 pub mod stages;
 pub mod summary;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow_schema::SchemaRef;
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{
-    Log, QueryMetadata, RECORD_VERSION, Record, StopRecord, TableSchema,
-};
+use sluice_common::checkpoint::{Log, QueryMetadata, RECORD_VERSION, Record, StopRecord};
 use sluice_common::sink::FileSink;
-use sluice_common::spec::OutputMode;
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
 use sluice_common::time::now_ms;
@@ -122,228 +118,6 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
     e
 }
 
-/// Plans the query's SQL over its input tables, as every task will: a
-/// query that cannot run is refused at submit, naming why.
-async fn check_sql(
-    spec: &QuerySpec,
-    streams: &[(String, SchemaRef)],
-    tables: &BTreeMap<String, TableSchema>,
-    budget: std::time::Duration,
-) -> Result<(), DriverError> {
-    let tables: Vec<(String, SchemaRef)> = tables
-        .iter()
-        .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
-        .collect();
-    let checked = sluice_sql::check(spec.sql(), streams, &tables, budget)
-        .await
-        .map_err(|e| match e {
-            sluice_sql::SqlError::Busy(_) => DriverError::Busy(format!("field `sql`: {e}")),
-            sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
-            e => DriverError::Invalid(format!("field `sql`: {e}")),
-        })?;
-    check_chain(spec, &checked)?;
-    check_event_time(spec, streams, &checked)?;
-    for op in &checked.ops {
-        if let Some(join) = &op.join {
-            join::check(spec, join, op.consumer.is_none())?;
-        }
-    }
-    check_partition_by(spec, &checked.output)
-}
-
-/// Each operator that feeds another emits each of its rows once, final,
-/// as the next one needs: a join, or an aggregation over an event-time
-/// window whose groups the watermark closes. An aggregation without a
-/// window changes its groups, and a top-N its ranks, so either is refused
-/// anywhere but last, naming both operators.
-fn check_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
-    let ops = &checked.ops;
-    for op in ops {
-        let Some((next, _)) = op.consumer else {
-            continue;
-        };
-        let feeds = format!("`{}` feeds `{}`", op.name, ops[next].name);
-        let why = match op.kind {
-            sluice_sql::Kind::Join => continue,
-            sluice_sql::Kind::Aggregate if op.windowed && spec.has_watermark() => continue,
-            sluice_sql::Kind::Aggregate if op.windowed => format!(
-                "the aggregation {feeds}, so it emits each window once, when the watermark passes its end: the query needs a watermark"
-            ),
-            sluice_sql::Kind::Aggregate => format!(
-                "the aggregation {feeds}, so it must emit each group once, final: group by an event-time window (window, hop, date_bin or session_window) with a watermark on its column; without one its groups change with every batch"
-            ),
-            sluice_sql::Kind::TopN => format!(
-                "the top-N {feeds}, but a top-N's ranks change as rows arrive: it can only be the last stateful operator"
-            ),
-        };
-        return Err(DriverError::Invalid(format!("field `sql`: {why}")));
-    }
-    Ok(())
-}
-
-/// Each watermark names a timestamp column of its input table.
-fn check_watermarks(spec: &QuerySpec, streams: &[(String, SchemaRef)]) -> Result<(), DriverError> {
-    for (input, (_, schema)) in spec.inputs().iter().zip(streams) {
-        let Some(w) = input.watermark else { continue };
-        let field = match spec.source {
-            Some(_) => "watermark.column".to_string(),
-            None => format!("watermarks.{}.column", input.name),
-        };
-        let Ok(column) = schema.field_with_name(&w.column) else {
-            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-            return Err(DriverError::Invalid(format!(
-                "{field}: {:?} is not a column of {}; its columns are {}",
-                w.column,
-                input.name,
-                names.join(", ")
-            )));
-        };
-        if !matches!(column.data_type(), arrow_schema::DataType::Timestamp(_, _)) {
-            return Err(DriverError::Invalid(format!(
-                "{field}: {:?} is {}, not a timestamp",
-                w.column,
-                column.data_type()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The watermarks name timestamp columns, and the output mode fits the
-/// query, as in Spark: `complete` needs an aggregation, and `append` of an
-/// aggregation needs a watermark and an event-time window over its
-/// column, without which no group is ever final.
-fn check_event_time(
-    spec: &QuerySpec,
-    streams: &[(String, SchemaRef)],
-    checked: &sluice_sql::Checked,
-) -> Result<(), DriverError> {
-    check_watermarks(spec, streams)?;
-    let stateful = checked.keys.is_some() || checked.top_n.is_some();
-    if let Some(d) = &spec.dedup {
-        check_dedup(spec, d, checked)?;
-    }
-    match spec.output_mode {
-        Some(OutputMode::Complete) if !stateful => Err(DriverError::Invalid(
-            "output_mode: complete needs an aggregation (GROUP BY or SELECT DISTINCT) or a top-N; this query keeps no state".into(),
-        )),
-        Some(OutputMode::Append) if checked.ops.len() > 1 => append_of_chain(spec, checked),
-        Some(OutputMode::Append) if stateful => {
-            let columns: Vec<&str> = spec
-                .inputs()
-                .iter()
-                .filter_map(|i| Some(i.watermark?.column.as_str()))
-                .collect();
-            let window = checked.window.as_deref();
-            // The window's column, when an input's watermark is over it.
-            let watermark = window
-                .filter(|c| columns.contains(c))
-                .or(columns.first().copied());
-            match (watermark, window) {
-                (Some(w), Some(c)) if w == c => Ok(()),
-                (None, _) => Err(DriverError::Invalid(
-                    "output_mode: append needs a watermark (watermark: {column, delay_ms}) and an event-time window in GROUP BY (or a top-N's PARTITION BY), so that a group is emitted once, when it is final; use update or complete".into(),
-                )),
-                (Some(w), None) => Err(DriverError::Invalid(format!(
-                    "output_mode: append needs GROUP BY window({w}, ...) (or hop, or date_bin; or in a top-N's PARTITION BY) over the watermark column, so that a group is emitted once, when the watermark passes its end"
-                ))),
-                (Some(w), Some(c)) => Err(DriverError::Invalid(format!(
-                    "output_mode: append needs the window over the watermark column {w:?}, not {c:?}"
-                ))),
-            }
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Append mode of operators that feed each other: the last one emits each
-/// row once, final: a join, or a group of an event-time window (its key
-/// the window of the operator that feeds it) that the watermark closes.
-fn append_of_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
-    let last = checked.ops.last().expect("a chain has operators");
-    match last.kind {
-        sluice_sql::Kind::Join => Ok(()),
-        _ if last.windowed && spec.has_watermark() => Ok(()),
-        _ => Err(DriverError::Invalid(format!(
-            "output_mode: append needs the last stateful operator, `{}`, to group by an event-time window (window, hop, date_bin or session_window, or the window column of the operator feeding it) with a watermark, so that a group is emitted once, when the watermark passes its end",
-            last.name
-        ))),
-    }
-}
-
-/// A deduplicating query is stateless SQL whose output has the key
-/// columns and the watermark column; it emits each row once (append).
-fn check_dedup(
-    spec: &QuerySpec,
-    dedup: &sluice_common::spec::DedupSpec,
-    checked: &sluice_sql::Checked,
-) -> Result<(), DriverError> {
-    if !checked.ops.is_empty() {
-        return Err(DriverError::Invalid(
-            "dedup: the query has a stateful operator (an aggregation, a join of streams or a top-N); dedup removes duplicate rows of a query without one (use SELECT DISTINCT to deduplicate groups)".into(),
-        ));
-    }
-    let names: Vec<&str> = checked
-        .output
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect();
-    for (i, c) in dedup.columns.iter().enumerate() {
-        if !names.contains(&c.as_str()) {
-            return Err(DriverError::Invalid(format!(
-                "dedup.columns[{i}]: {c:?} is not an output column of the query; its columns are {}",
-                names.join(", ")
-            )));
-        }
-    }
-    if let Some(w) = &spec.watermark
-        && !names.contains(&w.column.as_str())
-    {
-        return Err(DriverError::Invalid(format!(
-            "dedup: the watermark column {:?} must be an output column of the query, which gives each key its event time; its columns are {}",
-            w.column,
-            names.join(", ")
-        )));
-    }
-    if matches!(spec.output_mode, Some(m) if m != OutputMode::Append) {
-        return Err(DriverError::Invalid(
-            "output_mode: dedup emits each row once, in append mode".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The sink's `partition_by` names output columns, and leaves at least
-/// one for the files.
-fn check_partition_by(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
-    let sluice_common::spec::SinkSpec::Files(sink) = &spec.sink else {
-        return Ok(());
-    };
-    for (i, c) in sink.partition_by.iter().enumerate() {
-        let Ok(field) = output.field_with_name(c) else {
-            let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
-            return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: {c:?} is not an output column of the query; its columns are {}",
-                names.join(", ")
-            )));
-        };
-        if field.data_type().is_nested() {
-            return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: column {c:?} is {}, not a scalar type",
-                field.data_type()
-            )));
-        }
-    }
-    if !sink.partition_by.is_empty() && sink.partition_by.len() >= output.fields().len() {
-        return Err(DriverError::Invalid(
-            "sink.files.partition_by: names every output column; the files need at least one"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 /// Submits a new query: writes its checkpoint and starts its runner.
 pub async fn submit(
     driver: &Arc<Driver>,
@@ -376,7 +150,7 @@ pub async fn submit(
     }
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
-    check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
+    check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.
