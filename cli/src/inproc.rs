@@ -75,6 +75,8 @@ pub struct InProcess {
     allowed: Option<AllowedPaths>,
     /// The executors' TLS towards the driver; plaintext by default.
     executor_tls: sluice_common::tls::ClientTls,
+    /// The state each executor may hold (`--max-state-bytes`).
+    executor_state_bytes: u64,
 }
 
 impl InProcess {
@@ -91,7 +93,13 @@ impl InProcess {
             stores,
             allowed: None,
             executor_tls: Default::default(),
+            executor_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
         }
+    }
+
+    /// Lets the executors started from now on hold `bytes` of state.
+    pub fn executor_state_bytes(&mut self, bytes: u64) {
+        self.executor_state_bytes = bytes;
     }
 
     /// Confines the executors started from now on to `allowed` (their
@@ -131,7 +139,7 @@ impl InProcess {
             slots,
             heartbeat,
             id: id.to_string(),
-            max_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+            max_state_bytes: self.executor_state_bytes,
             max_task_memory_bytes: sluice_executor::config::DEFAULT_MAX_TASK_MEMORY_BYTES,
             stores: self.stores.clone(),
             tls: self.executor_tls.clone(),

@@ -164,6 +164,10 @@ pub struct BenchArgs {
     /// nexmark `--input files`: files per batch.
     #[arg(long, default_value_t = 2)]
     pub files_per_batch: u32,
+    /// nexmark: the state a query and the executor may hold (each query's
+    /// `max_state_bytes`, the executor's `--max-state-bytes`).
+    #[arg(long, default_value_t = 6 << 30)]
+    pub max_state_bytes: u64,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).

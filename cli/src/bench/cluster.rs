@@ -34,9 +34,11 @@ pub async fn start(
 pub async fn start_reading(
     root: &str,
     inputs: &[String],
+    state_bytes: u64,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
-    start_with(root, &crate::verify::stores(), None, inputs, shutdown).await
+    let stores = crate::verify::stores();
+    start_with(root, &stores, None, (inputs, Some(state_bytes)), shutdown).await
 }
 
 /// [`start`], with every node opening storage through `stores`, and with
@@ -47,14 +49,14 @@ pub async fn start_on(
     tls: Option<&BenchTls>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
-    start_with(root, stores, tls, &[], shutdown).await
+    start_with(root, stores, tls, (&[], None), shutdown).await
 }
 
 async fn start_with(
     root: &str,
     stores: &Stores,
     tls: Option<&BenchTls>,
-    inputs: &[String],
+    (inputs, state_bytes): (&[String], Option<u64>),
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
     let listen = inproc::free_addr()?;
@@ -78,6 +80,9 @@ async fn start_with(
         client = client.secured(client_tls, token);
     }
     cluster.spawn_driver(&driver_args)?;
+    if let Some(bytes) = state_bytes {
+        cluster.executor_state_bytes(bytes);
+    }
     cluster.spawn_executor(
         vec![addr.clone()],
         "bench-executor",

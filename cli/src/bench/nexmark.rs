@@ -122,6 +122,7 @@ async fn one(
         "max_rows_per_batch": args.max_rows_per_batch,
         "sink": {"discard": {}},
         "sql": plan.sql,
+        "max_state_bytes": args.max_state_bytes,
     });
     match plan.mode {
         Mode::Update => spec["output_mode"] = "update".into(),
@@ -149,7 +150,8 @@ async fn one(
                 .to_string(),
         ],
     };
-    let (c, client) = cluster::start_reading(&root, &inputs, shutdown).await?;
+    let (c, client) =
+        cluster::start_reading(&root, &inputs, args.max_state_bytes, shutdown).await?;
     let cpu = cpu_seconds()?;
     let run = cluster::run_query(c, client, &query, &spec.to_string()).await?;
     let cpu = cpu_seconds()? - cpu;
