@@ -8,6 +8,7 @@ use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use sluice_common::spec::OutputMode;
 use sluice_common::state::{StateFile, StateStore};
 use sluice_proto::{StateWork, TaskAssignment};
 use sluice_sql::WindowEnd;
@@ -302,6 +303,39 @@ pub fn filter(
 ) -> Result<RecordBatch, ExecutorError> {
     arrow_select::filter::filter_record_batch(rows, keep)
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
+}
+
+/// The state rows a grouping operator evicts in `mode`: in update and
+/// append modes, the groups whose window (`window`) the watermark has
+/// closed; complete mode keeps every group.
+pub fn evict_closed(
+    rows: &RecordBatch,
+    window: Option<(usize, WindowEnd)>,
+    watermark: Option<i64>,
+    mode: OutputMode,
+) -> Result<Option<RecordBatch>, ExecutorError> {
+    match (window, watermark, mode) {
+        (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
+            closed(rows, w, wm).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The state rows a grouping operator emits in `mode`: the groups the
+/// batch changed (`pending`, update), every group (complete), or the
+/// groups the watermark closed (append).
+pub fn emitted(
+    mode: OutputMode,
+    pending: Option<RecordBatch>,
+    evicted: RecordBatch,
+    state: &StateTable,
+) -> RecordBatch {
+    match mode {
+        OutputMode::Update => pending.unwrap_or_else(|| RecordBatch::new_empty(evicted.schema())),
+        OutputMode::Complete => state.rows().clone(),
+        OutputMode::Append => evicted,
+    }
 }
 
 /// The state rows whose window ends at or before the watermark: final.

@@ -264,6 +264,9 @@ fn unsupported(construct: impl Into<String>, reason: &str) -> SqlError {
     }
 }
 
+/// Makes an operator's own type from the graph and its number.
+pub(crate) type Of<T> = fn(&Graph, usize) -> Result<T, SqlError>;
+
 /// A planned query and its stateful operators.
 pub struct Graph {
     planned: Planned,
@@ -295,6 +298,23 @@ impl Graph {
     pub(crate) fn of(planned: Planned) -> Result<Self, SqlError> {
         let ops = operators(&planned)?;
         Ok(Graph { planned, ops })
+    }
+
+    /// Plans `sql` as [`Graph::plan`] does, and makes its last operator of
+    /// kind `kind` with `of`; `None` when it has none.
+    pub(crate) async fn last_of<T>(
+        sql: &str,
+        streams: impl Into<crate::Streams>,
+        input: crate::InputBatches,
+        tables: &[crate::Table],
+        limits: impl Into<crate::RunLimits>,
+        (kind, of): (Kind, Of<T>),
+    ) -> Result<Option<T>, SqlError> {
+        let graph = Self::plan(sql, streams, input, tables, limits).await?;
+        match (0..graph.len()).rfind(|&i| graph.kind(i) == kind) {
+            Some(i) => of(&graph, i).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// How many stateful operators the query has.

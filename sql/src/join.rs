@@ -123,11 +123,8 @@ impl StreamJoin {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
-        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::Join) {
-            Some(i) => Self::of(&graph, i).map(Some),
-            None => Ok(None),
-        }
+        let last = (Kind::Join, Self::of as crate::graph::Of<Self>);
+        Graph::last_of(sql, streams, input, tables, limits, last).await
     }
 
     /// The join that is operator `i` of `graph`. A join of two streams

@@ -74,11 +74,8 @@ impl Aggregation {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
-        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::Aggregate) {
-            Some(i) => Self::of(&graph, i).map(Some),
-            None => Ok(None),
-        }
+        let last = (Kind::Aggregate, Self::of as crate::graph::Of<Self>);
+        Graph::last_of(sql, streams, input, tables, limits, last).await
     }
 
     /// The aggregation that is operator `i` of `graph`.

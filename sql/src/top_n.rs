@@ -75,11 +75,8 @@ impl TopN {
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {
-        let graph = Graph::plan(sql, streams, input, tables, limits).await?;
-        match (0..graph.len()).rfind(|&i| graph.kind(i) == Kind::TopN) {
-            Some(i) => Self::of(&graph, i).map(Some),
-            None => Ok(None),
-        }
+        let last = (Kind::TopN, Self::of as crate::graph::Of<Self>);
+        Graph::last_of(sql, streams, input, tables, limits, last).await
     }
 
     /// The top-N that is operator `i` of `graph`.

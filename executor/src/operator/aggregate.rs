@@ -96,12 +96,7 @@ impl Operator for Aggregate {
             Some(_) => watermark.map(|wm| wm.saturating_sub(1)),
             None => watermark,
         };
-        match (self.agg.window(), watermark, self.mode) {
-            (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-                stage::closed(rows, w, wm).map(Some)
-            }
-            _ => Ok(None),
-        }
+        stage::evict_closed(rows, self.agg.window(), watermark, self.mode)
     }
 
     async fn emit(
@@ -110,13 +105,7 @@ impl Operator for Aggregate {
         evicted: RecordBatch,
         state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let emitted = match self.mode {
-            OutputMode::Update => {
-                pending.unwrap_or_else(|| RecordBatch::new_empty(evicted.schema()))
-            }
-            OutputMode::Complete => state.rows().clone(),
-            OutputMode::Append => evicted,
-        };
+        let emitted = stage::emitted(self.mode, pending, evicted, state);
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }

@@ -117,12 +117,7 @@ impl Operator for TopN {
         rows: &RecordBatch,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
-        match (self.top.window(), watermark, self.mode) {
-            (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-                stage::closed(rows, w, wm).map(Some)
-            }
-            _ => Ok(None),
-        }
+        stage::evict_closed(rows, self.top.window(), watermark, self.mode)
     }
 
     async fn emit(
@@ -131,13 +126,7 @@ impl Operator for TopN {
         evicted: RecordBatch,
         state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let emitted = match self.mode {
-            OutputMode::Update => {
-                pending.unwrap_or_else(|| RecordBatch::new_empty(evicted.schema()))
-            }
-            OutputMode::Complete => state.rows().clone(),
-            OutputMode::Append => evicted,
-        };
+        let emitted = stage::emitted(self.mode, pending, evicted, state);
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }
