@@ -1,12 +1,14 @@
 //! The reduce stage of a stateful query: one state partition's shuffle
-//! buckets folded into its state by the query's operator, the next state
-//! version, and the output. Every operator runs through [`run`].
+//! buckets folded into its state by one of the query's operators, the
+//! next state version, and the output. Every operator runs through
+//! [`run`].
 //!
 //! ```text
-//!  shuffle ranges, in map order ─► the operator's input rows
-//!  state N-1 (held here, or loaded) ─► advance ─► upserts ─► evict(watermark)
+//!  shuffle ranges (map tasks in map order, then the operator feeding this one) ─► input rows
+//!  state N-1 (held here, or loaded) ─► advance ─► upserts, deletes ─► evict(watermark)
 //!    ─► state/<op>/<p>/<N>.delta (create-only)      state N kept here for batch N+1
-//!    ─► emit ─► sink part files
+//!    ─► emit ─► sink part files (the last operator)
+//!            └► shuffle/<N>/<op + 1>-<p>.arrow, by the next operator's key (any other)
 //! ```
 //!
 //! Invariant (determinism): given the same shuffle files and state N-1, a

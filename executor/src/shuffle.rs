@@ -1,11 +1,14 @@
-//! The map stage of a stateful query: the task's input, aggregated into
-//! partial rows, split by key into the query's state partitions, and
-//! written as one create-only shuffle file.
+//! The map stage of a stateful query: the task's input, through the SQL
+//! up to each operator side that reads its stream (an aggregation's
+//! partial rows, a join's side, a top-N's rows), split by that operator's
+//! key into the query's state partitions, and written as one create-only
+//! shuffle file. A reduce task that feeds another operator shuffles its
+//! output the same way ([`Keyer`], [`encode`]).
 //!
 //! ```text
-//!  input ─► SQL up to the aggregation ─► Partial aggregate ─► split by hash(key) % buckets
-//!        ─► shuffle/<N>/<map>.arrow = [IPC stream of bucket 0][bucket 1]...  (create-only)
-//!        ─► TaskOutput{shuffle: one byte range per bucket}
+//!  input ─► SQL up to operator side ─► split by hash(key) % buckets   (for each side)
+//!        ─► shuffle/<N>/<map>.arrow = [side 0: bucket 0][bucket 1]...[side 1: ...]  (create-only)
+//!        ─► TaskOutput{shuffle: a byte range per (operator, side, bucket)}
 //! ```
 //!
 //! The hash is xxHash64 of the key in Arrow's row format: every executor

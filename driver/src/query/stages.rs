@@ -2,13 +2,15 @@
 //!
 //! ```text
 //!  stateless:  map task per source task ─► sink part files
-//!  stateful:   map task per source task ─► shuffle/<N>/<map>.arrow, a byte range per bucket
-//!              reduce task per state partition (its bucket of every map file, in map order)
-//!                ─► state/<op>/<p>/<N>.delta and sink part files
+//!  stateful:   map task per source task ─► shuffle/<N>/<map>.arrow, a range per (operator, side, bucket)
+//!              for each operator, in order: a reduce task per state partition
+//!                (its bucket of every file written for it, in the order written)
+//!                ─► state/<op>/<p>/<N>.delta, and sink part files (the last operator)
+//!                   or shuffle/<N>/<op + 1>-<p>.arrow for the operator it feeds
 //! ```
 //!
-//! The reduce stage starts once every map task has succeeded: a bucket's
-//! input is complete only then.
+//! An operator's reduce stage starts once every task before it has
+//! succeeded: a bucket's input is complete only then.
 
 use std::time::{Duration, Instant};
 
