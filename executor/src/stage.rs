@@ -305,6 +305,13 @@ pub fn filter(
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
 }
 
+/// The output mode a reduce task's work names; an unknown one is fatal.
+pub fn output_mode(task: &TaskAssignment, mode: i32) -> Result<OutputMode, ExecutorError> {
+    OutputMode::from_proto(mode).ok_or_else(|| {
+        ExecutorError::MalformedTask(format!("task {}: unknown output mode", task.task_id))
+    })
+}
+
 /// The state rows a grouping operator evicts in `mode`: in update and
 /// append modes, the groups whose window (`window`) the watermark has
 /// closed; complete mode keeps every group.

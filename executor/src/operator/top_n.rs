@@ -58,9 +58,7 @@ impl Operator for TopN {
         _assigned: &Assigned<'_>,
         (graph, index): (&Graph, usize),
     ) -> Result<Self, ExecutorError> {
-        let mode = OutputMode::from_proto(work.output_mode).ok_or_else(|| {
-            ExecutorError::MalformedTask(format!("task {}: unknown output mode", task.task_id))
-        })?;
+        let mode = stage::output_mode(task, work.output_mode)?;
         let top = Ranking::of(graph, index)?;
         let mut fields = top.key_fields()?;
         let keys = fields.len();
