@@ -65,7 +65,7 @@ pub async fn run<O: Operator>(
     let change = advanced.change();
     let evicted = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
     stage::bound(&caches, task, &table)?;
-    let output = op.emit(advanced.pending, evicted, &table).await?;
+    let output = op.emit(advanced, evicted, &table).await?;
 
     let files = assigned.files;
     let next = match work_state.next_buckets {
@@ -79,7 +79,10 @@ pub async fn run<O: Operator>(
             (out, Vec::new())
         }
         Some((buckets, Some((next, side)))) => {
-            let keyer = Keyer::of(&graph, next, side)?;
+            let keyer = match op.emits_changes() {
+                true => Keyer::changes(&graph, next)?,
+                false => Keyer::of(&graph, next, side)?,
+            };
             let split = shuffle::split(&output, buckets, |b| keyer.keys(b))?;
             let to = (next as u32, side as u32);
             let part = shuffle::Part::new(to, op.output_schema(), split);

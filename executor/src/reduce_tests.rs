@@ -120,6 +120,7 @@ async fn batch(
                 .expect("a test's mode")
                 .to_proto()
                 .into(),
+            changes: sluice_proto::Changes::None.into(),
         }));
         outs.push(run(t, caches).await);
     }

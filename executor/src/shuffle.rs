@@ -158,6 +158,9 @@ pub enum Keyer {
     Join(Box<StreamJoin>, usize),
     /// By a top-N's `PARTITION BY`.
     TopN(Box<TopN>),
+    /// By an aggregation's group key, evaluated over its input rows (the
+    /// changes an aggregation feeds it).
+    Groups(Box<Aggregation>),
 }
 
 impl Keyer {
@@ -176,8 +179,15 @@ impl Keyer {
         })
     }
 
+    /// The key of the changes operator `op` of `graph` (an aggregation)
+    /// reads.
+    pub fn changes(graph: &Graph, op: usize) -> Result<Self, ExecutorError> {
+        Ok(Keyer::Groups(Box::new(Aggregation::of(graph, op)?)))
+    }
+
     pub fn keys(&self, b: &RecordBatch) -> Result<Vec<ArrayRef>, ExecutorError> {
         Ok(match self {
+            Keyer::Groups(agg) => agg.group_of(b)?,
             Keyer::Columns(keys) => columns(b, keys),
             Keyer::Join(join, side) => join.keys(*side, b)?,
             Keyer::TopN(top) => top.keys(b)?,

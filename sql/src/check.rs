@@ -59,9 +59,13 @@ pub async fn check(
         let mut ops = Vec::with_capacity(graph.len());
         let (mut join, mut top_n) = (None, None);
         for (i, name) in names.into_iter().enumerate() {
-            let mut op_join = None;
+            let (mut op_join, mut session) = (None, false);
             let windowed = match graph.kind(i) {
-                Kind::Aggregate => Aggregation::of(&graph, i)?.window().is_some(),
+                Kind::Aggregate => {
+                    let agg = Aggregation::of(&graph, i)?;
+                    session = agg.session().is_some();
+                    agg.window().is_some()
+                }
                 Kind::Join => {
                     op_join = Some(join::info(&graph, i)?);
                     join = op_join.clone();
@@ -79,6 +83,7 @@ pub async fn check(
                 sources: graph.sources(i),
                 consumer: graph.consumer(i),
                 windowed,
+                session,
                 join: op_join,
             });
         }
@@ -125,6 +130,8 @@ pub struct OpInfo {
     /// Whether it groups by an event-time window (an aggregation, a
     /// top-N), whose groups the watermark closes.
     pub windowed: bool,
+    /// Whether it is an aggregation by session windows.
+    pub session: bool,
     /// A join's sides and bound.
     pub join: Option<JoinInfo>,
 }

@@ -42,6 +42,7 @@ pub use error::SqlError;
 pub use graph::{Graph, Kind, Source};
 pub use join::{ID as JOIN_ID, JoinInfo, Matches, StreamJoin};
 pub use schema::{decode_schema, encode_schema};
+pub use stateful::changes::{DIFF, with_diff};
 pub use stateful::{Aggregation, WindowEnd};
 pub use top_n::{MAX_N as TOP_N_MAX, TopN, TopNInfo};
 pub use window::window_type;

@@ -53,6 +53,9 @@ pub struct Aggregation {
     /// The task's input itself, for [`Output::read_rest`].
     stream: SharedInput,
     partial: SchemaRef,
+    /// When it feeds another aggregation: that aggregation's input
+    /// fragment, beneath its Partial node (see [`changes`]).
+    changes_root: Option<Arc<dyn ExecutionPlan>>,
 }
 
 impl std::fmt::Debug for Aggregation {
@@ -97,7 +100,13 @@ impl Aggregation {
             });
         }
         let partial = graph.side_plan(i, 0);
+        let changes_root = graph.consumer(i).and_then(|(c, s)| {
+            let side = graph.side_plan(c, s);
+            let p = side.downcast_ref::<AggregateExec>()?;
+            (*p.mode() == AggregateMode::Partial).then(|| p.input().clone())
+        });
         Ok(Aggregation {
+            changes_root,
             group_by: Arc::new(raw.group_expr().clone()),
             aggr_expr: raw.aggr_expr().to_vec(),
             filter_expr: raw.filter_expr().to_vec(),
@@ -256,6 +265,9 @@ fn unexpected(what: &str) -> SqlError {
         reason: "Sluice cannot split it into map and reduce stages".into(),
     }
 }
+
+#[path = "changes.rs"]
+pub mod changes;
 
 #[cfg(test)]
 #[path = "stateful_tests.rs"]

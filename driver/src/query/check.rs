@@ -43,34 +43,66 @@ pub(super) async fn check_sql(
     check_partition_by(spec, &checked.output)
 }
 
-/// Each operator that feeds another emits each of its rows once, final,
-/// as the next one needs: a join, or an aggregation over an event-time
-/// window whose groups the watermark closes. An aggregation without a
-/// window changes its groups, and a top-N its ranks, so either is refused
-/// anywhere but last, naming both operators.
+/// Each operator that feeds another can feed it as it does.
 fn check_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
-    let ops = &checked.ops;
-    for op in ops {
-        let Some((next, _)) = op.consumer else {
-            continue;
-        };
-        let feeds = format!("`{}` feeds `{}`", op.name, ops[next].name);
-        let why = match op.kind {
-            sluice_sql::Kind::Join => continue,
-            sluice_sql::Kind::Aggregate if op.windowed && spec.has_watermark() => continue,
-            sluice_sql::Kind::Aggregate if op.windowed => format!(
-                "the aggregation {feeds}, so it emits each window once, when the watermark passes its end: the query needs a watermark"
-            ),
-            sluice_sql::Kind::Aggregate => format!(
-                "the aggregation {feeds}, so it must emit each group once, final: group by an event-time window (window, hop, date_bin or session_window) with a watermark on its column; without one its groups change with every batch"
-            ),
-            sluice_sql::Kind::TopN => format!(
-                "the top-N {feeds}, but a top-N's ranks change as rows arrive: it can only be the last stateful operator"
-            ),
-        };
-        return Err(DriverError::Invalid(format!("field `sql`: {why}")));
+    for i in 0..checked.ops.len() {
+        feed(spec, &checked.ops, i)
+            .map_err(|why| DriverError::Invalid(format!("field `sql`: {why}")))?;
     }
     Ok(())
+}
+
+/// How an operator's output flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Feed {
+    /// To the sink, as the query's output mode says.
+    Sink,
+    /// To the next operator, each row once, final: a join's rows, or the
+    /// groups of event-time windows the watermark closes (append).
+    Final,
+    /// To the next aggregation as changes: each changed group's old row
+    /// retracted and its new one added (update and complete modes).
+    Changes,
+}
+
+/// How operator `i` of `ops` feeds the next one, or why it cannot
+/// (naming both operators, and the mode where it decides). An
+/// aggregation without a window, or a top-N, changes its rows with
+/// every batch: only an aggregation that is last can take those changes.
+pub(super) fn feed(spec: &QuerySpec, ops: &[sluice_sql::OpInfo], i: usize) -> Result<Feed, String> {
+    use sluice_sql::Kind;
+    let op = &ops[i];
+    let Some((n, _)) = op.consumer else {
+        return Ok(Feed::Sink);
+    };
+    let next = &ops[n];
+    let feeds = format!("`{}` feeds `{}`", op.name, next.name);
+    let mode = OutputMode::effective(spec.output_mode, true);
+    let window = "group by an event-time window (window, hop, date_bin or session_window) with a watermark on its column";
+    match op.kind {
+        Kind::Join => Ok(Feed::Final),
+        Kind::Aggregate if op.windowed && spec.has_watermark() => Ok(Feed::Final),
+        Kind::Aggregate if op.session => Err(format!(
+            "the session-window aggregation {feeds}, so it emits each session once, when the watermark passes its end: the query needs a watermark"
+        )),
+        Kind::Aggregate if mode == OutputMode::Append => Err(format!(
+            "the aggregation {feeds}, so in append mode it must emit each group once, final: {window}; without one its groups change with every batch (update and complete modes let an aggregation take those changes)"
+        )),
+        Kind::Aggregate if next.kind != Kind::Aggregate => Err(format!(
+            "the aggregation {feeds}: its groups change with every batch, and only an aggregation can take a group's changes (its old row retracted, its new one added): {window}"
+        )),
+        Kind::Aggregate if next.session => Err(format!(
+            "the aggregation {feeds}: its groups change with every batch, and an aggregation by session windows cannot take a group's changes: {window}"
+        )),
+        Kind::Aggregate if next.consumer.is_some() => Err(format!(
+            "the aggregation {feeds}: its groups change with every batch, so `{}` reads its changes, and an aggregation that reads changes must be the last stateful operator",
+            next.name
+        )),
+        Kind::Aggregate => Ok(Feed::Changes),
+        Kind::TopN => Err(format!(
+            "the top-N {feeds}, but a top-N's ranks change as rows arrive: it can only be the last stateful operator"
+        )),
+    }
 }
 
 /// Each watermark names a timestamp column of its input table.

@@ -71,8 +71,9 @@ impl Stateful {
 /// A stateful query's operator, as its tasks are told of it.
 #[derive(Debug, Clone)]
 pub enum Operator {
-    /// The aggregation over the stream, emitting as the mode says.
-    Aggregate(sluice_common::spec::OutputMode),
+    /// An aggregation, emitting as the mode says; whether it emits or
+    /// reads changes.
+    Aggregate(sluice_common::spec::OutputMode, sluice_proto::Changes),
     /// Deduplication by the spec's `dedup` columns.
     Dedup(sluice_proto::Dedup),
     /// The join of two streams; whether each side's rows leave the state
@@ -87,9 +88,10 @@ impl Operator {
     pub fn reduce(&self, state: sluice_proto::StateWork) -> sluice_proto::task_assignment::Work {
         use sluice_proto::task_assignment::Work;
         match self {
-            Operator::Aggregate(mode) => Work::Aggregate(sluice_proto::AggregateWork {
+            Operator::Aggregate(mode, changes) => Work::Aggregate(sluice_proto::AggregateWork {
                 state: Some(state),
                 output_mode: mode.to_proto().into(),
+                changes: (*changes).into(),
             }),
             Operator::Dedup(d) => Work::Dedup(sluice_proto::DedupWork {
                 state: Some(state),

@@ -20,6 +20,7 @@ use sluice_proto as pb;
 use sluice_proto::task_assignment::Work;
 
 use super::attempts;
+use super::check::{self, Feed};
 use super::ctx::{Ctx, Operator, Stateful, StatefulOp};
 use crate::error::DriverError;
 use sluice_common::spec::OutputMode;
@@ -61,7 +62,9 @@ pub async fn plan(
             )],
             consumer: None,
         }],
-        None => checked.ops.iter().map(|op| operator(ctx, op)).collect(),
+        None => (0..checked.ops.len())
+            .map(|i| operator(ctx, &checked.ops, i))
+            .collect::<Result<_, _>>()?,
     };
     if ops.is_empty() {
         return Ok(None);
@@ -81,27 +84,50 @@ pub async fn plan(
     }))
 }
 
-/// How the tasks of `op` are told of it. The operator whose output goes
-/// to the sink emits as the query's mode says; one that feeds another
-/// emits each row once (append), which the query's check made sure it
-/// can.
-fn operator(ctx: &Ctx, op: &sluice_sql::OpInfo) -> StatefulOp {
-    let mode = match op.consumer {
-        None => OutputMode::effective(ctx.spec.output_mode, true),
-        Some(_) => OutputMode::Append,
+/// How the tasks of operator `i` are told of it. The operator whose
+/// output goes to the sink emits as the query's mode says; one that feeds
+/// another emits each row once (append), or its changes to an aggregation
+/// that reads them ([`check::feed`], which the query's check passed).
+fn operator(ctx: &Ctx, ops: &[sluice_sql::OpInfo], i: usize) -> Result<StatefulOp, DriverError> {
+    use sluice_proto::Changes;
+    let op = &ops[i];
+    let feed = |i| check::feed(&ctx.spec, ops, i).map_err(DriverError::Invalid);
+    let query_mode = OutputMode::effective(ctx.spec.output_mode, true);
+    let (mode, emits) = match feed(i)? {
+        Feed::Sink => (query_mode, false),
+        Feed::Final => (OutputMode::Append, false),
+        Feed::Changes => (query_mode, true),
+    };
+    let reads = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.consumer.is_some_and(|(c, _)| c == i))
+        .map(|(j, _)| feed(j))
+        .collect::<Result<Vec<_>, _>>()?
+        .contains(&Feed::Changes);
+    let changes = match (emits, reads) {
+        (false, false) => Changes::None,
+        (true, false) => Changes::Emit,
+        (false, true) => Changes::Read,
+        (true, true) => {
+            return Err(DriverError::Internal(format!(
+                "operator `{}` both reads and emits changes, which the query's check refuses",
+                op.name
+            )));
+        }
     };
     let operator = match (op.kind, &op.join) {
         (sluice_sql::Kind::Join, Some(j)) => Operator::Join(evictable(ctx, j)),
         (sluice_sql::Kind::Join, None) => Operator::Join([false, false]),
-        (sluice_sql::Kind::Aggregate, _) => Operator::Aggregate(mode),
+        (sluice_sql::Kind::Aggregate, _) => Operator::Aggregate(mode, changes),
         (sluice_sql::Kind::TopN, _) => Operator::TopN(mode),
     };
-    StatefulOp {
+    Ok(StatefulOp {
         operator,
         name: op.name.clone(),
         sources: op.sources.clone(),
         consumer: op.consumer,
-    }
+    })
 }
 
 /// Whether each side's buffered rows may leave the state by the join's

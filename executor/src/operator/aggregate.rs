@@ -7,16 +7,20 @@
 //!  output: update   ─► final values of M (a DISTINCT: of M's new keys)
 //!          complete ─► final values of all of state N
 //!          append   ─► final values of the windows the watermark closed
+//!          changes  ─► O retracted, M added, as the next aggregation's input rows
 //! ```
+//!
+//! An aggregation that reads another's changes keeps its input rows
+//! instead of partial rows ([`super::changes`]).
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use arrow_select::concat::concat_batches;
 use sluice_common::spec::OutputMode;
-use sluice_proto::{AggregateWork, TaskAssignment};
+use sluice_proto::{AggregateWork, Changes, TaskAssignment};
 use sluice_sql::{Aggregation, Graph};
 
-use super::{Advanced, Operator, Shuffled, session};
+use super::{Advanced, Operator, Shuffled, changes, session};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
 use crate::state::table::StateTable;
@@ -25,6 +29,7 @@ use crate::state::table::StateTable;
 pub struct Aggregate {
     agg: Aggregation,
     mode: OutputMode,
+    changes: Changes,
 }
 
 impl Operator for Aggregate {
@@ -38,19 +43,49 @@ impl Operator for Aggregate {
     ) -> Result<Self, ExecutorError> {
         let mode = stage::output_mode(task, work.output_mode)?;
         let agg = Aggregation::of(graph, index)?;
-        Ok(Aggregate { agg, mode })
+        let changes = Changes::try_from(work.changes).map_err(|_| {
+            ExecutorError::MalformedTask(format!("task {}: unknown changes", task.task_id))
+        })?;
+        let fits = match changes {
+            Changes::None => true,
+            Changes::Emit => agg.feeds_aggregation() && agg.session().is_none(),
+            Changes::Read => agg.session().is_none() && mode != OutputMode::Append,
+        };
+        if !fits {
+            return Err(ExecutorError::MalformedTask(format!(
+                "task {}: operator {index} cannot {changes:?} changes in {mode:?} mode",
+                task.task_id
+            )));
+        }
+        Ok(Aggregate { agg, mode, changes })
     }
 
     fn input_schema(&self, _side: u32) -> Result<SchemaRef, ExecutorError> {
-        Ok(self.agg.partial_schema())
+        Ok(match self.changes {
+            Changes::Read => sluice_sql::with_diff(&self.agg.input_rows_schema()),
+            _ => self.agg.partial_schema(),
+        })
     }
 
     fn state_schema(&self) -> (SchemaRef, usize) {
-        (self.agg.partial_schema(), self.agg.key_columns())
+        match self.changes {
+            Changes::Read => changes::state_schema(&self.agg),
+            _ => (self.agg.partial_schema(), self.agg.key_columns()),
+        }
     }
 
     fn output_schema(&self) -> SchemaRef {
-        self.agg.output_schema()
+        match self.changes {
+            Changes::Emit => self
+                .agg
+                .changes_schema()
+                .expect("planning checked that it feeds an aggregation"),
+            _ => self.agg.output_schema(),
+        }
+    }
+
+    fn emits_changes(&self) -> bool {
+        self.changes == Changes::Emit
     }
 
     async fn advance(
@@ -66,10 +101,15 @@ impl Operator for Aggregate {
                 upserts,
                 deletes: Some(deletes),
                 pending,
+                retracted: None,
             });
         }
-        let merged = merge(&self.agg, state, super::rows(rows)).await?;
+        if self.changes == Changes::Read {
+            return changes::advance(state, super::rows(rows));
+        }
+        let (old, merged) = merge(&self.agg, state, super::rows(rows)).await?;
         let changed = match self.mode {
+            _ if self.changes == Changes::Emit => Some(merged.clone()),
             OutputMode::Update if self.agg.has_aggregates() => Some(merged.clone()),
             OutputMode::Update => Some(stage::filter(&merged, &state.is_new(&merged)?)?),
             OutputMode::Complete | OutputMode::Append => None,
@@ -78,18 +118,23 @@ impl Operator for Aggregate {
             deletes: None,
             upserts: merged,
             pending: changed,
+            retracted: (self.changes == Changes::Emit).then_some(old),
         })
     }
 
     /// Windows the watermark has passed are final: a window whose end is
     /// at most the watermark, a session whose end is before it (a row at
     /// the watermark is on time, and would extend a session ending there).
-    /// Complete mode keeps every group.
+    /// Complete mode keeps every group, and so does an aggregation that
+    /// reads changes: a row of a closed window may still be retracted.
     fn evict(
         &self,
         rows: &RecordBatch,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
+        if self.changes == Changes::Read {
+            return Ok(None);
+        }
         let watermark = match self.agg.session() {
             Some(_) => watermark.map(|wm| wm.saturating_sub(1)),
             None => watermark,
@@ -99,11 +144,39 @@ impl Operator for Aggregate {
 
     async fn emit(
         &self,
-        pending: Option<RecordBatch>,
+        advanced: Advanced,
         evicted: RecordBatch,
         state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let emitted = stage::emitted(self.mode, pending, evicted, state);
+        match self.changes {
+            Changes::Emit => {
+                let none = || RecordBatch::new_empty(self.agg.partial_schema());
+                let old = advanced.retracted.unwrap_or_else(none);
+                let new = advanced.pending.unwrap_or_else(none);
+                return Ok(self.agg.changes(old, new).await?);
+            }
+            Changes::Read => {
+                let touched = match self.mode {
+                    // As a partition of partial rows: no rows, no output
+                    // (a global aggregate's one group lives in one
+                    // partition, the others hold nothing).
+                    OutputMode::Complete if state.len() == 0 => return Ok(Vec::new()),
+                    OutputMode::Complete => None,
+                    _ => match &advanced.pending {
+                        Some(t) => Some(t),
+                        None => return Ok(Vec::new()),
+                    },
+                };
+                let groups = changes::groups(&self.agg, state, touched)?;
+                let mut out = self.agg.aggregate(vec![groups.rows]).await?;
+                if let Some(emptied) = &groups.emptied {
+                    out.extend(self.agg.aggregate_emptied(emptied).await?);
+                }
+                return Ok(out);
+            }
+            Changes::None => {}
+        }
+        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state);
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }
@@ -111,21 +184,25 @@ impl Operator for Aggregate {
     }
 }
 
-/// One state row per key of `partials`: the state's row merged with the
-/// batch's partial rows.
+/// The state rows of the keys of `partials` before the batch, and one
+/// state row per key after it: the state's row merged with the batch's
+/// partial rows.
 async fn merge(
     agg: &Aggregation,
     table: &StateTable,
     partials: Vec<RecordBatch>,
-) -> Result<RecordBatch, ExecutorError> {
+) -> Result<(RecordBatch, RecordBatch), ExecutorError> {
     let schema = agg.partial_schema();
     if partials.iter().all(|b| b.num_rows() == 0) {
-        return Ok(RecordBatch::new_empty(schema));
+        let none = RecordBatch::new_empty(schema);
+        return Ok((none.clone(), none));
     }
     let (old, _) = table.lookup(&partials)?;
     let mut input = Vec::with_capacity(partials.len() + 1);
-    input.push(old);
+    input.push(old.clone());
     input.extend(partials);
     let merged = agg.merge(input).await?;
-    concat_batches(&schema, &merged).map_err(|e| ExecutorError::TaskPanicked(e.to_string()))
+    let merged =
+        concat_batches(&schema, &merged).map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
+    Ok((old, merged))
 }

@@ -112,6 +112,7 @@ impl Operator for Dedup {
             deletes: None,
             upserts: stage::filter(&candidates, &first)?,
             pending: Some(stage::filter(&rows, &first)?),
+            retracted: None,
         })
     }
 
@@ -128,11 +129,11 @@ impl Operator for Dedup {
 
     async fn emit(
         &self,
-        pending: Option<RecordBatch>,
+        advanced: Advanced,
         _evicted: RecordBatch,
         _state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        Ok(pending.into_iter().collect())
+        Ok(advanced.pending.into_iter().collect())
     }
 }
 

@@ -118,6 +118,7 @@ impl Operator for Join {
             deletes: None,
             upserts: concat_batches(&self.state, &upserts).map_err(fail)?,
             pending: Some(joined),
+            retracted: None,
         })
     }
 
@@ -167,12 +168,15 @@ impl Operator for Join {
 
     async fn emit(
         &self,
-        pending: Option<RecordBatch>,
+        advanced: Advanced,
         evicted: RecordBatch,
         _state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let mut joined: Vec<RecordBatch> =
-            pending.into_iter().filter(|b| b.num_rows() > 0).collect();
+        let mut joined: Vec<RecordBatch> = advanced
+            .pending
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .collect();
         for side in 0..2 {
             if !self.join.outer()[side] {
                 continue;

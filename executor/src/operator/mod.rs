@@ -14,6 +14,7 @@
 //! part files.
 
 mod aggregate;
+mod changes;
 mod dedup;
 mod join;
 mod session;
@@ -53,6 +54,10 @@ pub struct Advanced {
     /// What the batch emits whatever the watermark does; the operator's
     /// own form, finished by [`Operator::emit`].
     pub pending: Option<RecordBatch>,
+    /// What the batch retracts of what earlier batches emitted (an
+    /// aggregation that feeds another its changes: the state rows it
+    /// replaced). `None`: nothing.
+    pub retracted: Option<RecordBatch>,
 }
 
 impl Advanced {
@@ -89,6 +94,12 @@ pub trait Operator: Sized + Send + Sync {
     /// The schema of the rows it emits.
     fn output_schema(&self) -> SchemaRef;
 
+    /// Whether it emits changes (rows added and retracted) for the
+    /// aggregation it feeds, keyed by that aggregation's group key.
+    fn emits_changes(&self) -> bool {
+        false
+    }
+
     /// Folds one batch's shuffled rows (in map order, each with the
     /// stream its map task read) into `state`.
     fn advance(
@@ -105,11 +116,11 @@ pub trait Operator: Sized + Send + Sync {
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError>;
 
-    /// The batch's output: from what `advance` left pending, the rows
-    /// `evict` took, and the state the batch left.
+    /// The batch's output: from what `advance` left pending (and
+    /// retracted), the rows `evict` took, and the state the batch left.
     fn emit(
         &self,
-        pending: Option<RecordBatch>,
+        advanced: Advanced,
         evicted: RecordBatch,
         state: &StateTable,
     ) -> impl Future<Output = Result<Vec<RecordBatch>, ExecutorError>> + Send;

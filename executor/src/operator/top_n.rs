@@ -105,6 +105,7 @@ impl Operator for TopN {
             upserts,
             deletes: None,
             pending,
+            retracted: None,
         })
     }
 
@@ -120,11 +121,11 @@ impl Operator for TopN {
 
     async fn emit(
         &self,
-        pending: Option<RecordBatch>,
+        advanced: Advanced,
         evicted: RecordBatch,
         state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let emitted = stage::emitted(self.mode, pending, evicted, state);
+        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state);
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }

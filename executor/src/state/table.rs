@@ -125,6 +125,15 @@ impl StateTable {
         Ok((taken, new))
     }
 
+    /// Where each row of `batch` (whose leading columns are a state key)
+    /// has its key's row in [`Self::rows`]; `None`: the state has no row
+    /// of its key.
+    pub fn positions(&self, batch: &RecordBatch) -> Result<Vec<Option<u32>>, ExecutorError> {
+        let mut at = Vec::with_capacity(batch.num_rows());
+        self.each_key(batch, |_, key| at.push(self.index.get(key).copied()))?;
+        Ok(at)
+    }
+
     /// Whether each row of `batch` (state rows) has a key the state does
     /// not hold.
     pub fn is_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {

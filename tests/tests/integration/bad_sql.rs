@@ -36,11 +36,30 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             &["sum(DISTINCT ...)", "not supported"][..],
         ),
         (
-            "SELECT k, count(*) AS c FROM (SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3) GROUP BY k",
+            "SELECT n, count(*) AS c FROM (SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3) GROUP BY n",
+            &["output_mode: append"][..],
+            &[
+                "the aggregation `aggregate` feeds `aggregate-2`",
+                "in append mode",
+                "group by an event-time window",
+            ][..],
+        ),
+        (
+            "SELECT a.k, a.n, b.value FROM (SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3) a \
+             JOIN input b ON a.k = b.value",
+            none,
+            &[
+                "the aggregation `aggregate` feeds `join`",
+                "only an aggregation can take a group's changes",
+            ][..],
+        ),
+        (
+            "SELECT c, count(*) AS d FROM (SELECT n, count(*) AS c FROM \
+             (SELECT value % 3 AS k, count(*) AS n FROM input GROUP BY value % 3) GROUP BY n) GROUP BY c",
             none,
             &[
                 "the aggregation `aggregate` feeds `aggregate-2`",
-                "group by an event-time window",
+                "an aggregation that reads changes must be the last stateful operator",
             ][..],
         ),
         (

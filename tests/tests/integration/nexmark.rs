@@ -136,7 +136,8 @@ const EVENTS_PER_SECOND: u64 = 6_000;
 
 /// The queries of the oracle test, with the keys of an update-mode one
 /// (a top-N's: its group and rank).
-const CASES: [(&str, &[&str]); 7] = [
+const CASES: [(&str, &[&str]); 8] = [
+    ("q4", &["category"]),
     ("q1", &[]),
     ("q11", &[]),
     ("q17", &["auction", "day"]),
