@@ -17,6 +17,10 @@
 #                           driver's port in a network namespace of its own),
 #                           the pinned venv target/s3/venv
 #                           (tests/requirements-s3.txt): moto's S3 server,
+#                           the pinned venv target/kafka/venv
+#                           (tests/requirements-kafka.txt): noida-db, a
+#                           broker with Kafka transactions, and
+#                           confluent-kafka,
 #                           and tansu 0.6.0 from crates.io, the Kafka
 #                           source's test broker, built once into
 #                           ~/.cache/sluice/tansu-0.6.0 (about 10 minutes on
@@ -193,6 +197,19 @@ if [ "$mode" = test ]; then
   pinned_venv "$venv" "$requirements"
   "$venv/bin/moto_server" --help >/dev/null 2>&1 ||
     fail "moto_server from $requirements does not run ($venv/bin/moto_server --help)"
+fi
+
+# --- the transactional Kafka broker and producer (PyPI, pinned) -----------------
+
+if [ "$mode" = test ]; then
+  venv=target/kafka/venv
+  requirements=tests/requirements-kafka.txt
+  pinned_venv "$venv" "$requirements"
+  noida=$(ls "$venv"/lib/python3*/site-packages/noida_db/noida-db 2>/dev/null | head -n 1)
+  [ -n "$noida" ] && "$noida" version 2>/dev/null | grep -q '^noida-db 0.2.3' ||
+    fail "noida-db 0.2.3 from $requirements does not run ($venv/lib/python3*/site-packages/noida_db/noida-db version)"
+  "$venv/bin/python" -c 'import confluent_kafka' >/dev/null 2>&1 ||
+    fail "confluent-kafka from $requirements does not import"
 fi
 
 # --- the Kafka broker of the Kafka source's tests (crates.io, pinned) ----------

@@ -1,4 +1,4 @@
-//! Kafka: the one place that names the Kafka client (`rskafka`, pure Rust,
+//! Kafka: the one place that names the Kafka client (`krafka`, pure Rust,
 //! see `docs/kafka-client.md`). The driver asks it for topics and offsets,
 //! the executor fetches records, and the tests and the benchmark produce.
 //!
@@ -8,31 +8,44 @@
 //!                 earliest() · latest() · fetch(from, max_bytes) · produce(records)
 //! ```
 //!
-//! Every call has a deadline ([`Kafka::deadline`]): the client's own
-//! retries stop there, and so does the call. Errors name the servers and
-//! what was asked, and say whether they can be retried (a broker that is
-//! down: yes; a topic that does not exist: no).
+//! Reads are `read_committed`: a fetch never returns a record of an aborted
+//! or open transaction, and [`Partition::latest`] is the partition's last
+//! stable offset, the end of what such a reader may read.
+//!
+//! Every call has a deadline ([`Kafka::deadline`]). Errors name the servers
+//! and what was asked, and say whether they can be retried (a broker that
+//! is down: yes; a topic that does not exist: no).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rskafka::client::partition::{Compression, OffsetAt, PartitionClient, UnknownTopicHandling};
-use rskafka::client::{Client, ClientBuilder};
-use rskafka::record::Record;
+use krafka::admin::{
+    CreateTopicsOptions, DescribeTopicsOptions, ListOffsetsOptions, ListTopicsOptions, NewTopic,
+    OffsetSpec, TopicPartition,
+};
+use krafka::consumer::{AutoOffsetReset, Consumer, IsolationLevel};
+use krafka::error::ErrorCode;
+use krafka::producer::Producer;
+use krafka::{KrafkaError, Record};
+use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result, chain};
 
 /// The deadline of one call when none is given.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long a partition the broker does not know yet is asked for again.
+const UNKNOWN_RETRY: Duration = Duration::from_millis(100);
+
 /// A connection to a Kafka cluster.
 #[derive(Clone)]
 pub struct Kafka {
     servers: String,
-    client: Arc<Client>,
+    client: krafka::Kafka,
     deadline: Duration,
+    producer: Arc<OnceCell<Producer>>,
 }
 
 /// One record as read.
@@ -53,11 +66,14 @@ pub struct NewRecord {
 }
 
 /// What one fetch returned: records from the offset asked for, in offset
-/// order, and the partition's high watermark (its latest offset).
+/// order, and the offset the next fetch starts at. `next` moves past
+/// offsets that hold no record a reader sees (transaction markers, records
+/// of aborted transactions) even when `records` is empty; it stays at the
+/// offset asked for when the broker served nothing yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
     pub records: Vec<KafkaRecord>,
-    pub high_watermark: i64,
+    pub next: i64,
 }
 
 /// The servers of a `bootstrap_servers` list (comma-separated `host:port`).
@@ -85,21 +101,18 @@ impl Kafka {
     /// `deadline`.
     pub async fn connect(servers: &str, deadline: Duration) -> Result<Kafka> {
         let list = parse_servers(servers).map_err(|r| Error::Config(format!("kafka: {r}")))?;
-        let backoff = rskafka::BackoffConfig {
-            init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_secs(1),
-            base: 2.0,
-            deadline: Some(deadline),
-        };
-        let build = ClientBuilder::new(list)
+        let build = krafka::Kafka::builder(list.join(","))
             .client_id("sluice")
-            .backoff_config(backoff)
-            .build();
+            .request_timeout(deadline)
+            .connect_timeout(deadline)
+            .allow_auto_create_topics(false)
+            .connect();
         let client = within(servers, "connect", deadline, build).await?;
         Ok(Kafka {
             servers: servers.to_string(),
-            client: Arc::new(client),
+            client,
             deadline,
+            producer: Arc::new(OnceCell::new()),
         })
     }
 
@@ -115,11 +128,28 @@ impl Kafka {
 
     /// Every topic with its partitions, in order.
     pub async fn topics(&self) -> Result<BTreeMap<String, Vec<i32>>> {
-        let topics = self.call("list topics", self.client.list_topics()).await?;
-        Ok(topics
-            .into_iter()
-            .map(|t| (t.name, t.partitions.into_iter().collect()))
-            .collect())
+        let admin = self.client.admin();
+        let names = self
+            .call(
+                "list topics",
+                admin.list_topics(ListTopicsOptions::default()),
+            )
+            .await?;
+        let described = self
+            .call(
+                "describe topics",
+                admin.describe_topics(&names, DescribeTopicsOptions::default()),
+            )
+            .await?;
+        let mut topics = BTreeMap::new();
+        for (name, described) in described {
+            // A topic deleted between the two calls is not listed.
+            let Ok(topic) = described else { continue };
+            let mut partitions: Vec<i32> = topic.partitions.iter().map(|p| p.partition).collect();
+            partitions.sort_unstable();
+            topics.insert(name, partitions);
+        }
+        Ok(topics)
     }
 
     /// A client of one partition. With `wait`, a partition the broker does
@@ -127,56 +157,106 @@ impl Kafka {
     /// retryable; without, it is an error that is not.
     pub async fn partition(&self, topic: &str, partition: i32, wait: bool) -> Result<Partition> {
         let what = format!("open topic {topic:?} partition {partition}");
-        let unknown = if wait {
-            UnknownTopicHandling::Retry
-        } else {
-            UnknownTopicHandling::Error
-        };
-        let client = self
-            .call(
-                &what,
-                self.client.partition_client(topic, partition, unknown),
-            )
-            .await?;
+        let started = tokio::time::Instant::now();
+        loop {
+            let missing = match self.find(topic, partition, &what).await? {
+                None => break,
+                Some(missing) => missing,
+            };
+            if !wait || started.elapsed() + UNKNOWN_RETRY > self.deadline {
+                return Err(Error::Kafka {
+                    servers: self.servers.clone(),
+                    what,
+                    reason: missing,
+                    retryable: wait,
+                });
+            }
+            tokio::time::sleep(UNKNOWN_RETRY).await;
+        }
         Ok(Partition {
             kafka: self.clone(),
-            client,
+            consumer: OnceCell::new(),
             topic: topic.to_string(),
             partition,
         })
     }
 
-    /// Creates `topic` with `partitions` partitions (tests and benchmarks).
-    pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
-        let controller = self
-            .client
-            .controller_client()
-            .map_err(|e| self.err("create topic", e))?;
-        let ms = self.deadline.as_millis().min(i32::MAX as u128) as i32;
-        self.call(
-            &format!("create topic {topic:?}"),
-            controller.create_topic(topic, partitions, 1, ms),
-        )
-        .await
+    /// `None` when `topic` has `partition`; otherwise what is missing.
+    async fn find(&self, topic: &str, partition: i32, what: &str) -> Result<Option<String>> {
+        let admin = self.client.admin();
+        let mut described = self
+            .call(
+                what,
+                admin.describe_topics([topic], DescribeTopicsOptions::default()),
+            )
+            .await?;
+        match described.remove(topic) {
+            Some(Ok(t)) if t.partitions.iter().any(|p| p.partition == partition) => Ok(None),
+            Some(Ok(t)) => Ok(Some(format!(
+                "the topic has {} partitions, and no partition {partition}",
+                t.partitions.len()
+            ))),
+            Some(Err(e)) if unknown_topic(&e) => Ok(Some("the topic does not exist".into())),
+            Some(Err(e)) => Err(kafka_error(&self.servers, what, &e)),
+            None => Ok(Some("the topic does not exist".into())),
+        }
     }
 
-    async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = rskafka::client::error::Result<T>>,
-    ) -> Result<T> {
+    /// Creates `topic` with `partitions` partitions (tests and benchmarks).
+    pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
+        let what = format!("create topic {topic:?}");
+        let new = NewTopic::new(topic, partitions, 1).map_err(|e| self.err(&what, &e))?;
+        let admin = self.client.admin();
+        let mut created = self
+            .call(
+                &what,
+                admin.create_topics([new], CreateTopicsOptions::default()),
+            )
+            .await?;
+        match created.remove(topic) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(self.err(&what, &e)),
+            None => Err(Error::Kafka {
+                servers: self.servers.clone(),
+                what,
+                reason: "the broker did not answer for the topic".into(),
+                retryable: true,
+            }),
+        }
+    }
+
+    /// Closes the producer, when one was made: what it holds is sent.
+    pub async fn close(&self) -> Result<()> {
+        match self.producer.get() {
+            Some(producer) => self.call("close the producer", producer.close()).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The producer of the tests and the benchmark, made on first use. Not
+    /// idempotent: its sequence numbers would outlive a topic deleted and
+    /// created again under the same name, which the broker refuses.
+    async fn producer(&self) -> Result<&Producer> {
+        let build = || self.client.producer().idempotent(false).build();
+        self.producer
+            .get_or_try_init(|| self.call("make a producer", build()))
+            .await
+    }
+
+    async fn call<T>(&self, what: &str, fut: impl Future<Output = krafka::Result<T>>) -> Result<T> {
         within(&self.servers, what, self.deadline, fut).await
     }
 
-    fn err(&self, what: &str, e: rskafka::client::error::Error) -> Error {
-        kafka_error(&self.servers, what, &e)
+    fn err(&self, what: &str, e: &KrafkaError) -> Error {
+        kafka_error(&self.servers, what, e)
     }
 }
 
 /// A client of one topic partition.
 pub struct Partition {
     kafka: Kafka,
-    client: PartitionClient,
+    /// Made on the first fetch, assigned this partition only.
+    consumer: OnceCell<Consumer>,
     topic: String,
     partition: i32,
 }
@@ -184,71 +264,130 @@ pub struct Partition {
 impl Partition {
     /// The offset of the earliest record still kept.
     pub async fn earliest(&self) -> Result<i64> {
-        let what = self.what("read the earliest offset");
-        self.kafka
-            .call(&what, self.client.get_offset(OffsetAt::Earliest))
+        self.offset(OffsetSpec::Earliest, "read the earliest offset")
             .await
     }
 
-    /// The offset the next record will get (the high watermark).
+    /// The partition's last stable offset: the end of what a
+    /// `read_committed` reader may read (the high watermark, or the first
+    /// offset of the oldest transaction still open).
     pub async fn latest(&self) -> Result<i64> {
-        let what = self.what("read the latest offset");
-        self.kafka
-            .call(&what, self.client.get_offset(OffsetAt::Latest))
+        self.offset(OffsetSpec::Latest, "read the latest offset")
             .await
+    }
+
+    async fn offset(&self, spec: OffsetSpec, op: &str) -> Result<i64> {
+        let what = self.what(op);
+        let tp = TopicPartition::new(self.topic.clone(), self.partition);
+        let admin = self.kafka.client.admin();
+        let options = ListOffsetsOptions::default().read_committed(true);
+        let mut listed = self
+            .kafka
+            .call(&what, admin.list_offsets([(tp.clone(), spec)], options))
+            .await?;
+        match listed.remove(&tp) {
+            Some(Ok(o)) => Ok(o.offset),
+            Some(Err(e)) => Err(self.kafka.err(&what, &e)),
+            None => Err(Error::Kafka {
+                servers: self.kafka.servers.clone(),
+                what,
+                reason: "the broker did not answer for the partition".into(),
+                retryable: true,
+            }),
+        }
     }
 
     /// Records from offset `from` on, about `max_bytes` of them, waiting
     /// up to `max_wait` for the first. Sorted by offset; none before `from`.
+    /// The first fetch sets the partition's fetch size and wait.
     pub async fn fetch(&self, from: i64, max_bytes: i32, max_wait: Duration) -> Result<Fetched> {
         let what = self.what(&format!("fetch from offset {from}"));
-        let wait = max_wait.as_millis().min(i32::MAX as u128) as i32;
-        let (records, high_watermark) = self
-            .kafka
-            .call(
-                &what,
-                self.client.fetch_records(from, 1..max_bytes.max(2), wait),
-            )
+        let consumer = self
+            .consumer
+            .get_or_try_init(|| self.consumer(max_bytes, max_wait))
             .await?;
-        let mut records: Vec<KafkaRecord> = records
+        let (topic, p) = (self.topic.as_str(), self.partition);
+        if consumer.position(topic, p).await != Some(from) {
+            self.kafka
+                .call(&what, consumer.seek(topic, p, from))
+                .await?;
+        }
+        let polled = self.kafka.call(&what, consumer.poll(max_wait)).await?;
+        let mut records: Vec<KafkaRecord> = polled
             .into_iter()
             .filter(|r| r.offset >= from)
             .map(|r| KafkaRecord {
                 offset: r.offset,
-                key: r.record.key,
-                value: r.record.value,
-                timestamp_ms: r.record.timestamp.timestamp_millis(),
+                key: r.key.map(|k| k.to_vec()),
+                value: r.value.map(|v| v.to_vec()),
+                timestamp_ms: r.timestamp,
             })
             .collect();
         // Some brokers answer a fetch from below their earliest offset
         // with records twice: keep each offset once.
         records.sort_by_key(|r| r.offset);
         records.dedup_by_key(|r| r.offset);
-        Ok(Fetched {
-            records,
-            high_watermark,
-        })
+        let next = consumer.position(topic, p).await.unwrap_or(from);
+        Ok(Fetched { records, next })
+    }
+
+    /// A `read_committed` consumer without a group, assigned this
+    /// partition. A position the broker no longer has starts over at the
+    /// earliest offset kept, which the reader sees as records gone.
+    async fn consumer(&self, max_bytes: i32, max_wait: Duration) -> Result<Consumer> {
+        let what = self.what("make a consumer");
+        let build = self
+            .kafka
+            .client
+            .consumer_without_group()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .auto_offset_reset(AutoOffsetReset::Earliest)
+            .max_partition_fetch_bytes(max_bytes.max(2))
+            .fetch_max_bytes(max_bytes.max(2))
+            .max_poll_records(-1)
+            .fetch_max_wait(max_wait)
+            .build();
+        let consumer = self.kafka.call(&what, build).await?;
+        self.kafka
+            .call(&what, consumer.assign(&self.topic, vec![self.partition]))
+            .await?;
+        Ok(consumer)
+    }
+
+    /// Closes the partition's consumer, when a fetch made one.
+    pub async fn close(&self) -> Result<()> {
+        match self.consumer.get() {
+            Some(consumer) => {
+                let what = self.what("close the consumer");
+                self.kafka.call(&what, consumer.close()).await
+            }
+            None => Ok(()),
+        }
     }
 
     /// Appends `records`; returns the offsets they got.
     pub async fn produce(&self, records: Vec<NewRecord>) -> Result<Vec<i64>> {
         let what = self.what(&format!("produce {} records", records.len()));
-        let records = records
-            .into_iter()
-            .map(|r| Record {
-                key: r.key,
-                value: Some(r.value),
-                headers: BTreeMap::new(),
-                timestamp: chrono::DateTime::from_timestamp_millis(r.timestamp_ms)
-                    .unwrap_or_default(),
-            })
-            .collect();
-        self.kafka
-            .call(
-                &what,
-                self.client.produce(records, Compression::NoCompression),
-            )
-            .await
+        let producer = self.kafka.producer().await?;
+        let sent = async {
+            let mut handles = Vec::with_capacity(records.len());
+            for r in records {
+                let mut record = Record::new(self.topic.as_str(), r.value)
+                    .partition(self.partition)
+                    .timestamp(r.timestamp_ms);
+                if let Some(key) = r.key {
+                    record = record.key(key);
+                }
+                handles.push(producer.enqueue(record).await?);
+            }
+            producer.flush().await?;
+            let mut offsets = Vec::with_capacity(handles.len());
+            for handle in handles {
+                offsets.push(handle.await?.offset);
+            }
+            Ok(offsets)
+        };
+        self.kafka.call(&what, sent).await
     }
 
     fn what(&self, op: &str) -> String {
@@ -261,7 +400,7 @@ async fn within<T>(
     servers: &str,
     what: &str,
     deadline: Duration,
-    fut: impl Future<Output = rskafka::client::error::Result<T>>,
+    fut: impl Future<Output = krafka::Result<T>>,
 ) -> Result<T> {
     match tokio::time::timeout(deadline, fut).await {
         Ok(Ok(v)) => Ok(v),
@@ -275,36 +414,33 @@ async fn within<T>(
     }
 }
 
-/// Maps a client error: a topic or partition that does not exist cannot
-/// be retried; a broker that cannot be reached, or answers with a
-/// transient error, can.
-fn kafka_error(servers: &str, what: &str, e: &rskafka::client::error::Error) -> Error {
-    use rskafka::client::error::{Error as E, ProtocolError as P};
-    let (reason, retryable) = match e {
-        E::ServerError {
-            protocol_error: p @ (P::UnknownTopicOrPartition | P::TopicAuthorizationFailed),
+fn unknown_topic(e: &KrafkaError) -> bool {
+    matches!(
+        e,
+        KrafkaError::Broker {
+            code: ErrorCode::UnknownTopicOrPartition,
             ..
-        } => (format!("{p}"), false),
-        E::ServerError {
-            protocol_error,
-            error_message,
+        }
+    )
+}
+
+/// Maps a client error: a topic or partition that does not exist, or that
+/// this client may not read, cannot be retried, nor can bad credentials or
+/// settings; a broker that cannot be reached, or answers with a transient
+/// error, can.
+fn kafka_error(servers: &str, what: &str, e: &KrafkaError) -> Error {
+    let retryable = !matches!(
+        e,
+        KrafkaError::Broker {
+            code: ErrorCode::UnknownTopicOrPartition | ErrorCode::TopicAuthorizationFailed,
             ..
-        } => (
-            match error_message {
-                Some(m) => format!("{protocol_error}: {m}"),
-                None => format!("{protocol_error}"),
-            },
-            true,
-        ),
-        // Metadata that does not fit yet (a partition just added) is
-        // fetched again on the next call.
-        E::InvalidResponse(m) => (format!("invalid response: {m}"), true),
-        other => (chain(other), true),
-    };
+        } | KrafkaError::Auth { .. }
+            | KrafkaError::Config { .. }
+    );
     Error::Kafka {
         servers: servers.to_string(),
         what: what.to_string(),
-        reason,
+        reason: chain(e),
         retryable,
     }
 }

@@ -5,6 +5,11 @@
 //!
 //! The binary is `$SLUICE_TANSU_BIN`, else the one `scripts/deps.sh test`
 //! builds into `$HOME/.cache/sluice/tansu-0.6.0/bin/tansu`.
+//!
+//! tansu has no transactions. The tests that need them start `noida-db`
+//! ([`Broker::start_transactional`]) and write with [`Transaction`]:
+//! confluent-kafka (librdkafka), a producer independent of Sluice's client,
+//! both from the pinned venv `target/kafka/venv`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,6 +46,29 @@ pub fn tansu_bin() -> PathBuf {
     path
 }
 
+/// The pinned venv of the transactional broker and producer.
+fn kafka_venv() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/kafka/venv")
+}
+
+/// noida-db's broker binary in the pinned venv (the binary itself, not its
+/// Python wrapper, so that a kill reaches the broker). Panics with the fix
+/// when there is none.
+pub fn noida_bin() -> PathBuf {
+    let lib = kafka_venv().join("lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("site-packages/noida_db/noida-db"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "noida-db not found under {}: run scripts/deps.sh test",
+            lib.display()
+        )
+    })
+}
+
 /// One broker.
 #[derive(Debug)]
 pub struct Broker {
@@ -68,6 +96,28 @@ impl Broker {
         broker
     }
 
+    /// Starts noida-db, a broker with transactions, with its data in the
+    /// cluster's directory, and waits until it answers.
+    pub async fn start_transactional(cluster: &Cluster) -> Broker {
+        let port = free_port();
+        let data = cluster.root().join("noida");
+        let args = vec![
+            "start".to_string(),
+            "--only".into(),
+            "kafka".into(),
+            "--kafka-port".into(),
+            port.to_string(),
+            "--host".into(),
+            "127.0.0.1".into(),
+            "--data-dir".into(),
+            data.display().to_string(),
+        ];
+        let process = cluster.spawn("noida-db", &noida_bin(), args);
+        let broker = Broker { process, port };
+        broker.wait_ready().await;
+        broker
+    }
+
     /// Waits until the broker lists its topics.
     pub async fn wait_ready(&self) {
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -79,7 +129,7 @@ impl Broker {
             match tried.await {
                 Ok(_) => return,
                 Err(e) if Instant::now() > deadline => panic!(
-                    "tansu did not answer on {} within {READY_TIMEOUT:?}: {e}\n{}",
+                    "the broker did not answer on {} within {READY_TIMEOUT:?}: {e}\n{}",
                     self.servers(),
                     self.process.log_tail(30)
                 ),
@@ -97,7 +147,7 @@ impl Broker {
     pub async fn client(&self) -> Kafka {
         Kafka::connect(&self.servers(), Duration::from_secs(10))
             .await
-            .unwrap_or_else(|e| panic!("connect to tansu: {e}"))
+            .unwrap_or_else(|e| panic!("connect to the broker: {e}"))
     }
 
     /// Creates `topic` with `partitions` partitions and waits until every
@@ -385,4 +435,96 @@ pub fn sink_values(sink: &Path) -> Vec<u64> {
         .collect();
     values.sort_unstable();
     values
+}
+
+/// A transaction of test records ([`record`]) to one partition, written by
+/// confluent-kafka in a process of its own: open (its records written and
+/// flushed) until [`Transaction::end`] commits or aborts it. Dropped, the
+/// process is killed and the broker aborts the transaction at its timeout.
+pub struct Transaction {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+/// The producer's side of [`Transaction`].
+const TRANSACTION_PY: &str = r#"
+import json, sys
+from confluent_kafka import Producer
+servers, topic, partition, txn_id, first, last = sys.argv[1:7]
+p = Producer({"bootstrap.servers": servers, "transactional.id": txn_id})
+p.init_transactions(30)
+p.begin_transaction()
+for n in range(int(first), int(last)):
+    city = ["Lisbon", "Oslo", "Quito", "Accra"][n % 4]
+    value = json.dumps({"value": n, "city": city}, separators=(",", ":"))
+    p.produce(topic, key=str(n), value=value, partition=int(partition))
+p.flush(30)
+print("open", flush=True)
+end = sys.stdin.readline().strip()
+if end == "commit":
+    p.commit_transaction(30)
+else:
+    p.abort_transaction(30)
+print(end, flush=True)
+"#;
+
+impl Transaction {
+    /// Opens transaction `txn_id` on `servers` and writes the records
+    /// `values` to `topic` partition `partition`; returns once they are
+    /// written and the transaction is still open.
+    pub async fn open(
+        servers: &str,
+        topic: &str,
+        partition: i32,
+        txn_id: &str,
+        values: std::ops::Range<u64>,
+    ) -> Transaction {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(kafka_venv().join("bin/python"))
+            .arg("-c")
+            .arg(TRANSACTION_PY)
+            .args([servers, topic, &partition.to_string(), txn_id])
+            .args([values.start.to_string(), values.end.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the transactional producer (scripts/deps.sh test installs it)");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut t = Transaction {
+            child,
+            stdin,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        };
+        t.expect("open").await;
+        t
+    }
+
+    /// Commits (`true`) or aborts the transaction, and waits until the
+    /// broker has.
+    pub async fn end(mut self, commit: bool) {
+        use tokio::io::AsyncWriteExt;
+        let word = if commit { "commit" } else { "abort" };
+        self.stdin
+            .write_all(format!("{word}\n").as_bytes())
+            .await
+            .expect("write to the transactional producer");
+        self.expect(word).await;
+        let status = self.child.wait().await.expect("wait for the producer");
+        assert!(status.success(), "the transactional producer: {status}");
+    }
+
+    async fn expect(&mut self, word: &str) {
+        let line = tokio::time::timeout(WAIT, self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the transactional producer did not {word} in {WAIT:?}"))
+            .expect("read the transactional producer");
+        assert_eq!(
+            line.as_deref(),
+            Some(word),
+            "the transactional producer (its errors are on stderr)"
+        );
+    }
 }

@@ -194,6 +194,7 @@ async fn load(kafka: &Kafka, records: u64) -> anyhow::Result<(u64, u64)> {
         Ok::<_, sluice_common::Error>((bytes, kept))
     });
     let sums = futures::future::try_join_all(parts).await?;
+    kafka.close().await?;
     Ok(sums
         .into_iter()
         .fold((0, 0), |(b, k), (b2, k2)| (b + b2, k + k2)))
@@ -214,6 +215,7 @@ async fn read_back(kafka: &Kafka) -> anyhow::Result<u64> {
             from = last.offset + 1;
             n += f.records.len() as u64;
         }
+        client.close().await?;
         Ok::<_, sluice_common::Error>(n)
     });
     Ok(futures::future::try_join_all(parts)

@@ -7,6 +7,8 @@
 //!               └──────────── from = last offset + 1 ◄──────────────┘  until from ≥ end
 //!  a fetch that starts past `from`: ask for the earliest offset ─► records gone
 //!        (fail_on_data_loss: the task fails naming them; else they are counted)
+//!  a fetch with no record whose position moved on: offsets without a record
+//!        to read (transaction markers, aborted transactions), skipped
 //! ```
 //!
 //! Invariant: the reader never returns a record at or past `end`, and
@@ -109,7 +111,10 @@ impl SourceReader for KafkaReader {
         futures::stream::try_unfold(state, |mut s| async move {
             match s.next().await? {
                 Some(batch) => Ok(Some((batch, s))),
-                None => Ok(None),
+                None => {
+                    s.close().await;
+                    Ok(None)
+                }
             }
         })
         .boxed()
@@ -140,11 +145,12 @@ impl State {
             let fetched = client.fetch(self.from, FETCH_BYTES, FETCH_WAIT).await?;
             let first = fetched.records.first().map(|r| r.offset);
             if first.is_none_or(|f| f > self.from) {
-                // Records are missing before `first` (or the partition's
-                // end): gone, or offsets the log never had (compaction,
-                // transaction markers).
-                let earliest = client.earliest().await?;
-                let gone_to = if fetched.high_watermark < self.from {
+                // Records are missing before `first`, or none was served:
+                // gone, offsets without a record to read (transaction
+                // markers, aborted transactions, compaction), or not
+                // served yet.
+                let (earliest, latest) = (client.earliest().await?, client.latest().await?);
+                let gone_to = if latest < self.from {
                     end
                 } else {
                     earliest.min(first.unwrap_or(end)).min(end)
@@ -156,9 +162,13 @@ impl State {
                     continue;
                 }
                 if first.is_none() {
-                    if fetched.high_watermark >= end {
-                        // Nothing left below `end`: holes to the end.
+                    if fetched.next >= end {
+                        // Nothing left to read below `end`.
                         return Ok(None);
+                    }
+                    if fetched.next > self.from {
+                        self.from = fetched.next;
+                        continue;
                     }
                     // The records exist (the plan saw them) but the broker
                     // has not served them yet.
@@ -181,6 +191,16 @@ impl State {
             }
         }
         Ok(None)
+    }
+
+    /// Closes the partition's client at the end of the range. Its records
+    /// are all read, so a failure to close is logged, not returned.
+    async fn close(&mut self) {
+        if let Some(client) = self.client.take()
+            && let Err(error) = client.close().await
+        {
+            tracing::warn!(at = %self.decoder.at, %error, "closing the kafka consumer failed");
+        }
     }
 
     /// A client of the partition; `None` when the topic or partition is

@@ -3,7 +3,7 @@
 //! - no import cycles between the files of a crate;
 //! - each external system has one owner: only `driver/src/leader/` names
 //!   `etcd_client`, only `common/src/storage/` names `object_store`, only
-//!   `common/src/kafka.rs` names `rskafka`, and only `sql/` (and the
+//!   `common/src/kafka.rs` names `krafka`, and only `sql/` (and the
 //!   tests' oracle, `tests/src/oracle.rs`) names `datafusion`.
 //!
 //! Imports are read from the text: `use` trees and `crate::`/`super::`
@@ -358,11 +358,11 @@ fn only_storage_names_object_store() {
 }
 
 #[test]
-fn only_the_kafka_module_names_rskafka() {
-    let hits = names_outside("rskafka", "common/src/kafka.rs");
+fn only_the_kafka_module_names_krafka() {
+    let hits = names_outside("krafka", "common/src/kafka.rs");
     assert!(
         hits.is_empty(),
-        "rskafka named outside common/src/kafka.rs:\n{}",
+        "krafka named outside common/src/kafka.rs:\n{}",
         hits.join("\n")
     );
 }

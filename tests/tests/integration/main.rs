@@ -33,6 +33,7 @@ mod kafka_bad_input;
 mod kafka_chaos;
 mod kafka_data_loss;
 mod kafka_source;
+mod kafka_transactions;
 mod layering;
 mod local_demo;
 mod log_correlation;
