@@ -222,6 +222,13 @@ async fn executors_without_a_good_certificate_get_no_task() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    // Every one was refused. They go on retrying from this test's address,
+    // and each refusal spends that address's budget of failed
+    // authentications (driver/src/auth/failures.rs: 20 at once, then 2 a
+    // second), which the client below shares: stop them, and let the
+    // budget refill before the client asks.
+    drop(executors);
+    tokio::time::sleep(Duration::from_secs(3)).await;
     // None of them ever attached, so the query made no progress.
     let mut client =
         sluice_tests::Client::secured(driver.addr(), &pki.client_tls(), Some(&pki.token("viewer")));
