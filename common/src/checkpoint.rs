@@ -46,7 +46,8 @@ pub use offsets::{
     FileRange, Inputs, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile,
 };
 pub use progress::{
-    PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord, RecentProgress,
+    KafkaTransactions, PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord,
+    RecentProgress,
 };
 
 pub const RECORD_VERSION: u32 = 1;
@@ -142,6 +143,51 @@ impl CommitRecord {
     pub fn rows_so_far(&self) -> u64 {
         self.input_rows_total.unwrap_or(self.end_value)
     }
+}
+
+/// `transactions/N`: the Kafka transactions batch N's tasks prepared (wrote
+/// and left open). Invariant (docs/design-notes.md, "Exactly-once into
+/// Kafka"): written, create-only, after every task of batch N succeeded and
+/// before the driver commits any of them; `commits/N` follows only once
+/// every one is committed. A driver that finds it without `commits/N`
+/// commits them again; one that finds no record runs batch N again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionsRecord {
+    pub version: u32,
+    pub batch_id: u64,
+    pub epoch: u64,
+    pub transactions: Vec<PreparedTransaction>,
+    /// What the batch's tasks reported: a driver that commits the
+    /// transactions after a restart runs no task of the batch again, and
+    /// writes `commits/N` and the batch's progress from this.
+    pub outcome: PreparedOutcome,
+}
+
+/// A prepared batch's task reports, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedOutcome {
+    pub input_rows: u64,
+    pub rows: u64,
+    pub sink_bytes: u64,
+    pub bad_records: u64,
+    pub records_lost: u64,
+    pub rows_dropped_by_watermark: u64,
+    pub state_rows_total: u64,
+    pub state_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_event_time_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub max_event_times: std::collections::BTreeMap<String, i64>,
+    /// The longest any transaction had been open when its task reported.
+    pub longest_open_ms: u64,
+}
+
+/// One transaction a task left open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedTransaction {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }
 
 /// `sources/kafka`: where a Kafka query starts in each partition, resolved
@@ -425,6 +471,20 @@ impl QueryCheckpoint {
             .await
     }
 
+    pub async fn transactions(&self, batch: u64) -> Result<Option<TransactionsRecord>> {
+        self.entry(Log::Transactions, batch).await
+    }
+
+    /// Writes `transactions/N` for `record`'s batch, or returns the one
+    /// there (with `false`).
+    pub async fn write_transactions(
+        &self,
+        record: &TransactionsRecord,
+    ) -> Result<(TransactionsRecord, bool)> {
+        self.create_entry(Log::Transactions, record.batch_id, record)
+            .await
+    }
+
     /// The highest batch id in `log`. A name that is not a batch id is
     /// damage, reported by file name.
     pub async fn latest(&self, log: Log) -> Result<Option<u64>> {
@@ -450,11 +510,11 @@ impl QueryCheckpoint {
         Ok(ids)
     }
 
-    /// Deletes `offsets/N` and `commits/N` for every N below `keep_from`.
-    /// Only committed batches are ever passed here.
+    /// Deletes `offsets/N`, `commits/N` and `transactions/N` for every N
+    /// below `keep_from`. Only committed batches are ever passed here.
     pub async fn purge_before(&self, keep_from: u64) -> Result<usize> {
         let mut removed = 0;
-        for log in [Log::Commits, Log::Offsets] {
+        for log in [Log::Transactions, Log::Commits, Log::Offsets] {
             removed += self.purge_log_before(log, keep_from).await?;
         }
         Ok(removed)

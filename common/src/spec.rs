@@ -5,6 +5,8 @@
 mod files;
 mod inputs;
 mod kafka;
+mod kafka_security;
+mod kafka_sink;
 mod nexmark;
 mod state;
 mod tables;
@@ -22,6 +24,11 @@ pub use inputs::{INPUT, Input, MAX_SOURCES};
 pub use kafka::{
     EARLIEST, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST, MAX_RECORDS_PER_PARTITION,
     StartingOffsets, kafka_schema,
+};
+pub use kafka_security::{KafkaSecurity, SaslMechanism, SecurityProtocol};
+pub use kafka_sink::{
+    DEFAULT_TRANSACTION_TIMEOUT_MS, Delivery, KafkaSinkSpec, MAX_TRANSACTION_TIMEOUT_MS,
+    SinkRecordFormat,
 };
 pub use nexmark::{DEFAULT_BASE_TIME_MS, NexmarkSpec, NexmarkTable};
 pub use state::{
@@ -124,6 +131,8 @@ pub struct TriggerSpec {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum SinkSpec {
     Files(FileSinkSpec),
+    /// Records of a Kafka topic.
+    Kafka(KafkaSinkSpec),
     /// Counts rows and bytes and writes nothing.
     Discard(DiscardSinkSpec),
 }
@@ -248,6 +257,7 @@ impl QuerySpec {
                 crate::storage::validate_location(&f.path)
                     .map_err(|reason| Error::invalid("sink.files.path", reason))?;
             }
+            SinkSpec::Kafka(k) => k.validate()?,
             SinkSpec::Discard(_) => {}
         }
         Ok(())
@@ -285,7 +295,7 @@ impl QuerySpec {
     pub fn sink_path(&self) -> Option<&str> {
         match &self.sink {
             SinkSpec::Files(f) => Some(&f.path),
-            SinkSpec::Discard(_) => None,
+            SinkSpec::Kafka(_) | SinkSpec::Discard(_) => None,
         }
     }
 
@@ -429,6 +439,7 @@ impl FileSinkSpec {
             partition_by: self.partition_by.clone(),
             max_file_bytes: self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
             discard: false,
+            kafka: None,
         }
     }
 }
@@ -444,16 +455,23 @@ impl SinkSpec {
                     max_file_bytes: f.max_file_bytes,
                 })),
             },
+            SinkSpec::Kafka(k) => pb::Sink {
+                kind: Some(pb::sink::Kind::Kafka(k.into())),
+            },
             SinkSpec::Discard(_) => pb::Sink {
                 kind: Some(pb::sink::Kind::Discard(pb::DiscardSink {})),
             },
         }
     }
 
-    /// What each task of the query is told of the sink.
-    pub fn to_task(&self) -> pb::TaskSink {
+    /// What each task of query `query` is told of the sink.
+    pub fn to_task(&self, query: &str) -> pb::TaskSink {
         match self {
             SinkSpec::Files(f) => f.to_task(),
+            SinkSpec::Kafka(k) => pb::TaskSink {
+                kafka: Some(k.to_task(query)),
+                ..Default::default()
+            },
             SinkSpec::Discard(_) => pb::TaskSink {
                 discard: true,
                 ..Default::default()
@@ -473,10 +491,11 @@ impl SinkSpec {
                 partition_by: f.partition_by.clone(),
                 max_file_bytes: f.max_file_bytes,
             })),
+            Some(pb::sink::Kind::Kafka(k)) => Ok(SinkSpec::Kafka(k.try_into()?)),
             Some(pb::sink::Kind::Discard(_)) => Ok(SinkSpec::Discard(DiscardSinkSpec {})),
             None => Err(Error::invalid(
                 "sink",
-                "missing; expected `files` or `discard`",
+                "missing; expected `files`, `kafka` or `discard`",
             )),
         }
     }

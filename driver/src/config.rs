@@ -99,6 +99,12 @@ pub struct Cli {
     /// lease as if the leader were dead (once per file).
     #[arg(long, env = "SLUICE_TEST_REVOKE_TRIGGER", hide = true)]
     pub test_revoke_trigger: Option<PathBuf>,
+    /// Tests only: a directory where a file `hold-<point>` holds a batch's
+    /// Kafka commit at that point (`prepared`: after `transactions/N`;
+    /// `committed`: after its transactions' commits, before `commits/N`),
+    /// announced by a file `held-<point>-<batch>`, until it is removed.
+    #[arg(long, env = "SLUICE_TEST_HOLD_DIR", hide = true)]
+    pub test_hold_dir: Option<PathBuf>,
     /// TLS certificate (PEM, with its chain) of the gRPC port; reloaded when
     /// the file changes. Without it the port is plaintext.
     #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
@@ -200,6 +206,8 @@ pub struct DriverConfig {
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
     pub security: SecurityConfig,
+    /// Tests only: see `Cli::test_hold_dir`.
+    pub test_hold_dir: Option<PathBuf>,
 }
 
 /// Leader election through etcd.
@@ -380,6 +388,7 @@ impl TryFrom<Cli> for DriverConfig {
             stores: Stores::new(StoreOptions::from_env()),
             allowed_paths,
             allowed_paths_default,
+            test_hold_dir: cli.test_hold_dir,
         })
     }
 }

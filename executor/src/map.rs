@@ -75,10 +75,11 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
     let Some(files) = task.sink.as_ref() else {
         return Err(malformed("missing sink".into()));
     };
-    if files.path.is_empty() && !files.discard {
+    let writes_files = !files.discard && files.kafka.is_none();
+    if files.path.is_empty() && writes_files {
         return Err(malformed("missing sink path".into()));
     }
-    if !files.discard {
+    if writes_files {
         crate::sink::encoder(files.format(), source.schema())
             .map_err(|e| malformed(e.to_string()))?;
     }
@@ -90,6 +91,7 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
         max_task_bytes: crate::output::task_cap(query.max_output_bytes),
         batch: task.batch_id,
         partition: task.partition,
+        kafka: files.kafka.clone(),
     };
     let late = match &task.event_time {
         None => None,
@@ -126,20 +128,21 @@ pub async fn run(
             ..Default::default()
         });
     }
-    let sink = output::open_sink(&caches, &plan.sink).await?;
+    let sink = output::open_sink(&caches, &plan.sink, plan.partition).await?;
     let (tx, rx) = output::channel();
     let runtime = tokio::runtime::Handle::current();
     let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &caches));
-    let written = output::write_files(sink.as_ref(), rx).await;
+    let written = output::write(&sink, rx).await;
     let produced = producer
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
-    let (files, produced) = output::settle(written, produced)?;
+    let (delivered, produced) = output::settle(written, produced)?;
     produced.check(planned)?;
     Ok(TaskOutput {
         rows: produced.rows,
         discarded_bytes: produced.discarded_bytes,
-        files,
+        files: delivered.files,
+        kafka: delivered.kafka,
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,

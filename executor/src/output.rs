@@ -1,8 +1,10 @@
-//! A task's output rows into sink part files, in bounded memory:
+//! A task's output rows into sink part files, or Kafka records, in bounded
+//! memory:
 //!
 //! ```text
-//!  blocking thread: output batch ─► Emitter (Parts: encode) ─► channel (2)
-//!  the task:        channel ─► write_files: part file writers (multipart)
+//!  blocking thread: output batch ─► Emitter (Parts: encode | Records) ─► channel (2)
+//!  the task:        channel ─► write: part file writers (multipart)
+//!                                   | the Kafka writer (sink::kafka::deliver)
 //! ```
 //!
 //! A file is begun with its first bytes: a task whose output is empty
@@ -16,11 +18,12 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_common::sink::FileSink;
 use sluice_common::storage::VisibleWriter;
-use sluice_proto::{SinkFile, TaskSink};
+use sluice_proto::{KafkaTaskSink, KafkaWritten, SinkFile, TaskSink};
 use tokio::sync::mpsc;
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
+use crate::sink::kafka::{self, Records};
 use crate::sink::parts::{Layout, Parts, Piece};
 
 /// Pieces of encoded rows in flight between the emitter and the writer.
@@ -31,17 +34,29 @@ pub fn channel() -> (mpsc::Sender<Piece>, mpsc::Receiver<Piece>) {
     mpsc::channel(CHUNKS_IN_FLIGHT)
 }
 
-/// The file sink `sink` names, opened on first use; `None` for the
-/// discard sink.
+/// Where a task's output goes.
+pub enum Sink {
+    Discard,
+    Files(FileSink),
+    /// The Kafka sink, written by the task of this partition.
+    Kafka(Box<KafkaTaskSink>, u32),
+}
+
+/// The sink `sink` names (a file sink opened on first use), for the task
+/// of `partition`.
 pub async fn open_sink(
     caches: &Arc<Caches>,
     sink: &TaskSink,
-) -> Result<Option<FileSink>, ExecutorError> {
+    partition: u32,
+) -> Result<Sink, ExecutorError> {
+    if let Some(k) = &sink.kafka {
+        return Ok(Sink::Kafka(Box::new(k.clone()), partition));
+    }
     if sink.discard {
-        return Ok(None);
+        return Ok(Sink::Discard);
     }
     let (caches, path) = (caches.clone(), sink.path.clone());
-    tokio::task::spawn_blocking(move || caches.sink(&path).map(Some))
+    tokio::task::spawn_blocking(move || caches.sink(&path).map(Sink::Files))
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?
 }
@@ -71,11 +86,18 @@ pub fn task_cap(max_output_bytes: u64) -> u64 {
     }
 }
 
-/// The blocking side: encodes output batches into pieces of part files
-/// (for the discard sink, counts them).
+/// What an [`Emitter`] makes of output rows.
+enum Target {
+    /// The discard sink: nothing; rows are counted.
+    Discard,
+    Files(Box<Parts>),
+    Kafka(Records),
+}
+
+/// The blocking side: encodes output batches into pieces of part files or
+/// Kafka records (for the discard sink, counts them).
 pub struct Emitter {
-    /// `None` for the discard sink.
-    parts: Option<Parts>,
+    target: Target,
     tx: mpsc::Sender<Piece>,
     pieces: Vec<Piece>,
     rows: u64,
@@ -93,12 +115,13 @@ impl Emitter {
         tx: mpsc::Sender<Piece>,
     ) -> Result<Self, ExecutorError> {
         let max_bytes = layout.max_task_bytes;
+        let target = match (&layout.kafka, layout.discard) {
+            (Some(k), _) => Target::Kafka(Records::new(k, schema)?),
+            (None, true) => Target::Discard,
+            (None, false) => Target::Files(Box::new(Parts::new(layout, schema)?)),
+        };
         Ok(Emitter {
-            parts: if layout.discard {
-                None
-            } else {
-                Some(Parts::new(layout, schema)?)
-            },
+            target,
             tx,
             pieces: Vec::new(),
             rows: 0,
@@ -112,11 +135,18 @@ impl Emitter {
     /// or cancelled), when there is no point in going on.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<bool, ExecutorError> {
         self.rows += batch.num_rows() as u64;
-        let Some(parts) = &mut self.parts else {
-            self.discarded += arrow_bytes(batch);
-            return Ok(true);
-        };
-        parts.write(batch, &mut self.pieces)?;
+        match &mut self.target {
+            Target::Discard => {
+                self.discarded += arrow_bytes(batch);
+                return Ok(true);
+            }
+            Target::Files(parts) => parts.write(batch, &mut self.pieces)?,
+            Target::Kafka(records) => {
+                let (records, bytes) = records.encode(batch)?;
+                self.bytes += bytes;
+                self.pieces.push(Piece::Records(records));
+            }
+        }
         self.count()?;
         Ok(self.send())
     }
@@ -142,17 +172,19 @@ impl Emitter {
     /// Ends every open file; returns what was written.
     pub fn finish(self) -> Result<Emitted, ExecutorError> {
         let Emitter {
-            parts,
+            target,
             tx,
             mut pieces,
             rows,
             discarded,
             ..
         } = self;
-        if let Some(parts) = parts {
-            parts.finish(&mut pieces)?;
-            send(&tx, &mut pieces);
+        match target {
+            Target::Discard => {}
+            Target::Files(parts) => parts.finish(&mut pieces)?,
+            Target::Kafka(_) => pieces.push(Piece::RecordsEnd),
         }
+        send(&tx, &mut pieces);
         Ok(Emitted {
             rows,
             discarded_bytes: discarded,
@@ -168,21 +200,32 @@ fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
     pieces.drain(..).all(|p| tx.blocking_send(p).is_ok())
 }
 
-/// The async side: writes the pieces into part files, create-only, and
-/// returns the files once the emitter is done. The discard sink (`None`)
-/// gets no piece.
-pub async fn write_files(
-    sink: Option<&FileSink>,
+/// The async side: writes the pieces into the sink, and returns what was
+/// written once the emitter is done. The discard sink gets no piece.
+pub async fn write(sink: &Sink, mut rx: mpsc::Receiver<Piece>) -> Result<Written, ExecutorError> {
+    match sink {
+        Sink::Files(files) => write_files(files, rx).await,
+        Sink::Kafka(k, partition) => Ok(match kafka::deliver(k, *partition, rx).await? {
+            Some(w) => Written::Done(Delivered {
+                kafka: Some(w),
+                ..Default::default()
+            }),
+            None => Written::Unfinished("the Kafka sink's records".into()),
+        }),
+        Sink::Discard => match rx.recv().await {
+            None => Ok(Written::Done(Delivered::default())),
+            Some(_) => Err(ExecutorError::TaskPanicked(
+                "output made for the discard sink".into(),
+            )),
+        },
+    }
+}
+
+/// Writes the pieces into part files, create-only.
+async fn write_files(
+    sink: &FileSink,
     mut rx: mpsc::Receiver<Piece>,
 ) -> Result<Written, ExecutorError> {
-    let Some(sink) = sink else {
-        return match rx.recv().await {
-            None => Ok(Written::Done(Vec::new())),
-            Some(_) => Err(ExecutorError::TaskPanicked(
-                "file bytes made for the discard sink".into(),
-            )),
-        };
-    };
     let mut writers: HashMap<Arc<str>, VisibleWriter> = HashMap::new();
     let mut files = Vec::new();
     while let Some(piece) = rx.recv().await {
@@ -209,19 +252,33 @@ pub async fn write_files(
                     bytes: f.bytes,
                 });
             }
+            Piece::Records(_) | Piece::RecordsEnd => {
+                return Err(ExecutorError::TaskPanicked(
+                    "Kafka records made for the file sink".into(),
+                ));
+            }
         }
     }
     match writers.into_keys().next() {
         Some(name) => Ok(Written::Unfinished(name)),
-        None => Ok(Written::Done(files)),
+        None => Ok(Written::Done(Delivered { files, kafka: None })),
     }
 }
 
-/// What [`write_files`] saw once the channel closed.
+/// What a task delivered to its sink.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    /// The file sink's part files.
+    pub files: Vec<SinkFile>,
+    /// The Kafka sink's records and transaction.
+    pub kafka: Option<KafkaWritten>,
+}
+
+/// What [`write`] saw once the channel closed.
 pub enum Written {
-    /// Every part file that began was finished.
-    Done(Vec<SinkFile>),
-    /// The emitter stopped in the middle of this file.
+    /// Every part file that began was finished; every record was sent.
+    Done(Delivered),
+    /// The emitter stopped in the middle of this file (or the records).
     Unfinished(Arc<str>),
 }
 
@@ -232,9 +289,9 @@ pub enum Written {
 pub fn settle<T>(
     written: Result<Written, ExecutorError>,
     emitted: Result<T, ExecutorError>,
-) -> Result<(Vec<SinkFile>, T), ExecutorError> {
+) -> Result<(Delivered, T), ExecutorError> {
     match (written?, emitted?) {
-        (Written::Done(files), emitted) => Ok((files, emitted)),
+        (Written::Done(delivered), emitted) => Ok((delivered, emitted)),
         (Written::Unfinished(name), _) => Err(ExecutorError::TaskPanicked(format!(
             "{name} was never finished"
         ))),

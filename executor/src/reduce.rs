@@ -91,7 +91,7 @@ pub async fn run<O: Operator>(
             if !bytes.is_empty() {
                 store.write_shuffle(task.batch_id, writer, bytes).await?;
             }
-            ((output::Emitted::default(), Vec::new()), ranges)
+            ((output::Emitted::default(), Default::default()), ranges)
         }
         Some((_, None)) => {
             return Err(ExecutorError::MalformedTask(format!(

@@ -154,13 +154,14 @@ pub fn done(
     caches: &Caches,
     task: &TaskAssignment,
     table: StateTable,
-    (emitted, files): (output::Emitted, Vec<sluice_proto::SinkFile>),
+    (emitted, delivered): (output::Emitted, output::Delivered),
     started: std::time::Instant,
 ) -> sluice_proto::TaskOutput {
     let out = sluice_proto::TaskOutput {
         rows: emitted.rows,
         discarded_bytes: emitted.discarded_bytes,
-        files,
+        files: delivered.files,
+        kafka: delivered.kafka,
         duration_ms: started.elapsed().as_millis() as u64,
         state_rows: table.len() as u64,
         state_bytes: table.bytes() as u64,
@@ -218,6 +219,7 @@ pub fn layout(files: &sluice_proto::TaskSink, task: &TaskAssignment) -> Layout {
         batch: task.batch_id,
         partition: task.partition,
         discard: files.discard,
+        kafka: files.kafka.clone(),
     }
 }
 
@@ -380,11 +382,11 @@ pub async fn write(
     layout: Layout,
     schema: arrow_schema::SchemaRef,
     output: Vec<RecordBatch>,
-) -> Result<(output::Emitted, Vec<sluice_proto::SinkFile>), ExecutorError> {
+) -> Result<(output::Emitted, output::Delivered), ExecutorError> {
     if output.iter().all(|b| b.num_rows() == 0) {
-        return Ok((output::Emitted::default(), Vec::new()));
+        return Ok((output::Emitted::default(), Default::default()));
     }
-    let sink = output::open_sink(caches, sink).await?;
+    let sink = output::open_sink(caches, sink, layout.partition).await?;
     let (tx, rx) = output::channel();
     let emitter = tokio::task::spawn_blocking(move || {
         let mut emitter = Emitter::new(layout, &schema, tx)?;
@@ -395,10 +397,10 @@ pub async fn write(
         }
         emitter.finish()
     });
-    let written = output::write_files(sink.as_ref(), rx).await;
+    let written = output::write(&sink, rx).await;
     let emitted = emitter
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
-    let (files, rows) = output::settle(written, emitted)?;
-    Ok((rows, files))
+    let (delivered, rows) = output::settle(written, emitted)?;
+    Ok((rows, delivered))
 }

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sluice_common::kafka::{Kafka, NewRecord};
+use sluice_common::kafka::{Kafka, KafkaRecord, NewRecord};
 use sluice_proto::{PartitionProgress, QueryState, QueryStatus};
 
 use crate::client::Client;
@@ -527,4 +527,36 @@ impl Transaction {
             "the transactional producer (its errors are on stderr)"
         );
     }
+}
+
+/// Every record of `topic` a `read_committed` reader sees now, partition by
+/// partition, with the partition it was in.
+pub async fn topic_records(kafka: &Kafka, topic: &str) -> Vec<(i32, KafkaRecord)> {
+    let topics = kafka.topics().await.expect("list topics");
+    let partitions = topics
+        .get(topic)
+        .unwrap_or_else(|| panic!("topic {topic:?} exists"));
+    let mut out = Vec::new();
+    for &p in partitions {
+        let partition = kafka.partition(topic, p, true).await.expect("partition");
+        let (mut at, end) = (
+            partition.earliest().await.expect("earliest"),
+            partition.latest().await.expect("last stable offset"),
+        );
+        let deadline = Instant::now() + WAIT;
+        while at < end {
+            assert!(
+                Instant::now() < deadline,
+                "{topic}/{p}: stuck at {at} of {end}"
+            );
+            let fetched = partition
+                .fetch(at, 1 << 20, Duration::from_millis(200))
+                .await
+                .expect("fetch");
+            out.extend(fetched.records.into_iter().map(|r| (p, r)));
+            at = fetched.next;
+        }
+        partition.close().await.expect("close the reader");
+    }
+    out
 }

@@ -22,6 +22,7 @@ pub enum Scenario {
     Windowed,
     StateRecovery,
     Kafka,
+    KafkaSink,
     Join,
     Nexmark,
 }
@@ -143,6 +144,14 @@ pub struct BenchArgs {
         default_value_t = default_tansu()
     )]
     pub tansu_bin: String,
+    /// kafka-sink: the broker with transactions, noida-db 0.2.3
+    /// (`scripts/deps.sh test` installs it into `target/kafka/venv`).
+    #[arg(
+        long,
+        env = "SLUICE_NOIDA_BIN",
+        default_value_t = default_noida()
+    )]
+    pub noida_bin: String,
     /// nexmark: the query, q0 .. q22, or all.
     #[arg(long, default_value = "all")]
     pub query: String,
@@ -179,6 +188,21 @@ pub struct BenchArgs {
 fn default_tansu() -> String {
     let home = std::env::var("HOME").unwrap_or_default();
     format!("{home}/.cache/sluice/tansu-0.6.0/bin/tansu")
+}
+
+/// Where `scripts/deps.sh test` installs noida-db: its broker binary in
+/// the venv's `site-packages`.
+fn default_noida() -> String {
+    let lib = std::path::Path::new("target/kafka/venv/lib");
+    let found = std::fs::read_dir(lib).ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("site-packages/noida_db/noida-db"))
+            .find(|p| p.is_file())
+    });
+    found.map_or_else(
+        || "target/kafka/venv/lib/python3/site-packages/noida_db/noida-db".into(),
+        |p| p.display().to_string(),
+    )
 }
 
 /// The number of cores the benchmark can use.

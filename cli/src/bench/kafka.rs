@@ -40,7 +40,7 @@ const SQL: &str =
 const CITIES: [&str; 5] = ["Lyon", "Oslo", "Kyiv", "Lima", "Pune"];
 
 /// The JSON value of record `value`, and whether the query keeps it.
-fn record(value: u64) -> (Vec<u8>, bool) {
+pub(super) fn record(value: u64) -> (Vec<u8>, bool) {
     let score = (value * 7919 % 1000) as f64 / 10.0;
     let city = CITIES[(value % 5) as usize];
     let text = format!(r#"{{"value":{value},"city":"{city}","score":{score:.1}}}"#);
@@ -75,11 +75,12 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     kafka.create_topic(TOPIC, PARTITIONS).await?;
 
     let t = Instant::now();
-    let (bytes, kept) = load(&kafka, records).await?;
+    let (bytes, kept) = load(&kafka, TOPIC, records).await?;
+    kafka.close().await?;
     let load_s = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
-    let read = read_back(&kafka).await?;
+    let read = read_back(&kafka, TOPIC).await?;
     let ceiling_s = t.elapsed().as_secs_f64();
     anyhow::ensure!(read == records, "read back {read} of {records} records");
 
@@ -154,7 +155,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
 }
 
 /// Connects once the broker answers (it starts in well under a second).
-async fn connect(servers: &str) -> anyhow::Result<Kafka> {
+pub(super) async fn connect(servers: &str) -> anyhow::Result<Kafka> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match Kafka::connect(servers, Duration::from_secs(30)).await {
@@ -167,12 +168,13 @@ async fn connect(servers: &str) -> anyhow::Result<Kafka> {
     }
 }
 
-/// Produces `0..records` (value n to partition n % 4), the partitions in
-/// parallel; returns the values' bytes and how many the query keeps.
-async fn load(kafka: &Kafka, records: u64) -> anyhow::Result<(u64, u64)> {
+/// Produces `0..records` to `topic` (value n to partition n % 4), the
+/// partitions in parallel; returns the values' bytes and how many the
+/// query keeps.
+pub(super) async fn load(kafka: &Kafka, topic: &str, records: u64) -> anyhow::Result<(u64, u64)> {
     let now = sluice_common::time::now_ms();
     let parts = (0..PARTITIONS).map(|p| async move {
-        let client = kafka.partition(TOPIC, p, true).await?;
+        let client = kafka.partition(topic, p, true).await?;
         let (mut bytes, mut kept) = (0u64, 0u64);
         let mine: Vec<u64> = (p as u64..records).step_by(PARTITIONS as usize).collect();
         for chunk in mine.chunks(PRODUCE_BATCH) {
@@ -194,17 +196,16 @@ async fn load(kafka: &Kafka, records: u64) -> anyhow::Result<(u64, u64)> {
         Ok::<_, sluice_common::Error>((bytes, kept))
     });
     let sums = futures::future::try_join_all(parts).await?;
-    kafka.close().await?;
     Ok(sums
         .into_iter()
         .fold((0, 0), |(b, k), (b2, k2)| (b + b2, k + k2)))
 }
 
-/// Reads every partition to its end with the client Sluice uses, in
-/// parallel; returns the records read.
-async fn read_back(kafka: &Kafka) -> anyhow::Result<u64> {
+/// Reads every partition of `topic` to its end with the client Sluice
+/// uses, in parallel; returns the records read.
+pub(super) async fn read_back(kafka: &Kafka, topic: &str) -> anyhow::Result<u64> {
     let parts = (0..PARTITIONS).map(|p| async move {
-        let client = kafka.partition(TOPIC, p, true).await?;
+        let client = kafka.partition(topic, p, true).await?;
         let end = client.latest().await?;
         let (mut from, mut n) = (0i64, 0u64);
         while from < end {

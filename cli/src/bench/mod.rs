@@ -13,6 +13,7 @@
 //! | `join` | `join.rs`: two rate streams joined within an event-time bound, into Parquet |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
+//! | `kafka-sink` | `kafka_sink.rs`: JSON records through a projection into another topic, at-least-once and exactly-once |
 //! | `nexmark` | `nexmark.rs`: the Nexmark queries (`sluice_common::nexmark::queries`) into the discard sink |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
@@ -31,6 +32,7 @@ mod cluster;
 mod failover;
 mod join;
 mod kafka;
+mod kafka_sink;
 mod latency;
 mod nexmark;
 mod recovery;
@@ -82,6 +84,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Windowed => stateful::windowed(&args, &shutdown).await,
         Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
         Scenario::Kafka => kafka::run(&args, &shutdown).await,
+        Scenario::KafkaSink => kafka_sink::run(&args, &shutdown).await,
         Scenario::Join => join::run(&args, &shutdown).await,
         Scenario::Nexmark => nexmark::run(&args, &shutdown).await,
     };

@@ -91,6 +91,9 @@ pub enum Log {
     /// `sources/files/<N>`: the files batch N of a file source read; it
     /// outlives `offsets/`, so that no file is read twice.
     SourceFiles,
+    /// `transactions/<N>`: the Kafka transactions batch N's tasks left
+    /// open, which the driver commits before `commits/N`.
+    Transactions,
 }
 
 impl Log {
@@ -101,6 +104,7 @@ impl Log {
             Log::Commits => "commits",
             Log::Progress => "progress",
             Log::SourceFiles => "sources/files",
+            Log::Transactions => "transactions",
         }
     }
 

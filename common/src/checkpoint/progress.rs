@@ -54,6 +54,17 @@ pub struct ProgressRecord {
     pub num_output_rows: u64,
     #[serde(default)]
     pub sink_bytes: u64,
+    /// A Kafka sink with exactly_once: the batch's transactions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_transactions: Option<KafkaTransactions>,
+}
+
+/// The transactions of one batch into a Kafka sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaTransactions {
+    pub committed: u64,
+    pub aborted: u64,
+    pub longest_ms: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -138,6 +149,11 @@ impl ProgressRecord {
             records_lost: p.records_lost,
             num_output_rows: p.num_output_rows,
             sink_bytes: p.sink_bytes,
+            kafka_transactions: p.kafka_transactions.map(|k| KafkaTransactions {
+                committed: k.committed,
+                aborted: k.aborted,
+                longest_ms: k.longest_ms,
+            }),
             partitions: p
                 .partitions
                 .iter()
@@ -177,6 +193,11 @@ impl ProgressRecord {
             records_lost: self.records_lost,
             num_output_rows: self.num_output_rows,
             sink_bytes: self.sink_bytes,
+            kafka_transactions: self.kafka_transactions.map(|k| pb::KafkaTransactions {
+                committed: k.committed,
+                aborted: k.aborted,
+                longest_ms: k.longest_ms,
+            }),
             partitions: self
                 .partitions
                 .iter()
@@ -293,6 +314,11 @@ mod tests {
             records_lost: 9,
             num_output_rows: 10,
             sink_bytes: 11,
+            kafka_transactions: Some(pb::KafkaTransactions {
+                committed: 4,
+                aborted: 1,
+                longest_ms: 250,
+            }),
             partitions: vec![pb::PartitionProgress {
                 topic: "events".into(),
                 partition: 3,

@@ -17,6 +17,7 @@ use sluice_proto as pb;
 use super::files::{
     ColumnSpec, OnBadRecord, columns_from_proto, columns_to_proto, declared_schema,
 };
+use super::kafka_security::KafkaSecurity;
 use crate::error::{Error, Result};
 
 /// The columns every Kafka record adds after its own.
@@ -322,6 +323,9 @@ pub struct KafkaSourceSpec {
     pub fail_on_data_loss: bool,
     #[serde(default)]
     pub on_bad_record: OnBadRecord,
+    /// TLS and SASL settings of a secured cluster.
+    #[serde(default, skip_serializing_if = "KafkaSecurity::is_plaintext")]
+    pub security: KafkaSecurity,
 }
 
 impl KafkaSourceSpec {
@@ -350,6 +354,7 @@ impl KafkaSourceSpec {
     pub fn validate(&self, field: &str) -> Result<()> {
         crate::kafka::parse_servers(&self.bootstrap_servers)
             .map_err(|r| Error::invalid(format!("{field}.bootstrap_servers"), r))?;
+        self.security.validate(&format!("{field}.security"))?;
         match (&self.topic, self.topics.is_empty()) {
             (Some(_), false) => {
                 return Err(Error::invalid(
@@ -454,7 +459,7 @@ fn check_offsets(field: &str, m: &BTreeMap<i32, i64>) -> Result<()> {
 }
 
 /// Kafka's rule for topic names.
-fn validate_topic(t: &str) -> std::result::Result<(), String> {
+pub(super) fn validate_topic(t: &str) -> std::result::Result<(), String> {
     let ok = !t.is_empty()
         && t.len() <= 249
         && t != "."
@@ -482,6 +487,7 @@ impl From<&KafkaSourceSpec> for pb::KafkaSource {
             schema: columns_to_proto(&k.schema),
             fail_on_data_loss: Some(k.fail_on_data_loss),
             on_bad_record: k.on_bad_record.as_str().to_string(),
+            security: (!k.security.is_plaintext()).then(|| (&k.security).into()),
         }
     }
 }
@@ -510,6 +516,7 @@ impl TryFrom<&pb::KafkaSource> for KafkaSourceSpec {
             schema: columns_from_proto(&k.schema),
             fail_on_data_loss: k.fail_on_data_loss.unwrap_or(true),
             on_bad_record: OnBadRecord::parse(&format!("{field}.on_bad_record"), &k.on_bad_record)?,
+            security: KafkaSecurity::from_proto(k.security.as_ref(), &format!("{field}.security"))?,
         })
     }
 }

@@ -260,6 +260,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 records_lost: 15,
                 num_output_rows: 40,
                 sink_bytes: 4096,
+                kafka_transactions: None,
                 partitions: vec![PartitionProgress {
                     topic: "events".into(),
                     partition: 0,

@@ -41,16 +41,11 @@ pub fn task(
         batch_id: offsets.batch_id,
         partition: p,
         epoch: ctx.term.epoch,
-        sink: Some(task_sink(&ctx.spec.sink)),
+        sink: Some(ctx.spec.sink.to_task(&ctx.entry.name)),
         work: Some(work),
         checkpoint_root: ctx.driver.config.checkpoint_root.clone(),
         ..Default::default()
     }
-}
-
-/// What the tasks of a query with sink `sink` are told of it.
-fn task_sink(sink: &sluice_common::spec::SinkSpec) -> pb::TaskSink {
-    sink.to_task()
 }
 
 /// Runs `task` until an attempt succeeds or it fails for good.

@@ -1,8 +1,9 @@
 //! Running one planned batch, as the commit protocol reads: its tasks
 //! (see [`super::stages`]); their reports summed and checked (see
 //! [`super::outcome`]); the sink files checked, the sink manifest (and,
-//! every `compact_interval` batches, a manifest segment); then
-//! `commits/N`; then the batch's progress, stored and published.
+//! every `compact_interval` batches, a manifest segment), or the Kafka
+//! sink's transactions recorded and committed (see [`super::kafka_sink`]);
+//! then `commits/N`; then the batch's progress, stored and published.
 //!
 //! Invariant (docs/design-notes.md, 2): `commits/N` is created only after every task
 //! of batch N succeeded: the sink manifest listing their files is durable
@@ -13,13 +14,16 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION};
+use sluice_common::checkpoint::{
+    CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION, TransactionsRecord,
+};
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{debug, warn};
 
 use super::ctx::Ctx;
+use super::kafka_sink::{self, Prepared};
 use super::outcome::{self, Outcome, Phases};
 use super::stages;
 use crate::error::DriverError;
@@ -67,13 +71,32 @@ pub async fn execute(
 ) -> Result<Executed, DriverError> {
     let batch = offsets.batch_id;
     let t = Instant::now();
-    let outputs = run_tasks(ctx, streams, offsets).await?;
+    let (outcome, prepared) = match kafka_sink::recorded(ctx, batch).await? {
+        // A driver before this one prepared the batch: its tasks' Kafka
+        // transactions are committed, and no task runs again.
+        Some(record) => (
+            Outcome::prepared(&record.outcome),
+            Prepared::Recorded(record),
+        ),
+        None => {
+            let outputs = run_tasks(ctx, streams, offsets).await?;
+            let outcome = Outcome::of(batch, &outputs, &ctx.spec.sink)?;
+            outcome.check(ctx, streams, offsets)?;
+            let record = TransactionsRecord {
+                version: RECORD_VERSION,
+                batch_id: batch,
+                epoch: ctx.term.epoch,
+                transactions: outcome.transactions.clone(),
+                outcome: outcome.to_prepared(),
+            };
+            (outcome, Prepared::Reported(record))
+        }
+    };
     let execution = t.elapsed();
 
     let t = Instant::now();
-    let outcome = Outcome::of(batch, &outputs, ctx.sink.is_none())?;
-    outcome.check(ctx, streams, offsets)?;
     commit_sink(ctx, batch, &outcome.files).await?;
+    let committed = kafka_sink::commit(ctx, prepared).await?;
     let sink_commit = t.elapsed();
 
     let t = Instant::now();
@@ -114,7 +137,16 @@ pub async fn execute(
         sink_commit,
         commit,
     };
-    let progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
+    let mut progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
+    if kafka_sink::exactly_once(&ctx.spec).is_some() {
+        // From a task's first record to the last commit's answer, at most.
+        let longest = Duration::from_millis(outcome.longest_open_ms) + committed.took;
+        progress.kafka_transactions = Some(pb::KafkaTransactions {
+            committed: committed.committed,
+            aborted: 0,
+            longest_ms: longest.as_millis() as u64,
+        });
+    }
     report(ctx, progress, &outcome, rows_so_far).await?;
     Ok(Executed {
         input_rows: outcome.input_rows,

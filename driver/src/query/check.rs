@@ -40,7 +40,8 @@ pub(super) async fn check_sql(
             join::check(spec, join, op.consumer.is_none())?;
         }
     }
-    check_partition_by(spec, &checked.output)
+    check_partition_by(spec, &checked.output)?;
+    check_kafka_columns(spec, &checked.output)
 }
 
 /// Each operator that feeds another can feed it as it does.
@@ -234,6 +235,52 @@ fn check_dedup(
         return Err(DriverError::Invalid(
             "output_mode: dedup emits each row once, in append mode".into(),
         ));
+    }
+    Ok(())
+}
+
+/// The Kafka sink's `key` names an output column of a scalar type, and a
+/// `raw` sink has a `value` column of bytes or text.
+fn check_kafka_columns(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
+    let sluice_common::spec::SinkSpec::Kafka(sink) = &spec.sink else {
+        return Ok(());
+    };
+    let names = || {
+        let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
+        names.join(", ")
+    };
+    if let Some(key) = &sink.key {
+        let Ok(field) = output.field_with_name(key) else {
+            return Err(DriverError::Invalid(format!(
+                "sink.kafka.key: {key:?} is not an output column of the query; its columns are {}",
+                names()
+            )));
+        };
+        if field.data_type().is_nested() {
+            return Err(DriverError::Invalid(format!(
+                "sink.kafka.key: column {key:?} is {}, not a scalar type",
+                field.data_type()
+            )));
+        }
+    }
+    if sink.format == sluice_common::spec::SinkRecordFormat::Raw {
+        use arrow_schema::DataType::*;
+        match output.field_with_name("value").map(|f| f.data_type()) {
+            Ok(Binary | LargeBinary | BinaryView | Utf8 | LargeUtf8 | Utf8View) => {}
+            Ok(t) => {
+                return Err(DriverError::Invalid(format!(
+                    "sink.kafka.format: raw writes the `value` column's bytes, but it is {t}; \
+                     cast it to a string or binary, or use format json"
+                )));
+            }
+            Err(_) => {
+                return Err(DriverError::Invalid(format!(
+                    "sink.kafka.format: raw writes the `value` column, which the query does not \
+                     have; its columns are {}",
+                    names()
+                )));
+            }
+        }
     }
     Ok(())
 }

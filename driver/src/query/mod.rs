@@ -15,6 +15,7 @@ pub mod ctx;
 pub mod entry;
 pub mod history;
 mod join;
+pub mod kafka_sink;
 pub mod outcome;
 pub mod paths;
 pub mod registry;
@@ -118,6 +119,9 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
     e
 }
 
+/// How long a submit waits for the Kafka sink's brokers.
+const KAFKA_SUBMIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Submits a new query: writes its checkpoint and starts its runner.
 pub async fn submit(
     driver: &Arc<Driver>,
@@ -148,6 +152,7 @@ pub async fn submit(
     if let Some(sink) = spec.sink_path() {
         probe_sink(stores, sink).await?;
     }
+    kafka_sink::check_topic(&spec, KAFKA_SUBMIT_DEADLINE).await?;
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
     check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;

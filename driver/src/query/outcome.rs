@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::OffsetRecord;
+use sluice_common::checkpoint::{OffsetRecord, PreparedOutcome, PreparedTransaction};
 use sluice_common::sink::SinkFile;
+use sluice_common::spec::SinkSpec;
 use sluice_proto as pb;
 
 use super::ctx::Ctx;
@@ -29,6 +30,10 @@ pub struct Outcome {
     pub records_lost: u64,
     /// The sink files the writing tasks made, in the manifest's form.
     pub files: Vec<SinkFile>,
+    /// The Kafka transactions the writing tasks left open (exactly_once).
+    pub transactions: Vec<PreparedTransaction>,
+    /// The longest any of them had been open when its task reported.
+    pub longest_open_ms: u64,
     pub rows: u64,
     pub sink_bytes: u64,
     pub map_time: Duration,
@@ -37,13 +42,22 @@ pub struct Outcome {
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report (see [`check_reported_rows`]); `discard` for the discard
-    /// sink, whose writers count rows and bytes and write no file.
-    pub fn of(batch: u64, outputs: &Outputs, discard: bool) -> Result<Self, DriverError> {
+    /// report against the query's `sink` (see [`check_reported_rows`]).
+    pub fn of(batch: u64, outputs: &Outputs, sink: &SinkSpec) -> Result<Self, DriverError> {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
-        check_reported_rows(batch, writers, discard)?;
+        check_reported_rows(batch, writers, sink)?;
+        let kafka = writers.iter().filter_map(|o| o.kafka.as_ref());
+        let transactions = kafka
+            .clone()
+            .filter_map(|k| k.transaction.as_ref())
+            .map(|t| PreparedTransaction {
+                transactional_id: t.transactional_id.clone(),
+                producer_id: t.producer_id,
+                producer_epoch: t.producer_epoch as i16,
+            })
+            .collect();
         let files: Vec<SinkFile> = outputs
             .writers()
             .iter()
@@ -65,11 +79,52 @@ impl Outcome {
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: writers.iter().map(|o| o.rows).sum(),
             sink_bytes: files.iter().map(|f| f.bytes).sum::<u64>()
-                + writers.iter().map(|o| o.discarded_bytes).sum::<u64>(),
+                + writers.iter().map(|o| o.discarded_bytes).sum::<u64>()
+                + kafka.clone().map(|k| k.bytes).sum::<u64>(),
+            longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
+            transactions,
             files,
             map_time: outputs.map_time,
             reduce_time: outputs.reduce_time,
         })
+    }
+
+    /// A batch prepared by a driver before this one, as it recorded it.
+    pub fn prepared(o: &PreparedOutcome) -> Self {
+        Outcome {
+            input_rows: o.input_rows,
+            bad_records: o.bad_records,
+            state_rows_total: o.state_rows_total,
+            state_bytes: o.state_bytes,
+            rows_dropped_by_watermark: o.rows_dropped_by_watermark,
+            max_event_time_ms: o.max_event_time_ms,
+            max_event_times: o.max_event_times.clone(),
+            records_lost: o.records_lost,
+            files: Vec::new(),
+            transactions: Vec::new(),
+            longest_open_ms: o.longest_open_ms,
+            rows: o.rows,
+            sink_bytes: o.sink_bytes,
+            map_time: Duration::ZERO,
+            reduce_time: Duration::ZERO,
+        }
+    }
+
+    /// What a prepared batch records of its outcome.
+    pub fn to_prepared(&self) -> PreparedOutcome {
+        PreparedOutcome {
+            input_rows: self.input_rows,
+            rows: self.rows,
+            sink_bytes: self.sink_bytes,
+            bad_records: self.bad_records,
+            records_lost: self.records_lost,
+            rows_dropped_by_watermark: self.rows_dropped_by_watermark,
+            state_rows_total: self.state_rows_total,
+            state_bytes: self.state_bytes,
+            max_event_time_ms: self.max_event_time_ms,
+            max_event_times: self.max_event_times.clone(),
+            longest_open_ms: self.longest_open_ms,
+        }
     }
 
     /// The checks against the plan and the query's limits: the input rows
@@ -125,28 +180,47 @@ fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), Dri
 /// An executor's report is checked where it can be: the rows a task says
 /// it wrote are the rows of the files it lists, so a batch never commits
 /// rows that no file holds (a faulty or rogue executor's report); a task
-/// of the discard sink lists no file.
+/// of the discard or the Kafka sink lists no file; a task that wrote
+/// records with exactly_once reports its transaction.
 fn check_reported_rows(
     batch: u64,
     writers: &[pb::TaskOutput],
-    discard: bool,
+    sink: &SinkSpec,
 ) -> Result<(), DriverError> {
+    let (files, discard, kafka) = match sink {
+        SinkSpec::Files(_) => (true, false, None),
+        SinkSpec::Discard(_) => (false, true, None),
+        SinkSpec::Kafka(k) => (false, false, Some(k.delivery)),
+    };
+    let name = match sink {
+        SinkSpec::Files(_) => "writes files",
+        SinkSpec::Discard(_) => "is discard",
+        SinkSpec::Kafka(_) => "is Kafka",
+    };
     for (task, o) in writers.iter().enumerate() {
-        if (discard && !o.files.is_empty()) || (!discard && o.discarded_bytes > 0) {
+        let bad = (!files && !o.files.is_empty())
+            || (!discard && o.discarded_bytes > 0)
+            || (kafka.is_none() && o.kafka.is_some());
+        if bad {
             return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} files and {} discarded \
-                 bytes, but the sink {}",
+                "batch {batch}, task {task}: the executor reported {} files, {} discarded \
+                 bytes and Kafka records {}, but the sink {name}",
                 o.files.len(),
                 o.discarded_bytes,
-                if discard {
-                    "is discard"
-                } else {
-                    "writes files"
-                }
+                if o.kafka.is_some() { "written" } else { "none" }
+            )));
+        }
+        let exactly_once = kafka == Some(sluice_common::spec::Delivery::ExactlyOnce);
+        let txn = o.kafka.as_ref().and_then(|k| k.transaction.as_ref());
+        if exactly_once && o.rows > 0 && txn.is_none() {
+            return Err(DriverError::TaskFailed(format!(
+                "batch {batch}, task {task}: the executor reported {} rows written to Kafka \
+                 without the transaction that holds them",
+                o.rows
             )));
         }
         let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
-        if !discard && o.rows != in_files {
+        if files && o.rows != in_files {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written, but the files \
                  it lists hold {in_files}",
@@ -215,6 +289,7 @@ pub fn progress(
         records_lost: from_source.records_lost + outcome.records_lost,
         num_output_rows: outcome.rows,
         sink_bytes: outcome.sink_bytes,
+        kafka_transactions: None,
         partitions: from_source
             .partitions
             .iter()

@@ -3,11 +3,13 @@
 //! then create-only into place) is `sluice_common::sink`'s.
 //!
 //! A new format adds its name to the spec and one encoder module here,
-//! named in [`encoder`].
+//! named in [`encoder`]. The Kafka sink writes records, not files: its
+//! rows and their delivery are [`kafka`]'s.
 
 mod csv;
 mod hive;
 mod jsonl;
+pub mod kafka;
 mod parquet;
 pub mod parts;
 

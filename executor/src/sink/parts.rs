@@ -38,6 +38,17 @@ pub enum Piece {
     Data { name: Arc<str>, bytes: Bytes },
     /// The file `name` is complete, with `rows` rows.
     End { name: Arc<str>, rows: u64 },
+    /// More records for the Kafka sink.
+    Records(Vec<OutRecord>),
+    /// The task's last record for the Kafka sink was sent.
+    RecordsEnd,
+}
+
+/// One record for the Kafka sink.
+#[derive(Debug, Clone)]
+pub struct OutRecord {
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
 }
 
 /// Where a task's output goes.
@@ -53,6 +64,8 @@ pub struct Layout {
     pub partition: u32,
     /// The discard sink: rows are counted, and no file is made.
     pub discard: bool,
+    /// The Kafka sink: rows are records, and no file is made.
+    pub kafka: Option<sluice_proto::KafkaTaskSink>,
 }
 
 struct Open {

@@ -69,6 +69,7 @@ fn pieces(format: SinkFormat, partition_by: &[&str], max_file_bytes: u64) -> Vec
         batch: 7,
         partition: 2,
         discard: false,
+        kafka: None,
     };
     let mut parts = Parts::new(layout, &b.schema()).unwrap();
     let mut out = Vec::new();

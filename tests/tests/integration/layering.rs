@@ -3,8 +3,9 @@
 //! - no import cycles between the files of a crate;
 //! - each external system has one owner: only `driver/src/leader/` names
 //!   `etcd_client`, only `common/src/storage/` names `object_store`, only
-//!   `common/src/kafka.rs` names `krafka`, and only `sql/` (and the
-//!   tests' oracle, `tests/src/oracle.rs`) names `datafusion`.
+//!   `common/src/kafka/` names `krafka` and `kafka_protocol`, and only
+//!   `sql/` (and the tests' oracle, `tests/src/oracle.rs`) names
+//!   `datafusion`.
 //!
 //! Imports are read from the text: `use` trees and `crate::`/`super::`
 //! paths in code. A reference resolves to the deepest file whose module
@@ -359,10 +360,20 @@ fn only_storage_names_object_store() {
 
 #[test]
 fn only_the_kafka_module_names_krafka() {
-    let hits = names_outside("krafka", "common/src/kafka.rs");
+    let hits = names_outside("krafka", "common/src/kafka/");
     assert!(
         hits.is_empty(),
-        "krafka named outside common/src/kafka.rs:\n{}",
+        "krafka named outside common/src/kafka/:\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn only_the_kafka_module_names_kafka_protocol() {
+    let hits = names_outside("kafka_protocol", "common/src/kafka/");
+    assert!(
+        hits.is_empty(),
+        "kafka_protocol named outside common/src/kafka/:\n{}",
         hits.join("\n")
     );
 }

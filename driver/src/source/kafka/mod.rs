@@ -240,6 +240,8 @@ impl SourcePlanner for KafkaPlanner {
                     format: self.spec.format().as_str().to_string(),
                     skip_bad_records: self.spec.on_bad_record == OnBadRecord::Skip,
                     fail_on_data_loss: self.spec.fail_on_data_loss,
+                    security: (!self.spec.security.is_plaintext())
+                        .then(|| (&self.spec.security).into()),
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Kafka(task)),

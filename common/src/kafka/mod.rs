@@ -1,11 +1,16 @@
-//! Kafka: the one place that names the Kafka client (`krafka`, pure Rust,
-//! see `docs/kafka-client.md`). The driver asks it for topics and offsets,
-//! the executor fetches records, and the tests and the benchmark produce.
+//! Kafka: the one place that names a Kafka client (`krafka`, pure Rust,
+//! and `kafka-protocol` for one request; see `docs/kafka-client.md`). The
+//! driver asks it for topics and offsets and ends the sink's transactions,
+//! the executor fetches records and writes the sink's, and the tests and
+//! the benchmark produce.
 //!
 //! ```text
 //!  Kafka::connect(servers) ─► topics() / partition(topic, p)
-//!                                           │
-//!                 earliest() · latest() · fetch(from, max_bytes) · produce(records)
+//!                 │                         │
+//!                 │         earliest() · latest() · fetch(from, max_bytes) · produce(records)
+//!                 └─► partition_count(topic) · writer(topic, delivery)      (writer.rs)
+//!                                              send(..)* · finish() → TxnId
+//!  end_transaction(servers, txn, commit)       EndTxn on a raw connection (txn.rs, wire.rs)
 //! ```
 //!
 //! Reads are `read_committed`: a fetch never returns a record of an aborted
@@ -15,6 +20,17 @@
 //! Every call has a deadline ([`Kafka::deadline`]). Errors name the servers
 //! and what was asked, and say whether they can be retried (a broker that
 //! is down: yes; a topic that does not exist: no).
+
+mod txn;
+#[cfg(test)]
+mod txn_tests;
+mod wire;
+#[cfg(test)]
+mod wire_tests;
+mod writer;
+
+pub use txn::{TxnEnd, TxnId, end_transaction};
+pub use writer::{Delivery, Writer};
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,0 +1,203 @@
+//! The Kafka sink on the driver: the topic checked at submit, and the
+//! second phase of a batch's exactly-once commit (docs/design-notes.md,
+//! "Exactly-once into Kafka").
+//!
+//! ```text
+//!  tasks: write in transactions, flush, report (id, producer id, epoch)   ─ phase 1
+//!  driver: transactions/N (create-only) ─► EndTxn(commit) each ─► commits/N ─ phase 2
+//!  restart: transactions/N and no commits/N ─► EndTxn(commit) each again (idempotent)
+//!           no transactions/N               ─► batch N runs again; its tasks'
+//!                                              InitProducerId aborts what the old ones wrote
+//! ```
+//!
+//! Invariant: `transactions/N` is written only after every task of batch N
+//! succeeded, and no transaction is committed before it is durable; so a
+//! batch's transactions are either all committed (the record exists) or
+//! all aborted (it does not, and the batch runs again).
+
+use std::time::{Duration, Instant};
+
+use futures::future::try_join_all;
+use sluice_common::checkpoint::{PreparedTransaction, TransactionsRecord};
+use sluice_common::kafka::{Kafka, TxnEnd, TxnId};
+use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkSpec};
+use tracing::{debug, warn};
+
+use super::ctx::Ctx;
+use crate::error::DriverError;
+
+/// The deadline of one call to the brokers.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The query's Kafka sink when it writes with transactions.
+pub fn exactly_once(spec: &QuerySpec) -> Option<&KafkaSinkSpec> {
+    match &spec.sink {
+        SinkSpec::Kafka(k) if k.delivery == Delivery::ExactlyOnce => Some(k),
+        _ => None,
+    }
+}
+
+/// At submit: the output topic exists (its partitions are where records
+/// go). Refused by name otherwise; a broker that cannot be reached is
+/// named too, and the submit may be tried again.
+pub async fn check_topic(spec: &QuerySpec, deadline: Duration) -> Result<(), DriverError> {
+    let SinkSpec::Kafka(k) = &spec.sink else {
+        return Ok(());
+    };
+    let kafka = Kafka::connect(&k.bootstrap_servers, deadline)
+        .await
+        .map_err(sink_error)?;
+    let found = kafka.partition_count(&k.topic).await;
+    if let Err(e) = kafka.close().await {
+        debug!(error = %e, "closing the Kafka connection failed");
+    }
+    found.map(|_| ()).map_err(sink_error)
+}
+
+fn sink_error(e: sluice_common::Error) -> DriverError {
+    if e.is_retryable() {
+        DriverError::Common(e)
+    } else {
+        DriverError::Invalid(format!("sink.kafka: {e}"))
+    }
+}
+
+/// Phase 2 for batch `batch`: records its prepared transactions, then
+/// commits each. `prepared` is what the tasks reported, or `None` when the
+/// record is already there (a batch a driver before this one prepared).
+/// Returns when the longest transaction was committed.
+pub async fn commit(ctx: &Ctx, prepared: Prepared) -> Result<Committed, DriverError> {
+    let Some(sink) = exactly_once(&ctx.spec) else {
+        return Ok(Committed::default());
+    };
+    let record = match prepared {
+        Prepared::Reported(r) => write_record(ctx, r).await?,
+        Prepared::Recorded(r) => r,
+    };
+    let batch = record.batch_id;
+    hold(ctx, "prepared", batch).await?;
+    let t = Instant::now();
+    let ends = record
+        .transactions
+        .iter()
+        .map(|txn| end(ctx, sink, batch, txn));
+    try_join_all(ends).await?;
+    let took = t.elapsed();
+    hold(ctx, "committed", batch).await?;
+    Ok(Committed {
+        committed: record.transactions.len() as u64,
+        took,
+    })
+}
+
+/// Tests only (`--test-hold-dir`): holds batch `batch` at `point` while
+/// the file `hold-<point>` is there, having announced it with the file
+/// `held-<point>-<batch>`; a test kills the driver there.
+async fn hold(ctx: &Ctx, point: &str, batch: u64) -> Result<(), DriverError> {
+    let Some(dir) = &ctx.driver.config.test_hold_dir else {
+        return Ok(());
+    };
+    let hold = dir.join(format!("hold-{point}"));
+    if !hold.exists() {
+        return Ok(());
+    }
+    std::fs::write(dir.join(format!("held-{point}-{batch}")), b"")?;
+    warn!(point, batch, "held for a test");
+    while hold.exists() {
+        ctx.sleep(Duration::from_millis(20)).await?;
+    }
+    Ok(())
+}
+
+/// A batch's prepared transactions.
+pub enum Prepared {
+    /// As its tasks just reported them: to be recorded.
+    Reported(TransactionsRecord),
+    /// As a driver before this one recorded them.
+    Recorded(TransactionsRecord),
+}
+
+/// `transactions/N`, when a driver before this one wrote it: batch N's
+/// tasks are not run again, its transactions are committed again.
+pub async fn recorded(ctx: &Ctx, batch: u64) -> Result<Option<TransactionsRecord>, DriverError> {
+    if exactly_once(&ctx.spec).is_none() {
+        return Ok(None);
+    }
+    ctx.storage("read transactions", || ctx.qc.transactions(batch))
+        .await
+}
+
+/// What phase 2 did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Committed {
+    pub committed: u64,
+    /// From the record being durable to the last commit's answer.
+    pub took: Duration,
+}
+
+/// Writes `transactions/N`. One already there is another driver's, which
+/// prepared batch N with tasks of its own: the tasks of this driver fenced
+/// those transactions, so whether their records were committed first
+/// cannot be known here. The query fails, loudly, rather than guess.
+async fn write_record(
+    ctx: &Ctx,
+    record: TransactionsRecord,
+) -> Result<TransactionsRecord, DriverError> {
+    let batch = record.batch_id;
+    let (stored, ours) = ctx
+        .storage("write transactions", || ctx.qc.write_transactions(&record))
+        .await?;
+    if !ours {
+        ctx.driver.confirm_leadership(&ctx.term).await?;
+        return Err(DriverError::Internal(format!(
+            "batch {batch}: driver epoch {} prepared its Kafka transactions while this driver \
+             (epoch {}) ran it again; the records it wrote may or may not be in topic {:?}",
+            stored.epoch,
+            ctx.term.epoch,
+            exactly_once(&ctx.spec).map_or("", |k| k.topic.as_str())
+        )));
+    }
+    Ok(stored)
+}
+
+/// Commits one prepared transaction, retrying while the coordinator cannot
+/// answer. A transaction the coordinator no longer has open under that
+/// epoch was aborted (its timeout passed, or a producer of the same id
+/// took over): its records are not in the topic, and the query fails.
+async fn end(
+    ctx: &Ctx,
+    sink: &KafkaSinkSpec,
+    batch: u64,
+    txn: &PreparedTransaction,
+) -> Result<(), DriverError> {
+    let id = TxnId {
+        transactional_id: txn.transactional_id.clone(),
+        producer_id: txn.producer_id,
+        producer_epoch: txn.producer_epoch,
+    };
+    let servers = &sink.bootstrap_servers;
+    let ended = ctx
+        .storage("commit a Kafka transaction", || {
+            sluice_common::kafka::end_transaction(servers, &id, true, DEADLINE)
+        })
+        .await?;
+    match ended {
+        TxnEnd::Ended => {
+            debug!(batch, transactional_id = %id.transactional_id, "transaction committed");
+            Ok(())
+        }
+        TxnEnd::Fenced { code } => {
+            warn!(batch, transactional_id = %id.transactional_id, code, "transaction was aborted before its commit");
+            Err(DriverError::FailedPrecondition(format!(
+                "batch {batch}: Kafka transaction {:?} (producer {} epoch {}) was aborted before the \
+                 driver could commit it (error code {code}): its transaction_timeout_ms ({} ms) \
+                 passed, or another producer took the id; its records are not in topic {:?}",
+                id.transactional_id,
+                id.producer_id,
+                id.producer_epoch,
+                sink.transaction_timeout_ms(),
+                sink.topic
+            )))
+        }
+    }
+}
