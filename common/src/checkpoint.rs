@@ -180,6 +180,10 @@ pub struct PreparedOutcome {
     pub max_event_times: std::collections::BTreeMap<String, i64>,
     /// The longest any transaction had been open when its task reported.
     pub longest_open_ms: u64,
+    /// Failed attempts of the writing tasks, whose transactions their
+    /// retries aborted.
+    #[serde(default)]
+    pub writer_retries: u64,
 }
 
 /// One transaction a task left open.

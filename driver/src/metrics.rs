@@ -50,6 +50,8 @@ pub struct Metrics {
     pub kafka_lag: IntGaugeVec,
     pub rows_dropped_by_watermark: IntCounterVec,
     pub sink_bytes: IntCounterVec,
+    pub kafka_transactions: IntCounterVec,
+    pub kafka_transaction_longest_ms: IntGaugeVec,
     pub task_attempts: IntCounterVec,
     pub task_retries: IntCounterVec,
     pub task_failures: IntCounterVec,
@@ -163,7 +165,21 @@ impl Metrics {
                 "Input rows dropped as later than the watermark",
                 q,
             )?,
-            sink_bytes: d.counters("sink_bytes_written_total", "Bytes of sink files committed", q)?,
+            sink_bytes: d.counters(
+                "sink_bytes_written_total",
+                "Bytes committed to sinks (files; Kafka records' keys and values)",
+                q,
+            )?,
+            kafka_transactions: d.counters(
+                "kafka_transactions_total",
+                "A Kafka sink's transactions: committed with their batch, or aborted (left by failed task attempts)",
+                &["query", "outcome"],
+            )?,
+            kafka_transaction_longest_ms: d.gauges(
+                "kafka_transaction_longest_ms",
+                "The longest a transaction of the last committed batch was open, from its task's first record to the driver's commit",
+                q,
+            )?,
             task_attempts: d.counters("task_attempts_total", "Task attempts started", &["query", "stage"])?,
             task_retries: d.counters(
                 "task_retries_total",
@@ -289,6 +305,17 @@ impl Metrics {
             .with_label_values(q)
             .inc_by(p.rows_dropped_by_watermark);
         self.sink_bytes.with_label_values(q).inc_by(sink_bytes);
+        if let Some(t) = &p.kafka_transactions {
+            self.kafka_transactions
+                .with_label_values(&[query, "committed"])
+                .inc_by(t.committed);
+            self.kafka_transactions
+                .with_label_values(&[query, "aborted"])
+                .inc_by(t.aborted);
+            self.kafka_transaction_longest_ms
+                .with_label_values(q)
+                .set(t.longest_ms as i64);
+        }
         self.state_rows
             .with_label_values(q)
             .set(p.state_rows_total as i64);

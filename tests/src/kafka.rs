@@ -10,15 +10,23 @@
 //! ([`Broker::start_transactional`]) and write with [`Transaction`]:
 //! confluent-kafka (librdkafka), a producer independent of Sluice's client,
 //! both from the pinned venv `target/kafka/venv`.
+//!
+//! [`Broker::start_secured`] starts a tansu that requires SASL (SCRAM-SHA-256
+//! and SCRAM-SHA-512 users; tansu 0.6.0 has no PLAIN) and, with a
+//! [`KafkaPki`], TLS in front of it ([`crate::kafka_tls`]: tansu 0.6.0 has no
+//! TLS of its own).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sluice_common::kafka::{Kafka, KafkaRecord, NewRecord};
+use sluice_common::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 use sluice_proto::{PartitionProgress, QueryState, QueryStatus};
 
 use crate::client::Client;
 use crate::cluster::Cluster;
+pub use crate::kafka_tls::KafkaPki;
+use crate::kafka_tls::TlsFront;
 use crate::node::{Driver, Executor};
 use crate::ports::free_port;
 use crate::process::Process;
@@ -73,27 +81,132 @@ pub fn noida_bin() -> PathBuf {
 #[derive(Debug)]
 pub struct Broker {
     pub process: Process,
+    /// Where clients connect: the broker's port, or its TLS front's.
     port: u16,
+    /// How the broker's own clients ([`Broker::client`]) connect.
+    security: KafkaSecurity,
+    /// TLS in front of the broker, when it has TLS.
+    _front: Option<TlsFront>,
+}
+
+/// A SCRAM user of a broker started by [`Broker::start_secured`].
+#[derive(Debug, Clone)]
+pub struct ScramUser {
+    pub name: String,
+    pub password: String,
+    pub mechanism: SaslMechanism,
+}
+
+impl ScramUser {
+    pub fn new(name: &str, password: &str, mechanism: SaslMechanism) -> ScramUser {
+        ScramUser {
+            name: name.to_string(),
+            password: password.to_string(),
+            mechanism,
+        }
+    }
 }
 
 impl Broker {
     /// Starts a broker and waits until it answers.
     pub async fn start(cluster: &Cluster) -> Broker {
+        Broker::start_with(cluster, &[]).await
+    }
+
+    /// Starts tansu with `extra` arguments after the usual ones, and waits
+    /// until it answers.
+    pub async fn start_with(cluster: &Cluster, extra: &[&str]) -> Broker {
         let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let args = vec![
+        let plaintext = KafkaSecurity::default();
+        Broker::tansu(cluster, "tansu", (port, port), extra, plaintext, None).await
+    }
+
+    /// Starts tansu listening on `ports.0` and advertising `ports.1` to
+    /// clients, with `front` (TLS) already in front of it when the two
+    /// differ; waits until a client with `security` lists its topics.
+    async fn tansu(
+        cluster: &Cluster,
+        name: &str,
+        (listen, advertised): (u16, u16),
+        extra: &[&str],
+        security: KafkaSecurity,
+        front: Option<TlsFront>,
+    ) -> Broker {
+        let mut args = vec![
             "broker".to_string(),
             "--listener-url".into(),
-            url.clone(),
+            format!("tcp://127.0.0.1:{listen}"),
             "--advertised-listener-url".into(),
-            url,
+            format!("tcp://127.0.0.1:{advertised}"),
             "--storage-engine".into(),
             "sqlite://kafka.db".into(),
         ];
-        let process = cluster.spawn("tansu", &tansu_bin(), args);
-        let broker = Broker { process, port };
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let process = cluster.spawn(name, &tansu_bin(), args);
+        let broker = Broker {
+            process,
+            port: advertised,
+            security,
+            _front: front,
+        };
         broker.wait_ready().await;
         broker
+    }
+
+    /// Starts tansu requiring SASL when `users` are given (`--authentication`),
+    /// behind TLS when `pki` is (mutual with `mtls`), and waits until it
+    /// answers. tansu's `user create` cannot log in, so the users are
+    /// created on the broker started first without `--authentication`,
+    /// which is then stopped and started again with it on the same
+    /// storage. The broker's own clients log in as the first user.
+    pub async fn start_secured(
+        cluster: &Cluster,
+        users: &[ScramUser],
+        pki: Option<&KafkaPki>,
+        mtls: bool,
+    ) -> Broker {
+        if !users.is_empty() {
+            let port = free_port();
+            let setup = Broker::tansu(
+                cluster,
+                "tansu-setup",
+                (port, port),
+                &[],
+                KafkaSecurity::default(),
+                None,
+            )
+            .await;
+            for user in users {
+                create_user(port, user).await;
+            }
+            setup.process.kill();
+        }
+        let port = free_port();
+        let (advertised, front) = match pki {
+            Some(pki) => {
+                let front = TlsFront::start(free_port(), port, pki, mtls).await;
+                (front.port(), Some(front))
+            }
+            None => (port, None),
+        };
+        let tls = pki.map(|pki| KafkaSecurity {
+            protocol: SecurityProtocol::Ssl,
+            ssl_ca: Some(pki.file("ca.pem")),
+            ssl_certificate: mtls.then(|| pki.file("client.pem")),
+            ssl_key: mtls.then(|| pki.file("client-key.pem")),
+            ..KafkaSecurity::default()
+        });
+        let tls = tls.unwrap_or_default();
+        let security = match users.first() {
+            Some(user) => login(cluster, &tls, &user.name, &user.password, user.mechanism),
+            None => tls,
+        };
+        let extra: &[&str] = if users.is_empty() {
+            &[]
+        } else {
+            &["--authentication"]
+        };
+        Broker::tansu(cluster, "tansu", (port, advertised), extra, security, front).await
     }
 
     /// Starts noida-db, a broker with transactions, with its data in the
@@ -113,7 +226,12 @@ impl Broker {
             data.display().to_string(),
         ];
         let process = cluster.spawn("noida-db", &noida_bin(), args);
-        let broker = Broker { process, port };
+        let broker = Broker {
+            process,
+            port,
+            security: KafkaSecurity::default(),
+            _front: None,
+        };
         broker.wait_ready().await;
         broker
     }
@@ -123,7 +241,13 @@ impl Broker {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             let tried = async {
-                let k = Kafka::connect(&self.servers(), Duration::from_secs(2)).await?;
+                let k = Kafka::connect_secure(
+                    &self.servers(),
+                    &self.security,
+                    "broker",
+                    Duration::from_secs(2),
+                )
+                .await?;
                 k.topics().await
             };
             match tried.await {
@@ -143,11 +267,21 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// How the broker's own clients connect: its TLS and first user, if any.
+    pub fn security(&self) -> &KafkaSecurity {
+        &self.security
+    }
+
     /// A client of the broker.
     pub async fn client(&self) -> Kafka {
-        Kafka::connect(&self.servers(), Duration::from_secs(10))
-            .await
-            .unwrap_or_else(|e| panic!("connect to the broker: {e}"))
+        Kafka::connect_secure(
+            &self.servers(),
+            &self.security,
+            "broker",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("connect to the broker: {e}"))
     }
 
     /// Creates `topic` with `partitions` partitions and waits until every
@@ -162,6 +296,53 @@ impl Broker {
                 .await
                 .unwrap_or_else(|e| panic!("topic {topic} partition {p}: {e}"));
         }
+    }
+}
+
+/// Creates a SCRAM user with `tansu user create` on the broker at `port`.
+async fn create_user(port: u16, user: &ScramUser) {
+    let mechanism = match user.mechanism {
+        SaslMechanism::ScramSha256 => "scram256",
+        SaslMechanism::ScramSha512 => "scram512",
+        SaslMechanism::Plain => panic!("tansu 0.6.0 has no PLAIN users"),
+    };
+    let out = tokio::process::Command::new(tansu_bin())
+        .args(["user", "create", &user.name, &user.password])
+        .args(["--mechanism", mechanism])
+        .args(["--broker", &format!("tcp://127.0.0.1:{port}")])
+        .output()
+        .await
+        .expect("run tansu user create");
+    assert!(
+        out.status.success(),
+        "tansu user create {}: {}",
+        user.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `tls` (a broker's TLS settings, or plaintext) with a SASL login as
+/// `user`, the password written to a file in the cluster directory.
+pub fn login(
+    cluster: &Cluster,
+    tls: &KafkaSecurity,
+    user: &str,
+    password: &str,
+    mechanism: SaslMechanism,
+) -> KafkaSecurity {
+    let dir = cluster.root().join("kafka-secrets");
+    std::fs::create_dir_all(&dir).expect("create the secrets directory");
+    let file = dir.join(format!("{user}-{}.password", free_port()));
+    std::fs::write(&file, format!("{password}\n")).expect("write a password file");
+    KafkaSecurity {
+        protocol: match tls.protocol.tls() {
+            true => SecurityProtocol::SaslSsl,
+            false => SecurityProtocol::SaslPlaintext,
+        },
+        sasl_mechanism: Some(mechanism),
+        sasl_username: Some(user.to_string()),
+        sasl_password_file: Some(file.display().to_string()),
+        ..tls.clone()
     }
 }
 

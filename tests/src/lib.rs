@@ -21,6 +21,7 @@ pub mod ha;
 pub mod http;
 pub mod inputs;
 pub mod kafka;
+pub mod kafka_tls;
 pub mod manifests;
 pub mod netns;
 pub mod node;

@@ -5,13 +5,21 @@
 //! the benchmark produce.
 //!
 //! ```text
-//!  Kafka::connect(servers) ─► topics() / partition(topic, p)
+//!  Kafka::connect_secure(servers, security, field) ─► topics() / partition(topic, p)
 //!                 │                         │
 //!                 │         earliest() · latest() · fetch(from, max_bytes) · produce(records)
 //!                 └─► partition_count(topic) · writer(topic, delivery)      (writer.rs)
 //!                                              send(..)* · finish() → TxnId
-//!  end_transaction(servers, txn, commit)       EndTxn on a raw connection (txn.rs, wire.rs)
+//!  end_transaction(servers, security, txn, commit)   EndTxn on a raw connection
+//!                                                    (txn.rs, wire.rs, sasl.rs)
 //! ```
+//!
+//! TLS and SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) come from the spec's
+//! `security` settings (`security.rs`): krafka's client is built with them,
+//! so its admin calls, consumers and producers all use them, and the raw
+//! connection does the same handshakes itself. A refused login or
+//! certificate is an error that is not retried and says what to fix; it
+//! never holds the password.
 //!
 //! Reads are `read_committed`: a fetch never returns a record of an aborted
 //! or open transaction, and [`Partition::latest`] is the partition's last
@@ -21,6 +29,12 @@
 //! and what was asked, and say whether they can be retried (a broker that
 //! is down: yes; a topic that does not exist: no).
 
+mod sasl;
+#[cfg(test)]
+mod sasl_tests;
+mod security;
+#[cfg(test)]
+mod security_tests;
 mod txn;
 #[cfg(test)]
 mod txn_tests;
@@ -47,7 +61,9 @@ use krafka::producer::Producer;
 use krafka::{KrafkaError, Record};
 use tokio::sync::OnceCell;
 
+use self::security::Secured;
 use crate::error::{Error, Result, chain};
+use crate::spec::KafkaSecurity;
 
 /// The deadline of one call when none is given.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
@@ -58,7 +74,7 @@ const UNKNOWN_RETRY: Duration = Duration::from_millis(100);
 /// A connection to a Kafka cluster.
 #[derive(Clone)]
 pub struct Kafka {
-    servers: String,
+    target: Arc<Target>,
     client: krafka::Kafka,
     deadline: Duration,
     producer: Arc<OnceCell<Producer>>,
@@ -112,20 +128,69 @@ pub fn parse_servers(servers: &str) -> std::result::Result<Vec<String>, String> 
     Ok(list)
 }
 
+/// Where a connection goes and how it is secured: what its errors name.
+struct Target {
+    servers: String,
+    secured: Secured,
+}
+
+impl Target {
+    /// Maps a client error: a refused login or certificate cannot be
+    /// retried and says what to fix; a topic or partition that does not
+    /// exist, or that this client may not read, cannot be retried, nor can
+    /// bad settings; a broker that cannot be reached, or answers with a
+    /// transient error, can.
+    fn error(&self, what: &str, e: &KrafkaError) -> Error {
+        let (reason, retryable) = match self.secured.refusal(e) {
+            Some(reason) => (reason, false),
+            None => (self.secured.redact(&chain(e)), retryable(e)),
+        };
+        Error::Kafka {
+            servers: self.servers.clone(),
+            what: what.to_string(),
+            reason,
+            retryable,
+        }
+    }
+}
+
 impl Kafka {
-    /// Connects to `servers` and reads the cluster's metadata, within
-    /// `deadline`.
+    /// Connects to `servers` in plaintext and reads the cluster's metadata,
+    /// within `deadline`.
     pub async fn connect(servers: &str, deadline: Duration) -> Result<Kafka> {
+        Kafka::connect_secure(servers, &KafkaSecurity::default(), "kafka", deadline).await
+    }
+
+    /// Connects to `servers` with TLS and SASL as `security` says, and
+    /// reads the cluster's metadata, within `deadline`. `field` is where
+    /// the settings are (`sink.kafka.security`): a CA file that cannot be
+    /// read or a password variable that is not set is an invalid-spec
+    /// error naming it. Every client made from the connection (admin
+    /// calls, consumers, producers) is secured alike; the password is read
+    /// now, once.
+    pub async fn connect_secure(
+        servers: &str,
+        security: &KafkaSecurity,
+        field: &str,
+        deadline: Duration,
+    ) -> Result<Kafka> {
         let list = parse_servers(servers).map_err(|r| Error::Config(format!("kafka: {r}")))?;
-        let build = krafka::Kafka::builder(list.join(","))
+        let secured = Secured::load_async(security, field).await?;
+        let mut builder = krafka::Kafka::builder(list.join(","))
             .client_id("sluice")
             .request_timeout(deadline)
             .connect_timeout(deadline)
-            .allow_auto_create_topics(false)
-            .connect();
-        let client = within(servers, "connect", deadline, build).await?;
-        Ok(Kafka {
+            .allow_auto_create_topics(false);
+        if let Some(auth) = secured.krafka() {
+            builder = builder.security(auth);
+        }
+        let target = Arc::new(Target {
             servers: servers.to_string(),
+            secured,
+        });
+        let client = within(&target, "connect", deadline, builder.connect()).await?;
+        Ok(Kafka {
+            target,
             client,
             deadline,
             producer: Arc::new(OnceCell::new()),
@@ -134,7 +199,12 @@ impl Kafka {
 
     /// The servers this connection was made to.
     pub fn servers(&self) -> &str {
-        &self.servers
+        &self.target.servers
+    }
+
+    /// The security settings this connection was made with.
+    pub fn security(&self) -> &KafkaSecurity {
+        self.target.secured.settings()
     }
 
     /// The deadline of each call.
@@ -181,7 +251,7 @@ impl Kafka {
             };
             if !wait || started.elapsed() + UNKNOWN_RETRY > self.deadline {
                 return Err(Error::Kafka {
-                    servers: self.servers.clone(),
+                    servers: self.target.servers.clone(),
                     what,
                     reason: missing,
                     retryable: wait,
@@ -213,7 +283,7 @@ impl Kafka {
                 t.partitions.len()
             ))),
             Some(Err(e)) if unknown_topic(&e) => Ok(Some("the topic does not exist".into())),
-            Some(Err(e)) => Err(kafka_error(&self.servers, what, &e)),
+            Some(Err(e)) => Err(self.err(what, &e)),
             None => Ok(Some("the topic does not exist".into())),
         }
     }
@@ -233,7 +303,7 @@ impl Kafka {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(self.err(&what, &e)),
             None => Err(Error::Kafka {
-                servers: self.servers.clone(),
+                servers: self.target.servers.clone(),
                 what,
                 reason: "the broker did not answer for the topic".into(),
                 retryable: true,
@@ -260,11 +330,11 @@ impl Kafka {
     }
 
     async fn call<T>(&self, what: &str, fut: impl Future<Output = krafka::Result<T>>) -> Result<T> {
-        within(&self.servers, what, self.deadline, fut).await
+        within(&self.target, what, self.deadline, fut).await
     }
 
     fn err(&self, what: &str, e: &KrafkaError) -> Error {
-        kafka_error(&self.servers, what, e)
+        self.target.error(what, e)
     }
 }
 
@@ -305,7 +375,7 @@ impl Partition {
             Some(Ok(o)) => Ok(o.offset),
             Some(Err(e)) => Err(self.kafka.err(&what, &e)),
             None => Err(Error::Kafka {
-                servers: self.kafka.servers.clone(),
+                servers: self.kafka.target.servers.clone(),
                 what,
                 reason: "the broker did not answer for the partition".into(),
                 retryable: true,
@@ -413,16 +483,16 @@ impl Partition {
 
 /// Runs `fut` within `deadline`, mapping its error.
 async fn within<T>(
-    servers: &str,
+    target: &Target,
     what: &str,
     deadline: Duration,
     fut: impl Future<Output = krafka::Result<T>>,
 ) -> Result<T> {
     match tokio::time::timeout(deadline, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(kafka_error(servers, what, &e)),
+        Ok(Err(e)) => Err(target.error(what, &e)),
         Err(_) => Err(Error::Kafka {
-            servers: servers.to_string(),
+            servers: target.servers.clone(),
             what: what.to_string(),
             reason: format!("no answer within {} ms", deadline.as_millis()),
             retryable: true,
@@ -440,25 +510,18 @@ fn unknown_topic(e: &KrafkaError) -> bool {
     )
 }
 
-/// Maps a client error: a topic or partition that does not exist, or that
-/// this client may not read, cannot be retried, nor can bad credentials or
-/// settings; a broker that cannot be reached, or answers with a transient
-/// error, can.
-fn kafka_error(servers: &str, what: &str, e: &KrafkaError) -> Error {
-    let retryable = !matches!(
+/// Whether a client error may pass: not a topic or partition that does
+/// not exist or that this client may not read, nor bad credentials or
+/// settings (see [`Target::error`]).
+fn retryable(e: &KrafkaError) -> bool {
+    !matches!(
         e,
         KrafkaError::Broker {
             code: ErrorCode::UnknownTopicOrPartition | ErrorCode::TopicAuthorizationFailed,
             ..
         } | KrafkaError::Auth { .. }
             | KrafkaError::Config { .. }
-    );
-    Error::Kafka {
-        servers: servers.to_string(),
-        what: what.to_string(),
-        reason: chain(e),
-        retryable,
-    }
+    )
 }
 
 #[cfg(test)]

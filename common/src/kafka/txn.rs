@@ -4,12 +4,14 @@
 //! id's coordinator over a connection of its own (`wire`).
 //!
 //! ```text
-//!  end_transaction(servers, txn, commit, deadline)
-//!    └─ attempt: a bootstrap server ─ ApiVersions ─ FindCoordinator(txn id)
-//!                the coordinator (the same connection when it is that server)
+//!  end_transaction(servers, security, txn, commit, deadline)
+//!    └─ attempt: a bootstrap server ─ [TLS] ─ ApiVersions ─ [SASL] ─ FindCoordinator(txn id)
+//!                the coordinator (the same connection when it is that server,
+//!                else a new one, secured alike)
 //!                  ─ EndTxn(id, producer id, epoch, commit) ─► error code
 //!       transient (no answer, coordinator moving or loading, concurrent
-//!       transaction): again after a short backoff, until the deadline
+//!       transaction): again after a short backoff, until the deadline;
+//!       a refused certificate or login: at once, not retryable
 //! ```
 //!
 //! The coordinator checks the transactional id, producer id and epoch, not
@@ -22,9 +24,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use std::sync::Arc;
+
 use super::parse_servers;
-use super::wire::{self, Conn, code_name};
+use super::security::{SINK_FIELD, Secured};
+use super::wire::{self, Conn, Failure, Stream, Versions, code_name};
 use crate::error::{Error, Result};
+use crate::spec::KafkaSecurity;
 
 /// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -101,7 +107,9 @@ enum Attempt {
 
 /// Sends `EndTxn(commit or abort)` for `txn` to its transaction coordinator
 /// (`FindCoordinator` via one of `servers`, then a connection to the
-/// coordinator), within `deadline` in all.
+/// coordinator), within `deadline` in all. Every connection is secured as
+/// `security` says (the sink's settings: errors about them name
+/// `sink.kafka.security`); the password is read once per call.
 ///
 /// A broker that does not answer, and the coordinator errors that pass
 /// (moved, loading, not available, `CONCURRENT_TRANSACTIONS`), are tried
@@ -110,13 +118,17 @@ enum Attempt {
 /// `PRODUCER_FENCED` and 48 `INVALID_TXN_STATE` are
 /// `Ok(TxnEnd::Fenced { code })`; other codes are an [`Error::Kafka`] that
 /// is not retryable, naming the code, the transactional id and the servers.
+/// So is a refused certificate or SASL login, naming the user and the
+/// mechanism, never the password.
 pub async fn end_transaction(
     servers: &str,
+    security: &KafkaSecurity,
     txn: &TxnId,
     commit: bool,
     deadline: Duration,
 ) -> Result<TxnEnd> {
     let list = parse_servers(servers).map_err(|r| Error::Config(format!("kafka: {r}")))?;
+    let secured = Arc::new(Secured::load_async(security, SINK_FIELD).await?);
     let started = Instant::now();
     let until = started + deadline;
     let verb = if commit { "commit" } else { "abort" };
@@ -135,7 +147,7 @@ pub async fn end_transaction(
         // the next attempt starts at the next server.
         let attempt_until = until.min(Instant::now() + deadline / 2);
         let start = (attempt as usize - 1) % list.len();
-        let reason = match attempt_once(&list, start, txn, commit, attempt_until).await {
+        let reason = match attempt_once(&list, start, &secured, txn, commit, attempt_until).await {
             Attempt::Done(end) => {
                 let took_ms = started.elapsed().as_secs_f64() * 1e3;
                 match end {
@@ -176,25 +188,27 @@ pub async fn end_transaction(
     }
 }
 
+impl From<Failure> for Attempt {
+    fn from(f: Failure) -> Attempt {
+        match f.permanent {
+            true => Attempt::Failed(f.reason),
+            false => Attempt::Transient(f.reason),
+        }
+    }
+}
+
 /// One try: find the coordinator, send `EndTxn`, classify the answer.
 async fn attempt_once(
     servers: &[String],
     start: usize,
+    secured: &Arc<Secured>,
     txn: &TxnId,
     commit: bool,
     until: Instant,
 ) -> Attempt {
-    let mut conn = match connect_any(servers, start, until).await {
-        Ok(conn) => conn,
-        Err(reason) => return Attempt::Transient(reason),
-    };
-    let versions = match conn.versions(until).await {
-        // A broker that answers but lacks the requests will not grow them.
-        Ok(ranges) => match wire::choose_versions(&ranges) {
-            Ok(versions) => versions,
-            Err(reason) => return Attempt::Failed(reason),
-        },
-        Err(reason) => return Attempt::Transient(reason),
+    let (mut conn, versions) = match open_any(servers, start, secured, until).await {
+        Ok(opened) => opened,
+        Err(failure) => return failure.into(),
     };
     let id = &txn.transactional_id;
     let found = match conn
@@ -202,7 +216,7 @@ async fn attempt_once(
         .await
     {
         Ok(found) => found,
-        Err(reason) => return Attempt::Transient(reason),
+        Err(failure) => return failure.into(),
     };
     let said = |what: &str, code: i16, message: Option<String>| {
         let mut text = format!("{what} answered error {}", code_name(code));
@@ -221,16 +235,23 @@ async fn attempt_once(
         }
     }
     let coordinator = found.addr();
+    let mut versions = versions;
     if coordinator != conn.peer() {
-        conn = match wire::dial(&coordinator, until).await {
-            Ok(conn) => conn,
-            Err(reason) => return Attempt::Transient(format!("the coordinator: {reason}")),
+        (conn, versions) = match open(&coordinator, secured, until).await {
+            Ok(opened) => opened,
+            Err(f) => {
+                return Failure {
+                    reason: format!("the coordinator: {}", f.reason),
+                    ..f
+                }
+                .into();
+            }
         };
     }
     let request = wire::end_txn_request(id, txn.producer_id, txn.producer_epoch, commit);
     let code = match conn.end_txn(versions.end_txn, request, until).await {
         Ok(code) => code,
-        Err(reason) => return Attempt::Transient(reason),
+        Err(failure) => return failure.into(),
     };
     let what = format!("EndTxn v{} at coordinator {coordinator}", versions.end_txn);
     match verdict(code) {
@@ -241,21 +262,40 @@ async fn attempt_once(
     }
 }
 
-/// A connection to the first of `servers`, from `start` on and around,
-/// that accepts one.
-async fn connect_any(
+/// A connection to `addr` ready for requests: dialled (with TLS when the
+/// settings say), the broker's versions read and chosen, logged in (SASL).
+/// A broker that answers but lacks the requests will not grow them: that
+/// is permanent.
+async fn open(
+    addr: &str,
+    secured: &Arc<Secured>,
+    until: Instant,
+) -> std::result::Result<(Conn<Stream>, Versions), Failure> {
+    let mut conn = wire::dial(addr, secured, until).await?;
+    let ranges = conn.versions(until).await?;
+    conn.authenticate(&ranges, until).await?;
+    let versions = wire::choose_versions(&ranges).map_err(Failure::permanent)?;
+    Ok((conn, versions))
+}
+
+/// A connection ([`open`]) to the first of `servers`, from `start` on and
+/// around, that accepts one. A permanent failure ends the search: the
+/// other servers share the settings it refused.
+async fn open_any(
     servers: &[String],
     start: usize,
+    secured: &Arc<Secured>,
     until: Instant,
-) -> std::result::Result<Conn<tokio::net::TcpStream>, String> {
+) -> std::result::Result<(Conn<Stream>, Versions), Failure> {
     let mut failures = Vec::new();
     for server in servers.iter().cycle().skip(start).take(servers.len()) {
-        match wire::dial(server, until).await {
-            Ok(conn) => return Ok(conn),
-            Err(reason) => failures.push(reason),
+        match open(server, secured, until).await {
+            Ok(opened) => return Ok(opened),
+            Err(f) if f.permanent => return Err(f),
+            Err(f) => failures.push(f.reason),
         }
     }
-    Err(failures.join("; "))
+    Err(Failure::transient(failures.join("; ")))
 }
 
 #[cfg(test)]
@@ -307,9 +347,15 @@ mod tests {
             producer_epoch: 0,
         };
         let started = std::time::Instant::now();
-        let err = end_transaction(&servers, &txn, true, Duration::from_millis(300))
-            .await
-            .unwrap_err();
+        let err = end_transaction(
+            &servers,
+            &KafkaSecurity::default(),
+            &txn,
+            true,
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(err.is_retryable(), "{err}");
         let text = err.to_string();

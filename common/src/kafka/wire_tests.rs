@@ -164,7 +164,11 @@ async fn a_connection_frames_requests_and_reads_the_answer() {
     let until = Instant::now() + std::time::Duration::from_secs(5);
     assert_eq!(conn.end_txn(3, end_txn(true), until).await, Ok(90));
     let err = conn.end_txn(3, end_txn(true), until).await.unwrap_err();
-    assert!(err.contains("fake:1") && err.contains("bytes"), "{err}");
+    assert!(!err.permanent, "{err}");
+    assert!(
+        err.reason.contains("fake:1") && err.reason.contains("bytes"),
+        "{err}"
+    );
     drop(conn);
     serve.await.unwrap();
 }
@@ -176,4 +180,161 @@ fn codes_are_named_as_kafka_names_them() {
     assert_eq!(code_name(16), "16 NOT_COORDINATOR");
     assert_eq!(code_name(-1), "-1 UNKNOWN_SERVER_ERROR");
     assert_eq!(code_name(32000), "32000 (unknown to this client)");
+}
+
+/// A fake broker's side of a SASL login: answers `SaslHandshake` with
+/// `handshake` (naming `enabled`), then each `SaslAuthenticate` with the
+/// next code of `auth`; returns the mechanism asked for and, per
+/// `SaslAuthenticate`, its version and bytes.
+async fn serve_sasl(
+    mut broker: tokio::io::DuplexStream,
+    handshake: i16,
+    enabled: &[&str],
+    auth: &[i16],
+) -> (String, Vec<(i16, Vec<u8>)>) {
+    async fn frame(broker: &mut tokio::io::DuplexStream) -> Option<Vec<u8>> {
+        let size = broker.read_i32().await.ok()?;
+        let mut frame = vec![0u8; size as usize];
+        broker.read_exact(&mut frame).await.ok()?;
+        Some(frame)
+    }
+    async fn answer(broker: &mut tokio::io::DuplexStream, body: Vec<u8>) {
+        broker
+            .write_all(&(body.len() as i32).to_be_bytes())
+            .await
+            .unwrap();
+        broker.write_all(&body).await.unwrap();
+    }
+    // Request header v1: key, version, correlation id, client id.
+    let header = |f: &[u8]| {
+        let key = i16::from_be_bytes([f[0], f[1]]);
+        let version = i16::from_be_bytes([f[2], f[3]]);
+        let id = i32::from_be_bytes(f[4..8].try_into().unwrap());
+        let client = i16::from_be_bytes([f[8], f[9]]) as usize;
+        (key, version, id, 10 + client)
+    };
+    let f = frame(&mut broker).await.unwrap();
+    let (key, version, id, at) = header(&f);
+    assert_eq!((key, version), (17, 1), "SaslHandshake v1");
+    let len = i16::from_be_bytes([f[at], f[at + 1]]) as usize;
+    let mechanism = String::from_utf8(f[at + 2..at + 2 + len].to_vec()).unwrap();
+    let mut a = id.to_be_bytes().to_vec();
+    a.extend(handshake.to_be_bytes());
+    a.extend((enabled.len() as i32).to_be_bytes());
+    for m in enabled {
+        a.extend((m.len() as i16).to_be_bytes());
+        a.extend(m.as_bytes());
+    }
+    answer(&mut broker, a).await;
+    let mut seen = Vec::new();
+    for &code in auth {
+        let Some(f) = frame(&mut broker).await else {
+            break;
+        };
+        let (key, version, id, at) = header(&f);
+        assert_eq!(key, 36, "SaslAuthenticate");
+        let len = i32::from_be_bytes(f[at..at + 4].try_into().unwrap()) as usize;
+        seen.push((version, f[at + 4..at + 4 + len].to_vec()));
+        // v1: error code, error message, auth bytes, session lifetime.
+        let mut a = id.to_be_bytes().to_vec();
+        a.extend(code.to_be_bytes());
+        let message = "Authentication failed: invalid credentials";
+        a.extend((message.len() as i16).to_be_bytes());
+        a.extend(message.as_bytes());
+        a.extend(0i32.to_be_bytes());
+        a.extend(0i64.to_be_bytes());
+        answer(&mut broker, a).await;
+    }
+    (mechanism, seen)
+}
+
+/// A connection logging in as "alice" with PLAIN, over an in-memory
+/// stream; the password file is in `dir`.
+fn plain_conn(
+    client: tokio::io::DuplexStream,
+    dir: &tempfile::TempDir,
+) -> Conn<tokio::io::DuplexStream> {
+    use crate::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
+    let password = dir.path().join("pw");
+    std::fs::write(&password, "s3cret-pw\n").unwrap();
+    let settings = KafkaSecurity {
+        protocol: SecurityProtocol::SaslPlaintext,
+        sasl_mechanism: Some(SaslMechanism::Plain),
+        sasl_username: Some("alice".into()),
+        sasl_password_file: Some(password.display().to_string()),
+        ..Default::default()
+    };
+    let secured = super::security::Secured::load(&settings, "sink.kafka.security").unwrap();
+    Conn::secured(client, "fake:1", &std::sync::Arc::new(secured))
+}
+
+/// `SaslHandshake` up to v1, `SaslAuthenticate` up to v2.
+const SASL_RANGES: [(i16, i16, i16); 2] = [(17, 0, 1), (36, 0, 2)];
+
+#[tokio::test]
+async fn a_plain_login_is_framed_as_kafka_frames_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, broker) = tokio::io::duplex(4096);
+    let mut conn = plain_conn(client, &dir);
+    let serve = tokio::spawn(serve_sasl(broker, 0, &["PLAIN"], &[0]));
+    let until = Instant::now() + std::time::Duration::from_secs(5);
+    conn.authenticate(&SASL_RANGES, until).await.unwrap();
+    let (mechanism, seen) = serve.await.unwrap();
+    assert_eq!(mechanism, "PLAIN");
+    assert_eq!(seen, vec![(1, b"\0alice\0s3cret-pw".to_vec())]);
+}
+
+#[tokio::test]
+async fn a_refused_login_is_permanent_and_names_user_and_mechanism() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, broker) = tokio::io::duplex(4096);
+    let mut conn = plain_conn(client, &dir);
+    let serve = tokio::spawn(serve_sasl(broker, 0, &["PLAIN"], &[58]));
+    let until = Instant::now() + std::time::Duration::from_secs(5);
+    let err = conn.authenticate(&SASL_RANGES, until).await.unwrap_err();
+    serve.await.unwrap();
+    assert!(err.permanent, "{err}");
+    assert!(
+        err.reason
+            .starts_with("SASL authentication failed for user \"alice\" (PLAIN): the broker answered 58 SASL_AUTHENTICATION_FAILED"),
+        "{err}"
+    );
+    assert!(!err.reason.contains("s3cret-pw"), "{err}");
+}
+
+#[tokio::test]
+async fn a_mechanism_the_broker_does_not_enable_is_named_with_those_it_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (client, broker) = tokio::io::duplex(4096);
+    let mut conn = plain_conn(client, &dir);
+    const ENABLED: [&str; 2] = ["SCRAM-SHA-256", "SCRAM-SHA-512"];
+    let serve = tokio::spawn(serve_sasl(broker, 33, &ENABLED, &[]));
+    let until = Instant::now() + std::time::Duration::from_secs(5);
+    let err = conn.authenticate(&SASL_RANGES, until).await.unwrap_err();
+    let (_, seen) = serve.await.unwrap();
+    assert!(seen.is_empty(), "no credentials are sent");
+    assert!(err.permanent, "{err}");
+    assert!(
+        err.reason
+            .contains("the broker does not enable PLAIN; it enables SCRAM-SHA-256, SCRAM-SHA-512"),
+        "{err}"
+    );
+
+    // A listener without SASL at all.
+    let (client, _broker) = tokio::io::duplex(4096);
+    let mut conn = plain_conn(client, &dir);
+    let err = conn.authenticate(&[(18, 0, 3)], until).await.unwrap_err();
+    assert!(err.permanent, "{err}");
+    assert!(
+        err.reason
+            .contains("does not support SaslHandshake (is SASL enabled on this listener?)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_host_checked_by_tls_is_the_address_without_its_port() {
+    assert_eq!(host_of("broker-1.example:9093"), "broker-1.example");
+    assert_eq!(host_of("127.0.0.1:9093"), "127.0.0.1");
+    assert_eq!(host_of("[::1]:9093"), "::1");
 }

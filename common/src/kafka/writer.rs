@@ -34,7 +34,7 @@ use krafka::{CloseOptions, Headers, KrafkaError, Record};
 use tracing::{debug, info, warn};
 
 use super::txn::TxnId;
-use super::{Kafka, kafka_error, unknown_topic, within};
+use super::{Kafka, Target, unknown_topic, within};
 use crate::error::{Error, Result};
 
 /// How a [`Writer`] delivers.
@@ -57,7 +57,7 @@ pub enum Delivery {
 /// writer aborts it.
 pub struct Writer {
     topic: String,
-    servers: String,
+    target: Arc<Target>,
     deadline: Duration,
     producer: Inner,
     outcomes: Arc<Outcomes>,
@@ -83,7 +83,7 @@ impl Kafka {
             )
             .await?;
         let missing = || Error::Kafka {
-            servers: self.servers.clone(),
+            servers: self.servers().to_string(),
             what: what.clone(),
             reason: "the topic does not exist".into(),
             retryable: false,
@@ -144,7 +144,7 @@ impl Kafka {
         };
         Ok(Writer {
             topic: topic.to_string(),
-            servers: self.servers.clone(),
+            target: Arc::clone(&self.target),
             deadline: self.deadline,
             producer,
             outcomes,
@@ -217,7 +217,7 @@ impl Writer {
             // Every record has an outcome once the flush returns; checked
             // all the same, as exactly-once rests on it.
             Ok(()) if acked != self.records => Some(Error::Kafka {
-                servers: self.servers.clone(),
+                servers: self.target.servers.clone(),
                 what: self.what("flush"),
                 reason: format!("{acked} of {} records acknowledged", self.records),
                 retryable: true,
@@ -309,8 +309,8 @@ impl Writer {
         let what = self.what("close");
         let left = left.max(Duration::from_millis(1));
         let closed = match &self.producer {
-            Inner::Exactly(p) => within(&self.servers, &what, left, p.close_with(options)).await,
-            Inner::AtLeast(p) => within(&self.servers, &what, left, p.close_with(options)).await,
+            Inner::Exactly(p) => within(&self.target, &what, left, p.close_with(options)).await,
+            Inner::AtLeast(p) => within(&self.target, &what, left, p.close_with(options)).await,
         };
         aborted.and(closed)
     }
@@ -330,27 +330,28 @@ impl Writer {
 
     /// The first failed record's error.
     fn first_failure(&self) -> Error {
-        let reason = self
-            .outcomes
-            .first
-            .lock()
-            .ok()
-            .and_then(|f| f.clone())
-            .unwrap_or_else(|| ("a record failed".to_string(), true));
-        Error::Kafka {
-            servers: self.servers.clone(),
-            what: self.what("write a record"),
-            reason: reason.0,
-            retryable: reason.1,
-        }
+        let first = self.outcomes.first.lock().ok().and_then(|f| f.clone());
+        let Some((partition, e)) = first else {
+            return Error::Kafka {
+                servers: self.target.servers.clone(),
+                what: self.what("write a record"),
+                reason: "a record failed".into(),
+                retryable: true,
+            };
+        };
+        let op = match partition {
+            0.. => format!("write a record to partition {partition}"),
+            _ => "write a record".to_string(),
+        };
+        self.target.error(&self.what(&op), &e)
     }
 
     async fn call<T>(&self, op: &str, fut: impl Future<Output = krafka::Result<T>>) -> Result<T> {
-        within(&self.servers, &self.what(op), self.deadline, fut).await
+        within(&self.target, &self.what(op), self.deadline, fut).await
     }
 
     fn error(&self, op: &str, e: &KrafkaError) -> Error {
-        kafka_error(&self.servers, &self.what(op), e)
+        self.target.error(&self.what(op), e)
     }
 
     fn what(&self, op: &str) -> String {
@@ -366,12 +367,12 @@ impl Writer {
 }
 
 /// Every record's outcome, as the producer reports it: how many were
-/// acknowledged, and the first failure with whether it may be retried.
+/// acknowledged, and the first failure with its partition (-1: unknown).
 #[derive(Debug, Default)]
 struct Outcomes {
     acked: AtomicU64,
     failed: AtomicBool,
-    first: Mutex<Option<(String, bool)>>,
+    first: Mutex<Option<(i32, KrafkaError)>>,
 }
 
 impl ProducerInterceptor for Outcomes {
@@ -392,12 +393,8 @@ impl ProducerInterceptor for Outcomes {
                     return Ok(());
                 };
                 if first.is_none() {
-                    let retryable = kafka_error("", "", e).is_retryable();
-                    let mut reason = crate::error::chain(e);
-                    if partition >= 0 {
-                        reason = format!("partition {partition}: {reason}");
-                    }
-                    *first = Some((reason, retryable));
+                    // Mapped by `first_failure`, with the writer's target.
+                    *first = Some((partition, e.clone()));
                     self.failed.store(true, Ordering::Relaxed);
                     warn!(topic, partition, error = %e, "a record failed");
                 }

@@ -48,8 +48,12 @@ pub fn task(
     }
 }
 
-/// Runs `task` until an attempt succeeds or it fails for good.
-pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, DriverError> {
+/// Runs `task` until an attempt succeeds or it fails for good; returns
+/// the successful attempt's output and how many attempts failed before it.
+pub async fn run(
+    ctx: &Ctx,
+    task: pb::TaskAssignment,
+) -> Result<(pb::TaskOutput, u32), DriverError> {
     let max = ctx.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     let p = task.partition;
@@ -104,7 +108,7 @@ pub async fn run(ctx: &Ctx, task: pb::TaskAssignment) -> Result<pb::TaskOutput, 
                 if failures != Failures::default() {
                     ctx.entry.set_error(String::new());
                 }
-                return Ok(out);
+                return Ok((out, attempt));
             }
             TaskOutcome::Lost(reason) => (None, reason),
             TaskOutcome::Failed(e) => (Some(e.kind()), e.message),

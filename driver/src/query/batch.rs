@@ -143,7 +143,7 @@ pub async fn execute(
         let longest = Duration::from_millis(outcome.longest_open_ms) + committed.took;
         progress.kafka_transactions = Some(pb::KafkaTransactions {
             committed: committed.committed,
-            aborted: 0,
+            aborted: outcome.writer_retries,
             longest_ms: longest.as_millis() as u64,
         });
     }

@@ -18,10 +18,10 @@
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
-use sluice_common::checkpoint::{PreparedTransaction, TransactionsRecord};
-use sluice_common::kafka::{Kafka, TxnEnd, TxnId};
+use sluice_common::checkpoint::{Log, PreparedTransaction, QueryCheckpoint, TransactionsRecord};
+use sluice_common::kafka::{Kafka, TxnEnd, TxnId, end_transaction};
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkSpec};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::ctx::Ctx;
 use crate::error::DriverError;
@@ -44,9 +44,14 @@ pub async fn check_topic(spec: &QuerySpec, deadline: Duration) -> Result<(), Dri
     let SinkSpec::Kafka(k) = &spec.sink else {
         return Ok(());
     };
-    let kafka = Kafka::connect(&k.bootstrap_servers, deadline)
-        .await
-        .map_err(sink_error)?;
+    let kafka = Kafka::connect_secure(
+        &k.bootstrap_servers,
+        &k.security,
+        "sink.kafka.security",
+        deadline,
+    )
+    .await
+    .map_err(sink_error)?;
     let found = kafka.partition_count(&k.topic).await;
     if let Err(e) = kafka.close().await {
         debug!(error = %e, "closing the Kafka connection failed");
@@ -127,6 +132,63 @@ pub async fn recorded(ctx: &Ctx, batch: u64) -> Result<Option<TransactionsRecord
         .await
 }
 
+/// After the query stopped: a batch whose `transactions/N` is written is
+/// committed in Kafka, even when the stop interrupted its commits (the
+/// record is the batch's commit point, as a sink manifest is a file
+/// batch's). Each recorded transaction of a batch without `commits/N` is
+/// committed; a later run of the query writes `commits/N` from the record.
+/// A failure is logged: a restarted query commits them again.
+pub async fn complete_stopped(spec: &QuerySpec, qc: &QueryCheckpoint) {
+    let Some(sink) = exactly_once(spec) else {
+        return;
+    };
+    let done = async {
+        let Some(planned) = qc.latest(Log::Offsets).await? else {
+            return Ok(0);
+        };
+        let first = qc.latest(Log::Commits).await?.map_or(0, |c| c + 1);
+        let mut committed = 0;
+        for batch in first..=planned {
+            let Some(record) = qc.transactions(batch).await? else {
+                continue;
+            };
+            for txn in &record.transactions {
+                let ended = end_transaction(
+                    &sink.bootstrap_servers,
+                    &sink.security,
+                    &txn_id(txn),
+                    true,
+                    DEADLINE,
+                )
+                .await?;
+                if ended != TxnEnd::Ended {
+                    warn!(batch, transactional_id = %txn.transactional_id, ?ended, "a transaction of the stopped query was aborted before its commit");
+                }
+                committed += 1;
+            }
+        }
+        Ok::<_, sluice_common::Error>(committed)
+    };
+    match done.await {
+        Ok(0) => {}
+        Ok(n) => info!(
+            transactions = n,
+            "the stopped query's recorded transactions committed"
+        ),
+        Err(e) => {
+            warn!(error = %e, "cannot commit the stopped query's recorded transactions; its next run does")
+        }
+    }
+}
+
+fn txn_id(txn: &PreparedTransaction) -> TxnId {
+    TxnId {
+        transactional_id: txn.transactional_id.clone(),
+        producer_id: txn.producer_id,
+        producer_epoch: txn.producer_epoch,
+    }
+}
+
 /// What phase 2 did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Committed {
@@ -170,15 +232,11 @@ async fn end(
     batch: u64,
     txn: &PreparedTransaction,
 ) -> Result<(), DriverError> {
-    let id = TxnId {
-        transactional_id: txn.transactional_id.clone(),
-        producer_id: txn.producer_id,
-        producer_epoch: txn.producer_epoch,
-    };
+    let id = txn_id(txn);
     let servers = &sink.bootstrap_servers;
     let ended = ctx
         .storage("commit a Kafka transaction", || {
-            sluice_common::kafka::end_transaction(servers, &id, true, DEADLINE)
+            end_transaction(servers, &sink.security, &id, true, DEADLINE)
         })
         .await?;
     match ended {

@@ -34,6 +34,8 @@ pub struct Outcome {
     pub transactions: Vec<PreparedTransaction>,
     /// The longest any of them had been open when its task reported.
     pub longest_open_ms: u64,
+    /// Failed attempts of the writing tasks (see `Outputs::writer_retries`).
+    pub writer_retries: u64,
     pub rows: u64,
     pub sink_bytes: u64,
     pub map_time: Duration,
@@ -82,6 +84,7 @@ impl Outcome {
                 + writers.iter().map(|o| o.discarded_bytes).sum::<u64>()
                 + kafka.clone().map(|k| k.bytes).sum::<u64>(),
             longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
+            writer_retries: outputs.writer_retries,
             transactions,
             files,
             map_time: outputs.map_time,
@@ -103,6 +106,7 @@ impl Outcome {
             files: Vec::new(),
             transactions: Vec::new(),
             longest_open_ms: o.longest_open_ms,
+            writer_retries: o.writer_retries,
             rows: o.rows,
             sink_bytes: o.sink_bytes,
             map_time: Duration::ZERO,
@@ -124,6 +128,7 @@ impl Outcome {
             max_event_time_ms: self.max_event_time_ms,
             max_event_times: self.max_event_times.clone(),
             longest_open_ms: self.longest_open_ms,
+            writer_retries: self.writer_retries,
         }
     }
 

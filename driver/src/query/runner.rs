@@ -56,6 +56,10 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
         r = drive(driver.clone(), term.clone(), entry.clone()) => r,
     };
     let stopped = entry.state() == QueryState::Stopped;
+    if stopped && let Some(spec) = &entry.spec {
+        let qc = driver.checkpoint.query(&entry.name);
+        super::kafka_sink::complete_stopped(spec, &qc).await;
+    }
     let ended = matches!(result, Ok(())) || stopped;
     if let Some(path) = sink_path.filter(|_| ended)
         && let Ok(sink) = FileSink::open(&stores, &path)

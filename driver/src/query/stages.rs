@@ -168,6 +168,9 @@ pub struct Outputs {
     pub last: usize,
     pub map_time: Duration,
     pub reduce_time: Duration,
+    /// Failed attempts of the tasks that wrote the output (each retried:
+    /// a Kafka transaction such an attempt left open, its retry aborted).
+    pub writer_retries: u64,
 }
 
 impl Outputs {
@@ -206,13 +209,14 @@ pub async fn run(
         task.plan = Some(plan.clone());
         attempts::run(ctx, task)
     });
-    let map = try_join_all(maps).await?;
+    let (map, map_retries): (Vec<_>, Vec<u32>) = try_join_all(maps).await?.into_iter().unzip();
     let map_time = t.elapsed();
     let Some(stateful) = &ctx.stateful else {
         return Ok(Outputs {
             map,
             tables,
             map_time,
+            writer_retries: map_retries.iter().map(|&n| u64::from(n)).sum(),
             ..Default::default()
         });
     };
@@ -238,7 +242,7 @@ pub async fn run(
         }));
     }
     let mut reduce = Vec::new();
-    let mut last = 0;
+    let (mut last, mut writer_retries) = (0, 0);
     for (index, op) in stateful.ops.iter().enumerate() {
         let tasks = (0..stateful.partitions).map(|b| {
             let work = op.operator.reduce(pb::StateWork {
@@ -255,7 +259,8 @@ pub async fn run(
             task.plan = Some(plan.clone());
             attempts::run(ctx, task)
         });
-        let outputs = try_join_all(tasks).await?;
+        let (outputs, retries): (Vec<_>, Vec<u32>) = try_join_all(tasks).await?.into_iter().unzip();
+        writer_retries = retries.iter().map(|&n| u64::from(n)).sum();
         last = reduce.len();
         for o in &outputs {
             shuffled.extend(o.shuffle.iter().cloned());
@@ -269,6 +274,7 @@ pub async fn run(
         last,
         map_time,
         reduce_time: t.elapsed(),
+        writer_retries,
     })
 }
 

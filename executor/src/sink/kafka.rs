@@ -26,6 +26,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use sluice_common::kafka::{Delivery, Kafka};
+use sluice_common::spec::KafkaSecurity;
 use sluice_proto::{KafkaTaskSink, KafkaWritten, PreparedTransaction};
 use tokio::sync::mpsc;
 
@@ -150,7 +151,9 @@ pub async fn deliver(
         Some(Piece::RecordsEnd) => return Ok(Some(KafkaWritten::default())),
         Some(p) => p,
     };
-    let kafka = Kafka::connect(&sink.bootstrap_servers, DEADLINE).await?;
+    let field = "sink.kafka.security";
+    let security = KafkaSecurity::from_proto(sink.security.as_ref(), field)?;
+    let kafka = Kafka::connect_secure(&sink.bootstrap_servers, &security, field, DEADLINE).await?;
     let partitions = kafka.partition_count(&sink.topic).await?;
     let own = (partition % partitions.max(1) as u32) as i32;
     let delivery = match sink.transactional_id_prefix.as_str() {

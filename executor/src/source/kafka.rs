@@ -24,7 +24,7 @@ use arrow_array::{
 use arrow_schema::{Schema, SchemaRef};
 use futures::StreamExt;
 use sluice_common::kafka::{Kafka, KafkaRecord, Partition};
-use sluice_common::spec::{CsvOptions, Format, KAFKA_COLUMNS, KafkaFormat};
+use sluice_common::spec::{CsvOptions, Format, KAFKA_COLUMNS, KafkaFormat, KafkaSecurity};
 use sluice_proto::KafkaTask;
 
 use super::files::lines::{LineFormat, decode};
@@ -207,7 +207,9 @@ impl State {
     /// gone and the loss is accepted (the rest of the range is counted).
     async fn connect(&mut self) -> Result<Option<Partition>, ExecutorError> {
         let t = &self.task;
-        let kafka = Kafka::connect(&t.bootstrap_servers, DEADLINE).await?;
+        let field = "source.kafka.security";
+        let security = KafkaSecurity::from_proto(t.security.as_ref(), field)?;
+        let kafka = Kafka::connect_secure(&t.bootstrap_servers, &security, field, DEADLINE).await?;
         match kafka.partition(&t.topic, t.partition, false).await {
             Ok(c) => Ok(Some(c)),
             Err(e) if !e.is_retryable() => {

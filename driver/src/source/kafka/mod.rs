@@ -104,8 +104,11 @@ impl KafkaPlanner {
             .map(|s| ((s.topic, s.partition), s.offset))
             .collect();
         let servers = spec.bootstrap_servers.clone();
+        let security = spec.security.clone();
         let kafka = io
-            .storage("connect to kafka", || Kafka::connect(&servers, DEADLINE))
+            .storage("connect to kafka", || {
+                Kafka::connect_secure(&servers, &security, "source.kafka.security", DEADLINE)
+            })
             .await?;
         Ok(KafkaPlanner {
             spec,
@@ -307,9 +310,19 @@ pub async fn create(
 ) -> Result<(), DriverError> {
     let field = format!("{source_field}.kafka");
     let invalid = |f: &str, r: String| DriverError::Invalid(format!("{field}.{f}: {r}"));
-    let kafka = Kafka::connect(&spec.bootstrap_servers, SUBMIT_DEADLINE)
-        .await
-        .map_err(|e| invalid("bootstrap_servers", e.to_string()))?;
+    let security = format!("{field}.security");
+    let kafka = Kafka::connect_secure(
+        &spec.bootstrap_servers,
+        &spec.security,
+        &security,
+        SUBMIT_DEADLINE,
+    )
+    .await
+    .map_err(|e| match e {
+        // A setting at fault names its own field.
+        sluice_common::Error::InvalidSpec { .. } => DriverError::Invalid(e.to_string()),
+        e => invalid("bootstrap_servers", e.to_string()),
+    })?;
     let topics = spec.topics();
     let observed = match Brokers::new(kafka).observe(&topics).await {
         Ok(Ok(o)) => o,
