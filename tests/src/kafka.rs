@@ -473,6 +473,28 @@ pub async fn produce(
     counts
 }
 
+/// Produces `0..total` to the `partitions` partitions of `topic` in the
+/// background, `chunk` records every 100 ms, with the broker's own client.
+pub fn produce_while(
+    broker: &Broker,
+    topic: &'static str,
+    partitions: i32,
+    total: u64,
+    chunk: u64,
+) -> tokio::task::JoinHandle<()> {
+    let servers = broker.servers();
+    let security = broker.security().clone();
+    tokio::spawn(async move {
+        let k = Kafka::connect_secure(&servers, &security, "broker", Duration::from_secs(10))
+            .await
+            .expect("producer connects");
+        for start in (0..total).step_by(chunk as usize) {
+            produce(&k, topic, partitions, start..(start + chunk).min(total)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
 /// Produces raw values to one partition.
 pub async fn produce_raw(kafka: &Kafka, topic: &str, partition: i32, values: &[&[u8]]) {
     send(

@@ -31,7 +31,7 @@ use crate::inproc::free_addr;
 use crate::stats::round3;
 
 const TOPIC: &str = "bench";
-const PARTITIONS: i32 = 4;
+pub(super) const PARTITIONS: i32 = 4;
 /// Records in one produce request.
 const PRODUCE_BATCH: usize = 10_000;
 /// Keeps rows whose score is at least 10 (nine in ten).
@@ -86,17 +86,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
 
     let spec = json!({
         "name": "bench-kafka",
-        "source": {"kafka": {
-            "bootstrap_servers": servers,
-            "topic": TOPIC,
-            "format": "json",
-            "schema": [
-                {"name": "value", "type": "bigint"},
-                {"name": "city", "type": "string"},
-                {"name": "score", "type": "double"},
-            ],
-            "max_records_per_partition": args.max_rows_per_batch / PARTITIONS as u64,
-        }},
+        "source": source(&servers, TOPIC, args.max_rows_per_batch),
         "trigger": {"interval_ms": 0},
         "sql": SQL,
         "sink": {"files": {"path": out, "format": "parquet"}},
@@ -152,6 +142,22 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         "verify": verify,
     });
     Ok((figures, u8::from(!exact)))
+}
+
+/// The source of [`record`]s in `topic`, at most `max_rows_per_batch` a
+/// batch over its [`PARTITIONS`] partitions.
+pub(super) fn source(servers: &str, topic: &str, max_rows_per_batch: u64) -> Value {
+    json!({"kafka": {
+        "bootstrap_servers": servers,
+        "topic": topic,
+        "format": "json",
+        "schema": [
+            {"name": "value", "type": "bigint"},
+            {"name": "city", "type": "string"},
+            {"name": "score", "type": "double"},
+        ],
+        "max_records_per_partition": max_rows_per_batch / PARTITIONS as u64,
+    }})
 }
 
 /// Connects once the broker answers (it starts in well under a second).

@@ -30,12 +30,11 @@ use tokio_util::sync::CancellationToken;
 use super::args::{BenchArgs, RUN_LIMIT, cores, workdir};
 use super::child::ChildProcess;
 use super::cluster;
-use super::kafka::{connect, load, read_back};
+use super::kafka::{PARTITIONS, connect, load, read_back, source};
 use crate::inproc::free_addr;
 use crate::stats::round3;
 
 const INPUT: &str = "input";
-const PARTITIONS: i32 = 4;
 const SQL: &str = "SELECT value, upper(city) AS city, score * 2 AS score2 FROM input";
 
 /// One query's run.
@@ -150,17 +149,7 @@ async fn query(
     let name = format!("bench-kafka-sink-{topic}");
     let spec = json!({
         "name": name,
-        "source": {"kafka": {
-            "bootstrap_servers": servers,
-            "topic": INPUT,
-            "format": "json",
-            "schema": [
-                {"name": "value", "type": "bigint"},
-                {"name": "city", "type": "string"},
-                {"name": "score", "type": "double"},
-            ],
-            "max_records_per_partition": args.max_rows_per_batch / PARTITIONS as u64,
-        }},
+        "source": source(servers, INPUT, args.max_rows_per_batch),
         "trigger": {"interval_ms": 0},
         "sql": SQL,
         "sink": {"kafka": {"bootstrap_servers": servers, "topic": topic, "delivery": delivery}},

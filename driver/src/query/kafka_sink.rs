@@ -67,10 +67,9 @@ fn sink_error(e: sluice_common::Error) -> DriverError {
     }
 }
 
-/// Phase 2 for batch `batch`: records its prepared transactions, then
-/// commits each. `prepared` is what the tasks reported, or `None` when the
-/// record is already there (a batch a driver before this one prepared).
-/// Returns when the longest transaction was committed.
+/// Phase 2 of a batch: records the transactions its tasks reported (or
+/// takes the record a driver before this one wrote), then commits each.
+/// Returns once every one is committed.
 pub async fn commit(ctx: &Ctx, prepared: Prepared) -> Result<Committed, DriverError> {
     let Some(sink) = exactly_once(&ctx.spec) else {
         return Ok(Committed::default());
@@ -136,8 +135,8 @@ pub async fn recorded(ctx: &Ctx, batch: u64) -> Result<Option<TransactionsRecord
 /// committed in Kafka, even when the stop interrupted its commits (the
 /// record is the batch's commit point, as a sink manifest is a file
 /// batch's). Each recorded transaction of a batch without `commits/N` is
-/// committed; a later run of the query writes `commits/N` from the record.
-/// A failure is logged: a restarted query commits them again.
+/// committed. A failure is logged as an error naming the batch: a stopped
+/// query does not run again, so its records may be missing.
 pub async fn complete_stopped(spec: &QuerySpec, qc: &QueryCheckpoint) {
     let Some(sink) = exactly_once(spec) else {
         return;
@@ -176,7 +175,7 @@ pub async fn complete_stopped(spec: &QuerySpec, qc: &QueryCheckpoint) {
             "the stopped query's recorded transactions committed"
         ),
         Err(e) => {
-            warn!(error = %e, "cannot commit the stopped query's recorded transactions; its next run does")
+            tracing::error!(error = %e, topic = %sink.topic, "cannot commit the stopped query's recorded transactions: the records of its last batch may be missing from the topic")
         }
     }
 }

@@ -15,19 +15,10 @@ use sluice_tests::{
 const TOTAL: u64 = 8000;
 const CHUNK: u64 = 250;
 
-/// Produces `0..TOTAL` to the 4 partitions of `topic` in chunks, a chunk
-/// every 100 ms (about 3 s in all).
+/// Produces `0..TOTAL` to the 4 partitions of `topic`, a chunk every
+/// 100 ms.
 fn producer(broker: &Broker, topic: &'static str) -> tokio::task::JoinHandle<()> {
-    let servers = broker.servers();
-    tokio::spawn(async move {
-        let k = sluice_common::kafka::Kafka::connect(&servers, Duration::from_secs(10))
-            .await
-            .expect("producer connects");
-        for start in (0..TOTAL).step_by(CHUNK as usize) {
-            kafka::produce(&k, topic, 4, start..start + CHUNK).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
+    kafka::produce_while(broker, topic, 4, TOTAL, CHUNK)
 }
 
 /// Waits until the query has read every produced record, then stops it.
