@@ -22,8 +22,8 @@ pub use files::{
 };
 pub use inputs::{INPUT, Input, MAX_SOURCES};
 pub use kafka::{
-    EARLIEST, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST, MAX_RECORDS_PER_PARTITION,
-    StartingOffsets, kafka_schema,
+    EARLIEST, Isolation, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST,
+    MAX_RECORDS_PER_PARTITION, StartingOffsets, kafka_schema,
 };
 pub use kafka_security::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 pub use kafka_sink::{

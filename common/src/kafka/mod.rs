@@ -264,6 +264,7 @@ impl Kafka {
             consumer: OnceCell::new(),
             topic: topic.to_string(),
             partition,
+            read_committed: true,
         })
     }
 
@@ -345,9 +346,19 @@ pub struct Partition {
     consumer: OnceCell<Consumer>,
     topic: String,
     partition: i32,
+    /// `read_committed` (the default), or `read_uncommitted`.
+    read_committed: bool,
 }
 
 impl Partition {
+    /// The same partition read `read_uncommitted` when `committed` is
+    /// false: every record, those of open and aborted transactions too, up
+    /// to the high watermark. Set before the first fetch.
+    pub fn committed_only(mut self, committed: bool) -> Partition {
+        self.read_committed = committed;
+        self
+    }
+
     /// The offset of the earliest record still kept.
     pub async fn earliest(&self) -> Result<i64> {
         self.offset(OffsetSpec::Earliest, "read the earliest offset")
@@ -356,7 +367,8 @@ impl Partition {
 
     /// The partition's last stable offset: the end of what a
     /// `read_committed` reader may read (the high watermark, or the first
-    /// offset of the oldest transaction still open).
+    /// offset of the oldest transaction still open); the high watermark
+    /// for a `read_uncommitted` reader.
     pub async fn latest(&self) -> Result<i64> {
         self.offset(OffsetSpec::Latest, "read the latest offset")
             .await
@@ -366,7 +378,7 @@ impl Partition {
         let what = self.what(op);
         let tp = TopicPartition::new(self.topic.clone(), self.partition);
         let admin = self.kafka.client.admin();
-        let options = ListOffsetsOptions::default().read_committed(true);
+        let options = ListOffsetsOptions::default().read_committed(self.read_committed);
         let mut listed = self
             .kafka
             .call(&what, admin.list_offsets([(tp.clone(), spec)], options))
@@ -417,7 +429,7 @@ impl Partition {
         Ok(Fetched { records, next })
     }
 
-    /// A `read_committed` consumer without a group, assigned this
+    /// A consumer without a group (`read_committed` unless set otherwise), assigned this
     /// partition. A position the broker no longer has starts over at the
     /// earliest offset kept, which the reader sees as records gone.
     async fn consumer(&self, max_bytes: i32, max_wait: Duration) -> Result<Consumer> {
@@ -426,7 +438,10 @@ impl Partition {
             .kafka
             .client
             .consumer_without_group()
-            .isolation_level(IsolationLevel::ReadCommitted)
+            .isolation_level(match self.read_committed {
+                true => IsolationLevel::ReadCommitted,
+                false => IsolationLevel::ReadUncommitted,
+            })
             .auto_offset_reset(AutoOffsetReset::Earliest)
             .max_partition_fetch_bytes(max_bytes.max(2))
             .fetch_max_bytes(max_bytes.max(2))

@@ -89,6 +89,31 @@ impl KafkaFormat {
     }
 }
 
+/// Which records of transactions the source reads (Kafka's
+/// `isolation.level`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Committed records only, up to the last stable offset.
+    #[default]
+    ReadCommitted,
+    /// Every record, those of open and aborted transactions too.
+    ReadUncommitted,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == Isolation::ReadCommitted
+    }
+}
+
 /// Where a new query starts reading.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum StartingOffsets {
@@ -326,6 +351,8 @@ pub struct KafkaSourceSpec {
     /// TLS and SASL settings of a secured cluster.
     #[serde(default, skip_serializing_if = "KafkaSecurity::is_plaintext")]
     pub security: KafkaSecurity,
+    #[serde(default, skip_serializing_if = "Isolation::is_default")]
+    pub isolation: Isolation,
 }
 
 impl KafkaSourceSpec {
@@ -488,6 +515,7 @@ impl From<&KafkaSourceSpec> for pb::KafkaSource {
             fail_on_data_loss: Some(k.fail_on_data_loss),
             on_bad_record: k.on_bad_record.as_str().to_string(),
             security: (!k.security.is_plaintext()).then(|| (&k.security).into()),
+            isolation: (!k.isolation.is_default()).then(|| k.isolation.as_str().to_string()),
         }
     }
 }
@@ -517,6 +545,18 @@ impl TryFrom<&pb::KafkaSource> for KafkaSourceSpec {
             fail_on_data_loss: k.fail_on_data_loss.unwrap_or(true),
             on_bad_record: OnBadRecord::parse(&format!("{field}.on_bad_record"), &k.on_bad_record)?,
             security: KafkaSecurity::from_proto(k.security.as_ref(), &format!("{field}.security"))?,
+            isolation: match k.isolation.as_deref() {
+                None | Some("read_committed") => Isolation::ReadCommitted,
+                Some("read_uncommitted") => Isolation::ReadUncommitted,
+                Some(i) => {
+                    return Err(Error::invalid(
+                        format!("{field}.isolation"),
+                        format!(
+                            "unknown isolation {i:?}; expected read_committed or read_uncommitted"
+                        ),
+                    ));
+                }
+            },
         })
     }
 }

@@ -211,7 +211,7 @@ impl State {
         let security = KafkaSecurity::from_proto(t.security.as_ref(), field)?;
         let kafka = Kafka::connect_secure(&t.bootstrap_servers, &security, field, DEADLINE).await?;
         match kafka.partition(&t.topic, t.partition, false).await {
-            Ok(c) => Ok(Some(c)),
+            Ok(c) => Ok(Some(c.committed_only(!t.read_uncommitted))),
             Err(e) if !e.is_retryable() => {
                 let (from, end) = (self.from, self.task.end);
                 self.lost(from, end, &e.to_string())?;

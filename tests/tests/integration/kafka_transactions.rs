@@ -71,6 +71,42 @@ async fn only_committed_records_are_read_each_once() {
     assert_eq!(sink_values(&sink), (0..40).collect::<Vec<u64>>());
 }
 
+/// `isolation: read_uncommitted` reads every record, those of an aborted
+/// transaction and of one still open too, up to the high watermark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_uncommitted_reads_every_record() {
+    let cluster = Cluster::new("kafka-uncommitted");
+    let broker = Broker::start_transactional(&cluster).await;
+    broker.create_topic("tx", 1).await;
+    let servers = broker.servers();
+    let kafka = broker.client().await;
+    Transaction::open(&servers, "tx", 0, "first", 0..10)
+        .await
+        .end(true)
+        .await;
+    Transaction::open(&servers, "tx", 0, "aborted", 100..110)
+        .await
+        .end(false)
+        .await;
+    let _open = Transaction::open(&servers, "tx", 0, "open", 20..30).await;
+    kafka::produce(&kafka, "tx", 1, 30..40).await;
+
+    let driver = cluster.start_ready_driver().await;
+    let _executor = cluster.start_executor(driver.addr());
+    let mut client = cluster.client(driver.addr());
+    let sink = cluster.sink_path("tx");
+    let text = spec("tx", &servers, "tx", &sink, "isolation: read_uncommitted");
+    client.submit(&text).await.expect("submit");
+    let mut expected: Vec<u64> = (0..10).chain(100..110).chain(20..40).collect();
+    expected.sort_unstable();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sink_values(&sink).len() < expected.len() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.stop("tx").await.expect("stop");
+    assert_eq!(sink_values(&sink), expected);
+}
+
 /// The sink's two phases on noida-db: a task's writer leaves its
 /// transaction open and reports it; the driver's `EndTxn`, from another
 /// connection, commits it (and again, idempotently); a newer writer of the

@@ -21,13 +21,17 @@ pub struct Missing {
 
 pub struct Brokers {
     kafka: Kafka,
+    /// Where a partition ends: its last stable offset (`read_committed`)
+    /// or its high watermark.
+    read_committed: bool,
     clients: Mutex<HashMap<(String, i32), Arc<Partition>>>,
 }
 
 impl Brokers {
-    pub fn new(kafka: Kafka) -> Self {
+    pub fn new(kafka: Kafka, read_committed: bool) -> Self {
         Brokers {
             kafka,
+            read_committed,
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -79,7 +83,8 @@ impl Brokers {
         if let Some(c) = self.clients().get(&key) {
             return Ok(c.clone());
         }
-        let client = Arc::new(self.kafka.partition(topic, p, true).await?);
+        let client = self.kafka.partition(topic, p, true).await?;
+        let client = Arc::new(client.committed_only(self.read_committed));
         self.clients().insert(key, client.clone());
         Ok(client)
     }

@@ -27,7 +27,7 @@ use sluice_common::checkpoint::{
     RECORD_VERSION, Record, SourceOffsets,
 };
 use sluice_common::kafka::Kafka;
-use sluice_common::spec::{EARLIEST, KafkaSourceSpec, LATEST, OnBadRecord};
+use sluice_common::spec::{EARLIEST, Isolation, KafkaSourceSpec, LATEST, OnBadRecord};
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
 
@@ -110,10 +110,11 @@ impl KafkaPlanner {
                 Kafka::connect_secure(&servers, &security, "source.kafka.security", DEADLINE)
             })
             .await?;
+        let read_committed = spec.isolation == Isolation::ReadCommitted;
         Ok(KafkaPlanner {
             spec,
             schema,
-            brokers: Brokers::new(kafka),
+            brokers: Brokers::new(kafka, read_committed),
             initial,
         })
     }
@@ -245,6 +246,7 @@ impl SourcePlanner for KafkaPlanner {
                     fail_on_data_loss: self.spec.fail_on_data_loss,
                     security: (!self.spec.security.is_plaintext())
                         .then(|| (&self.spec.security).into()),
+                    read_uncommitted: self.spec.isolation == Isolation::ReadUncommitted,
                 };
                 let source = pb::TaskSource {
                     kind: Some(pb::task_source::Kind::Kafka(task)),
@@ -324,7 +326,8 @@ pub async fn create(
         e => invalid("bootstrap_servers", e.to_string()),
     })?;
     let topics = spec.topics();
-    let observed = match Brokers::new(kafka).observe(&topics).await {
+    let read_committed = spec.isolation == Isolation::ReadCommitted;
+    let observed = match Brokers::new(kafka, read_committed).observe(&topics).await {
         Ok(Ok(o)) => o,
         Ok(Err(m)) => {
             let f = match spec.topic {
