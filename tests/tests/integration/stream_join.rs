@@ -158,8 +158,9 @@ fn rate_join(name: &str, sink: &Path, sql: &str, watermarks: bool) -> String {
     )
 }
 
-/// Every batch's state rows, from the query's progress records.
-fn state_rows(root: &Path, query: &str) -> Vec<u64> {
+/// Every batch's state rows and input rows, from the query's progress
+/// records.
+fn state_rows(root: &Path, query: &str) -> Vec<(u64, u64)> {
     let dir = sluice_tests::query_dir(root, query).join("progress");
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -170,7 +171,8 @@ fn state_rows(root: &Path, query: &str) -> Vec<u64> {
         .iter()
         .map(|p| {
             let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
-            v["state_rows_total"].as_u64().unwrap_or(0)
+            let n = |f: &str| v[f].as_u64().unwrap_or(0);
+            (n("state_rows_total"), n("num_input_rows"))
         })
         .collect()
 }
@@ -203,16 +205,28 @@ async fn with_watermarks_and_a_bound_the_state_stays_bounded_while_keys_pass_thr
     assert_eq!(want.len() as u64, TOTAL, "every row of a has its row of b");
     assert_eq!(got.len(), want.len(), "row counts differ");
     assert!(got == want, "the sink differs from the oracle");
-    // Two streams of 36,000 rows passed through; the state held the rows
-    // of about the bound, the watermark's delay and a batch or two.
+    // Two streams of 36,000 rows passed through; after each batch the
+    // state held the rows of about the bound (1 s each way), the
+    // watermark's delay (0.5 s) and the batch itself: a slow batch, which
+    // reads more rows, holds more, and the next ones fall back.
     let states = state_rows(&root, "bounded");
-    let most = states.iter().copied().max().unwrap_or(0);
-    eprintln!("state rows per batch: {states:?}");
+    eprintln!("(state rows, input rows) per batch: {states:?}");
     assert!(states.len() > 5, "many batches: {states:?}");
-    assert!(most > 0, "the join buffered rows");
+    assert!(states.iter().any(|s| s.0 > 0), "the join buffered rows");
+    let window = 2 * RATE * 3;
+    for (i, &(state, input)) in states.iter().enumerate() {
+        let before = i.checked_sub(1).map_or(0, |j| states[j].1);
+        assert!(
+            state <= window + input + before,
+            "batch {i}: {state} state rows, above the window's {window} and the last two batches' \
+             {input} + {before} input rows: the state is not bounded"
+        );
+    }
+    let last = states.len().saturating_sub(5);
+    let tail = states[last..].iter().map(|s| s.0).max().unwrap_or(0);
     assert!(
-        most <= 2 * TOTAL / 4,
-        "the state stayed bounded: {most} rows at most"
+        tail <= 2 * TOTAL / 4,
+        "the state fell back: {tail} rows at the end"
     );
 }
 
