@@ -140,6 +140,7 @@ impl InProcess {
             heartbeat,
             id: id.to_string(),
             max_state_bytes: self.executor_state_bytes,
+            state: Default::default(),
             max_task_memory_bytes: sluice_executor::config::DEFAULT_MAX_TASK_MEMORY_BYTES,
             stores: self.stores.clone(),
             tls: self.executor_tls.clone(),

@@ -22,7 +22,7 @@ use crate::state::States;
 /// Loaded tables kept (the most recently used).
 const TABLES_KEPT: usize = 8;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Caches {
     sinks: Mutex<HashMap<String, FileSink>>,
     tables: Mutex<VecDeque<(String, Arc<Vec<RecordBatch>>)>>,
@@ -31,6 +31,10 @@ pub struct Caches {
     pub states: States,
     /// Work that outlives a task, off its path: state snapshots.
     pub background: tokio_util::task::TaskTracker,
+    /// One snapshot is encoded at a time: snapshots due at the same batch
+    /// (every partition's, at once) take turns, off the batches' cores
+    /// and within the memory of one.
+    pub snapshots: Arc<tokio::sync::Semaphore>,
     /// The most state bytes held at once (`--max-state-bytes`); 0 is
     /// unbounded.
     max_state_bytes: u64,
@@ -42,6 +46,23 @@ pub struct Caches {
     /// Where tasks may read and write (`--allowed-paths`); `None` does not
     /// confine.
     pub allowed: Option<AllowedPaths>,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Caches {
+            sinks: Default::default(),
+            tables: Default::default(),
+            stores: Default::default(),
+            states: Default::default(),
+            background: Default::default(),
+            snapshots: Arc::new(tokio::sync::Semaphore::new(1)),
+            max_state_bytes: 0,
+            task_memory: None,
+            storage: Default::default(),
+            allowed: None,
+        }
+    }
 }
 
 /// A poisoned lock is a bug: panic.
@@ -59,6 +80,12 @@ impl Caches {
             allowed,
             ..Default::default()
         }
+    }
+
+    /// With states kept in a local store configured by `config`.
+    pub fn with_local_state(mut self, config: crate::state::local::LocalConfig) -> Self {
+        self.states = States::new(config);
+        self
     }
 
     /// With a memory pool of `bytes` for each task's query operators.

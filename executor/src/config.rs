@@ -17,6 +17,10 @@ use sluice_common::storage::{AllowedPaths, StoreOptions, Stores};
 use sluice_common::tls::{Bearer, ClientTls};
 
 use crate::error::ExecutorError;
+pub use crate::state::local::{DEFAULT_STATE_MEMORY_BYTES, LocalConfig};
+
+/// The least `--state-memory-bytes`: the local store's cache and memtables.
+pub const MIN_STATE_MEMORY_BYTES: u64 = 16 << 20;
 
 /// `sluice executor`: attaches to the driver, heartbeats and runs tasks.
 #[derive(Debug, Clone, Parser)]
@@ -40,10 +44,20 @@ pub struct Cli {
     /// This executor's name (default: `executor-<uuid>`).
     #[arg(long, env = "SLUICE_ID")]
     pub id: Option<String>,
-    /// The most bytes of stateful queries' state this executor holds in
-    /// memory; a task whose state would pass it fails, naming the query.
+    /// The most bytes of stateful queries' state this executor holds, in
+    /// memory and on local disk; a task whose state would pass it fails,
+    /// naming the query.
     #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = DEFAULT_MAX_STATE_BYTES)]
     pub max_state_bytes: u64,
+    /// The most bytes of state kept in memory; the rest is on local disk
+    /// (--state-dir), a cache rebuilt from the checkpoint when lost.
+    #[arg(long, env = "SLUICE_STATE_MEMORY_BYTES", default_value_t = DEFAULT_STATE_MEMORY_BYTES)]
+    pub state_memory_bytes: u64,
+    /// A directory of this executor's own for its local state files,
+    /// emptied when it starts (default: one under the system's temporary
+    /// directory).
+    #[arg(long, env = "SLUICE_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// The most bytes one task's query operators (aggregations, joins) may
     /// hold; a task that needs more fails its query, naming this flag.
     #[arg(long, env = "SLUICE_MAX_TASK_MEMORY_BYTES", default_value_t = DEFAULT_MAX_TASK_MEMORY_BYTES)]
@@ -90,8 +104,10 @@ pub struct ExecutorConfig {
     pub heartbeat: Duration,
     /// The name the driver knows this executor by.
     pub id: String,
-    /// The most bytes of state held in memory; at least 1.
+    /// The most bytes of state held, in memory and on disk; at least 1.
     pub max_state_bytes: u64,
+    /// Where the local state files go, and how much of them is in memory.
+    pub state: LocalConfig,
     /// The most bytes one task's query operators may hold; at least 1.
     pub max_task_memory_bytes: u64,
     /// Opens sources, tables, sinks and state.
@@ -131,6 +147,10 @@ impl TryFrom<Cli> for ExecutorConfig {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(default_id),
             max_state_bytes: cli.max_state_bytes,
+            state: LocalConfig {
+                dir: cli.state_dir,
+                memory_bytes: cli.state_memory_bytes,
+            },
             max_task_memory_bytes: cli.max_task_memory_bytes,
             stores: Stores::new(StoreOptions::from_env()),
             tls: ClientTls::from_flags(cli.tls_ca, cli.tls_cert, cli.tls_key)
@@ -165,6 +185,11 @@ impl ExecutorConfig {
             return Err(ExecutorError::Config(
                 "--max-task-memory-bytes must be at least 1".into(),
             ));
+        }
+        if self.state.memory_bytes < MIN_STATE_MEMORY_BYTES {
+            return Err(ExecutorError::Config(format!(
+                "--state-memory-bytes must be at least {MIN_STATE_MEMORY_BYTES} (16 MiB)"
+            )));
         }
         if self.max_state_bytes == 0 {
             return Err(ExecutorError::Config(

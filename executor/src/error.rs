@@ -67,6 +67,12 @@ pub enum ExecutorError {
         limit: u64,
     },
 
+    /// The executor's local state files failed (a full or broken disk):
+    /// retried, as the state is rebuilt from the checkpoint on any
+    /// executor.
+    #[error("local state store: {0}")]
+    LocalState(String),
+
     /// A task's output passed the cap the driver set for one task.
     #[error(
         "a task's output passed {bytes} bytes, above the cap of {limit} bytes per task (the driver's --max-output-bytes-per-task); the query makes far more output than input"
@@ -95,7 +101,8 @@ impl ExecutorError {
             ExecutorError::Connect { .. }
             | ExecutorError::Rpc { .. }
             | ExecutorError::StreamClosed { .. }
-            | ExecutorError::Draining => true,
+            | ExecutorError::Draining
+            | ExecutorError::LocalState(_) => true,
             ExecutorError::Common(e) => e.is_retryable(),
             ExecutorError::Sql(e) => e.is_retryable(),
             ExecutorError::Config(_)

@@ -56,12 +56,12 @@ pub async fn run<O: Operator>(
     let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
     let (schema, keys) = op.state_schema();
     let mut table = stage::state(&caches, &store, task, work_state, schema, keys).await?;
-    let due = stage::due(work_state, &table);
+    let due = stage::due(work_state, &table)?;
     stage::snapshot(&caches, &store, work_state, task.partition, due);
 
     let advanced = op.advance(&table, rows).await?;
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
-    let evict = |rows: &_| op.evict(rows, watermark);
+    let evict = |state: &_| op.evict(state, watermark);
     let change = advanced.change();
     let evicted = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
     stage::bound(&caches, task, &table)?;

@@ -18,7 +18,7 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::output::{self, Emitter};
 use crate::sink::parts::Layout;
-use crate::state::table::{Change, StateTable};
+use crate::state::table::{Change, FrozenState, StateTable};
 use crate::state::{self, codec};
 
 /// Rows shuffled to an operator, with the side of it they are for.
@@ -97,15 +97,17 @@ pub async fn state(
     if let Some(held) = caches.states.take(&owner, p, version) {
         return Ok(held);
     }
-    let empty = state::empty(schema, keys)?;
+    let empty = caches.states.empty(schema, keys)?;
     let Some(v) = version else {
         return Ok(empty);
     };
+    let started = std::time::Instant::now();
     let table = state::load(store, &work.operator, p, empty, v).await?;
     info!(
         partition = p,
         version = v,
         rows = table.len(),
+        ms = started.elapsed().as_millis() as u64,
         "state reloaded from storage"
     );
     Ok(table)
@@ -123,11 +125,11 @@ pub async fn advance(
     task: &TaskAssignment,
     work: &StateWork,
     change: Change,
-    evict: impl FnOnce(&RecordBatch) -> Result<Option<RecordBatch>, ExecutorError>,
+    evict: impl FnOnce(&StateTable) -> Result<Option<RecordBatch>, ExecutorError>,
 ) -> Result<RecordBatch, ExecutorError> {
     table.apply(&change, task.batch_id)?;
     let none = RecordBatch::new_empty(change.upserts.schema());
-    let evicted = evict(table.rows())?.unwrap_or_else(|| none.clone());
+    let evicted = evict(table)?.unwrap_or_else(|| none.clone());
     let evicting = Change {
         upserts: none,
         deletes: evicted.clone(),
@@ -261,10 +263,18 @@ pub async fn read_partials(
 }
 
 /// The state held, when its version is due a snapshot (every
-/// `snapshot_interval` batches): its version and rows.
-pub fn due(work: &StateWork, table: &StateTable) -> Option<(u64, RecordBatch)> {
-    let v = table.version?;
-    ((v + 1) % work.snapshot_interval.max(1) == 0).then(|| (v, table.rows().clone()))
+/// `snapshot_interval` batches): its version, frozen.
+pub fn due(
+    work: &StateWork,
+    table: &StateTable,
+) -> Result<Option<(u64, FrozenState)>, ExecutorError> {
+    let Some(v) = table.version else {
+        return Ok(None);
+    };
+    if (v + 1) % work.snapshot_interval.max(1) != 0 {
+        return Ok(None);
+    }
+    Ok(Some((v, table.freeze()?)))
 }
 
 /// Writes a snapshot in the background, off the batch's path: a task the
@@ -277,14 +287,22 @@ pub fn snapshot(
     store: &StateStore,
     work: &StateWork,
     p: u32,
-    due: Option<(u64, RecordBatch)>,
+    due: Option<(u64, FrozenState)>,
 ) {
-    let Some((v, rows)) = due else { return };
+    let Some((v, frozen)) = due else { return };
     let (store, operator) = (store.clone(), work.operator.clone());
+    let turns = caches.snapshots.clone();
     let span = tracing::info_span!("snapshot", partition = p, version = v);
     let write = async move {
         let written = async {
-            let bytes = codec::encode(&rows.schema(), &[rows])?;
+            let _turn = turns
+                .acquire()
+                .await
+                .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
+            let encode = move || codec::encode_each(frozen.schema(), frozen.batches());
+            let bytes = tokio::task::spawn_blocking(encode)
+                .await
+                .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
             store
                 .write(&operator, p, StateFile::Snapshot(v), bytes)
                 .await?;
@@ -318,14 +336,14 @@ pub fn output_mode(task: &TaskAssignment, mode: i32) -> Result<OutputMode, Execu
 /// append modes, the groups whose window (`window`) the watermark has
 /// closed; complete mode keeps every group.
 pub fn evict_closed(
-    rows: &RecordBatch,
+    state: &StateTable,
     window: Option<(usize, WindowEnd)>,
     watermark: Option<i64>,
     mode: OutputMode,
 ) -> Result<Option<RecordBatch>, ExecutorError> {
     match (window, watermark, mode) {
         (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
-            closed(rows, w, wm).map(Some)
+            closed(&state.scan()?, w, wm).map(Some)
         }
         _ => Ok(None),
     }
@@ -339,12 +357,12 @@ pub fn emitted(
     pending: Option<RecordBatch>,
     evicted: RecordBatch,
     state: &StateTable,
-) -> RecordBatch {
-    match mode {
+) -> Result<RecordBatch, ExecutorError> {
+    Ok(match mode {
         OutputMode::Update => pending.unwrap_or_else(|| RecordBatch::new_empty(evicted.schema())),
-        OutputMode::Complete => state.rows().clone(),
+        OutputMode::Complete => state.scan()?,
         OutputMode::Append => evicted,
-    }
+    })
 }
 
 /// The state rows whose window ends at or before the watermark: final.

@@ -30,6 +30,7 @@ pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod s3;
+pub mod scale;
 pub mod secure;
 pub mod seed;
 pub mod spec;

@@ -181,6 +181,17 @@ impl Process {
         inner.child.as_ref().map(Child::id)
     }
 
+    /// A function that tells the pid of the running child, wherever it is
+    /// called (a watcher task), across restarts.
+    pub fn pid_source(&self) -> impl Fn() -> Option<u32> + Send + 'static {
+        let inner = self.inner.clone();
+        move || {
+            let mut inner = lock(&inner);
+            inner.poll();
+            inner.child.as_ref().map(Child::id)
+        }
+    }
+
     /// How many times the process has been started (1 after `spawn`).
     pub fn starts(&self) -> u32 {
         self.lock().starts

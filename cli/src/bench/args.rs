@@ -21,6 +21,7 @@ pub enum Scenario {
     Stateful,
     Windowed,
     StateRecovery,
+    StateScale,
     Kafka,
     KafkaSink,
     Join,
@@ -85,7 +86,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 4_000_000)]
     pub max_rows_per_batch: u64,
     /// overhead, partitions: the number of batches (default 200 overhead,
-    /// 100 partitions).
+    /// 100 partitions); state-scale: the batches after the fill, each
+    /// touching 1 % of the keys (default 40).
     #[arg(long)]
     pub batches: Option<u64>,
     /// sql-stateless: the sink format (default: jsonl, then parquet).
@@ -107,12 +109,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10)]
     pub handovers: u32,
     /// Source partitions (default: 8 throughput, sql-stateless and the
-    /// stateful scenarios, 2 overhead, 1024 partitions, 4 recovery and
-    /// failover).
+    /// stateful scenarios, state-recovery and state-scale among them, 2
+    /// overhead, 1024 partitions, 4 recovery and failover).
     #[arg(long)]
     pub partitions: Option<u32>,
-    /// windowed, state-recovery: distinct group keys (default: 100000
-    /// windowed, 1000000 state-recovery).
+    /// windowed, state-recovery, state-scale: distinct group keys
+    /// (default: 100000 windowed, 1000000 state-recovery, 10000000
+    /// state-scale).
     #[arg(long)]
     pub keys: Option<u64>,
     /// windowed: the tumbling window's size, in milliseconds.

@@ -81,6 +81,12 @@ impl ChildProcess {
         Ok(())
     }
 
+    /// The running child's process id; `None` before a start or after a
+    /// kill.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Sends `signal` without waiting for the child to exit.
     pub fn signal(&self, signal: Signal) -> anyhow::Result<()> {
         let child = self.child.as_ref().context("the child is not running")?;
@@ -121,6 +127,36 @@ impl ChildProcess {
         child.wait().context("cannot reap the child")?;
         Ok(())
     }
+}
+
+/// A local cluster of two child processes: a `sluice driver` on a free
+/// port over the checkpoint `root`, and one `sluice executor` with `slots`
+/// slots and 200 ms heartbeats attached to it, both logging into `dir`,
+/// neither started yet. Returns the driver's address too.
+pub fn driver_and_executor(
+    dir: &std::path::Path,
+    root: &str,
+    name: &str,
+    slots: u32,
+) -> anyhow::Result<(String, ChildProcess, ChildProcess)> {
+    let listen = crate::inproc::free_addr()?;
+    let addr = crate::inproc::advertise(listen);
+    let driver_args = crate::inproc::driver_args(listen, None, root, &format!("{name}-driver"));
+    let driver = ChildProcess::sluice("driver", driver_args, dir.join("driver.log"))?;
+    let executor_args = [
+        "--driver",
+        &addr,
+        "--slots",
+        &slots.to_string(),
+        "--heartbeat-ms",
+        "200",
+        "--id",
+        &format!("{name}-executor"),
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let executor = ChildProcess::sluice("executor", executor_args, dir.join("executor.log"))?;
+    Ok((addr, driver, executor))
 }
 
 impl Drop for ChildProcess {

@@ -12,6 +12,7 @@
 //! | `stateful`, `windowed` | `stateful.rs`: GROUP BY over the rate source, in update and append mode |
 //! | `join` | `join.rs`: two rate streams joined within an event-time bound, into Parquet |
 //! | `state-recovery` | `state_recovery.rs`: 1 M keys of state reloaded after a SIGKILL of driver and executor |
+//! | `state-scale` | `state_scale.rs`: 10 M keys of state, batches touching 1 % of them: batch times, executor RSS, restarts after SIGKILLs |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
 //! | `kafka-sink` | `kafka_sink.rs`: JSON records through a projection into another topic, at-least-once and exactly-once |
 //! | `nexmark` | `nexmark.rs`: the Nexmark queries (`sluice_common::nexmark::queries`) into the discard sink |
@@ -40,6 +41,7 @@ mod secure;
 mod sql;
 mod state_check;
 mod state_recovery;
+mod state_scale;
 mod stateful;
 mod storage;
 
@@ -83,6 +85,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Stateful => stateful::stateful(&args, &shutdown).await,
         Scenario::Windowed => stateful::windowed(&args, &shutdown).await,
         Scenario::StateRecovery => state_recovery::run(&args, &shutdown).await,
+        Scenario::StateScale => state_scale::run(&args, &shutdown).await,
         Scenario::Kafka => kafka::run(&args, &shutdown).await,
         Scenario::KafkaSink => kafka_sink::run(&args, &shutdown).await,
         Scenario::Join => join::run(&args, &shutdown).await,

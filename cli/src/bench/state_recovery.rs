@@ -31,12 +31,12 @@ use sluice_proto::{BatchProgress, QueryState};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, workdir};
-use super::child::{ChildProcess, POLL, commit, commit_above, highest_commit};
+use super::child::{self, ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
 use crate::client::Client;
 use crate::queries::{self, RateQuery};
 use crate::stats::{Summary, round3};
-use crate::{inproc, output, progress};
+use crate::{output, progress};
 
 const QUERY: &str = "bench-state-recovery";
 const SLOTS: u32 = 2;
@@ -55,24 +55,8 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let keys = args.keys.unwrap_or(1_000_000);
     anyhow::ensure!(keys >= 4, "--keys must be at least 4");
     let (dir, root, out) = workdir()?;
-    let listen = inproc::free_addr()?;
-    let addr = inproc::advertise(listen);
-    let driver_args = inproc::driver_args(listen, None, &root, "bench-state-driver");
-    let mut driver = ChildProcess::sluice("driver", driver_args, dir.path().join("driver.log"))?;
-    let executor_args = [
-        "--driver",
-        &addr,
-        "--slots",
-        &SLOTS.to_string(),
-        "--heartbeat-ms",
-        "200",
-        "--id",
-        "bench-state-executor",
-    ]
-    .map(str::to_string)
-    .to_vec();
-    let mut executor =
-        ChildProcess::sluice("executor", executor_args, dir.path().join("executor.log"))?;
+    let (addr, mut driver, mut executor) =
+        child::driver_and_executor(dir.path(), &root, "bench-state", SLOTS)?;
     driver.start()?;
     executor.start()?;
     let partitions = args.partitions.unwrap_or(8);

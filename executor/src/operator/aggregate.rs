@@ -129,7 +129,7 @@ impl Operator for Aggregate {
     /// reads changes: a row of a closed window may still be retracted.
     fn evict(
         &self,
-        rows: &RecordBatch,
+        state: &StateTable,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
         if self.changes == Changes::Read {
@@ -139,7 +139,7 @@ impl Operator for Aggregate {
             Some(_) => watermark.map(|wm| wm.saturating_sub(1)),
             None => watermark,
         };
-        stage::evict_closed(rows, self.agg.window(), watermark, self.mode)
+        stage::evict_closed(state, self.agg.window(), watermark, self.mode)
     }
 
     async fn emit(
@@ -176,7 +176,7 @@ impl Operator for Aggregate {
             }
             Changes::None => {}
         }
-        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state);
+        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state)?;
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }

@@ -61,8 +61,9 @@ pub fn advance(state: &StateTable, changes: Vec<RecordBatch>) -> Result<Advanced
     };
     let all = concat_batches(&first.schema(), &changes).map_err(fail)?;
     let (distinct, diffs) = net(&all, keys)?;
-    let at = state.positions(&distinct)?;
-    let counts = state.rows().column(keys).as_primitive::<Int64Type>();
+    let found = state.find(std::slice::from_ref(&distinct))?;
+    let at = found.at;
+    let counts = found.rows.column(keys).as_primitive::<Int64Type>();
     let (mut touched, mut kept, mut counted, mut gone) = (vec![], vec![], vec![], vec![]);
     for (i, (&diff, at)) in diffs.iter().zip(&at).enumerate() {
         if diff == 0 {
@@ -142,7 +143,7 @@ pub fn groups(
     state: &StateTable,
     touched: Option<&RecordBatch>,
 ) -> Result<Groups, ExecutorError> {
-    let rows = state.rows();
+    let rows = &state.scan()?;
     let keys = rows.num_columns() - 1;
     let (selected, emptied) = match touched {
         Some(t) => in_groups(agg, rows, t)?,
@@ -247,7 +248,7 @@ mod tests {
 
     /// A state holding each `(n, count)`.
     fn state(held: &[(i64, i64)]) -> StateTable {
-        let mut table = StateTable::new(state_schema(), 1).unwrap();
+        let mut table = crate::state::test_table(state_schema(), 1);
         let n: Int64Array = held.iter().map(|r| Some(r.0)).collect();
         let c: Int64Array = held.iter().map(|r| Some(r.1)).collect();
         let rows = RecordBatch::try_new(state_schema(), vec![Arc::new(n), Arc::new(c)]).unwrap();

@@ -118,13 +118,14 @@ impl Operator for Dedup {
 
     fn evict(
         &self,
-        rows: &RecordBatch,
+        state: &StateTable,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
         let expiry = (self.keys.len(), WindowEnd::Plus(0));
-        watermark
-            .map(|wm| stage::closed(rows, expiry, wm))
-            .transpose()
+        match watermark {
+            Some(wm) => stage::closed(&state.scan()?, expiry, wm).map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn emit(

@@ -83,10 +83,8 @@ impl Operator for Join {
         rows: Vec<Shuffled>,
     ) -> Result<Advanced, ExecutorError> {
         let new = self.new_rows(rows)?;
-        let old = [
-            self.buffered(state.rows(), 0)?,
-            self.buffered(state.rows(), 1)?,
-        ];
+        let held = state.scan()?;
+        let old = [self.buffered(&held, 0)?, self.buffered(&held, 1)?];
         let with_ids = |side: usize, r: &Side| r.with_id(&self.join.side_schema(side));
         let (new_l, new_r) = (with_ids(0, &new[0])?, with_ids(1, &new[1])?);
         let (old_l, old_r) = (with_ids(0, &old[0])?, with_ids(1, &old[1])?);
@@ -124,12 +122,13 @@ impl Operator for Join {
 
     fn evict(
         &self,
-        rows: &RecordBatch,
+        state: &StateTable,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
         let (Some(bound), Some(wm)) = (self.join.bound(), watermark) else {
             return Ok(None);
         };
+        let rows = &state.scan()?;
         let sides = rows
             .column(0)
             .as_primitive::<arrow_array::types::UInt8Type>();

@@ -109,10 +109,11 @@ pub trait Operator: Sized + Send + Sync {
     ) -> impl Future<Output = Result<Advanced, ExecutorError>> + Send;
 
     /// The rows of `state` that the watermark has passed: they can no
-    /// longer change, and leave the state. `None`: nothing is evicted.
+    /// longer change, and leave the state. `None`: nothing is evicted
+    /// (and the state is not read).
     fn evict(
         &self,
-        state: &RecordBatch,
+        state: &StateTable,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError>;
 

@@ -55,7 +55,7 @@ pub async fn advance(
         return Ok((none.clone(), none));
     }
     let keys = Keys::new(agg, session)?;
-    let old = keys.sessions_of(state.rows(), &new)?;
+    let old = keys.sessions_of(&state.scan()?, &new)?;
     let all = concat_batches(&schema, [&old, &new]).map_err(fail)?;
     let own = bounds(&all, session)?;
     let runs = runs(&keys.rows(&all)?, &own, old.num_rows());

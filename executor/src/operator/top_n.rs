@@ -113,10 +113,10 @@ impl Operator for TopN {
     /// final. Complete mode keeps every group.
     fn evict(
         &self,
-        rows: &RecordBatch,
+        state: &StateTable,
         watermark: Option<i64>,
     ) -> Result<Option<RecordBatch>, ExecutorError> {
-        stage::evict_closed(rows, self.top.window(), watermark, self.mode)
+        stage::evict_closed(state, self.top.window(), watermark, self.mode)
     }
 
     async fn emit(
@@ -125,7 +125,7 @@ impl Operator for TopN {
         evicted: RecordBatch,
         state: &StateTable,
     ) -> Result<Vec<RecordBatch>, ExecutorError> {
-        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state);
+        let emitted = stage::emitted(self.mode, advanced.pending, evicted, state)?;
         if emitted.num_rows() == 0 {
             return Ok(Vec::new());
         }

@@ -14,11 +14,20 @@ use crate::error::ExecutorError;
 
 /// `batches` as one IPC stream with `schema`.
 pub fn encode(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Bytes, ExecutorError> {
+    encode_each(schema, batches.iter().map(|b| Ok(b.clone())))
+}
+
+/// The batches `batches` yields as one IPC stream with `schema`, each
+/// encoded as it comes.
+pub fn encode_each(
+    schema: &SchemaRef,
+    batches: impl IntoIterator<Item = Result<RecordBatch, ExecutorError>>,
+) -> Result<Bytes, ExecutorError> {
     let fail =
         |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("ipc encode: {e}"));
     let mut w = StreamWriter::try_new(Vec::new(), schema).map_err(fail)?;
     for b in batches {
-        w.write(b).map_err(fail)?;
+        w.write(&b?).map_err(fail)?;
     }
     w.finish().map_err(fail)?;
     Ok(Bytes::from(w.into_inner().map_err(fail)?))

@@ -11,23 +11,33 @@
 //! nothing half-applied behind: the next one reloads from storage. The
 //! bytes held are bounded by `--max-state-bytes`: other partitions' states
 //! are dropped to make room for the one a task holds.
+//!
+//! The states live in the executor's local store ([`local`]), which keeps
+//! at most `--state-memory-bytes` of them in memory and the rest on local
+//! disk: a cache of the checkpoint, which can be lost at any time.
 
 pub mod codec;
+pub mod local;
+pub mod rows;
 pub mod table;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow_schema::SchemaRef;
 use sluice_common::state::{StateFile, StateStore, rebuild};
 
 use crate::error::ExecutorError;
+use local::{LocalConfig, LocalStore};
 use table::StateTable;
 
-/// The partitions' states held in memory, by (query id, partition).
+/// The partitions' states held, by (query id, partition).
 #[derive(Debug, Default)]
 pub struct States {
     held: Mutex<HashMap<(String, u32), StateTable>>,
+    config: LocalConfig,
+    /// Opened by the first stateful task.
+    local: Mutex<Option<Arc<LocalStore>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -35,6 +45,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl States {
+    /// States kept in a local store configured by `config`.
+    pub fn new(config: LocalConfig) -> Self {
+        States {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// An empty state for state rows of `schema` keyed by the first `keys`
+    /// columns, in a keyspace of its own.
+    pub fn empty(&self, schema: SchemaRef, keys: usize) -> Result<StateTable, ExecutorError> {
+        StateTable::new(self.local()?.space()?, schema, keys)
+    }
+
+    /// The local store, opened on first use (blocking, once).
+    fn local(&self) -> Result<Arc<LocalStore>, ExecutorError> {
+        let mut local = lock(&self.local);
+        if let Some(l) = local.as_ref() {
+            return Ok(l.clone());
+        }
+        let opened = Arc::new(LocalStore::open(&self.config)?);
+        *local = Some(opened.clone());
+        Ok(opened)
+    }
+
     /// Takes the state of `partition` if it is held at `version`. A state
     /// held at another version is dropped: it is of no use to anyone.
     pub fn take(&self, query: &str, partition: u32, version: Option<u64>) -> Option<StateTable> {
@@ -73,7 +108,8 @@ impl States {
 }
 
 /// State version `version` of one partition, rebuilt from storage: the
-/// latest snapshot at or below it, then the deltas after it.
+/// latest snapshot at or below it, then the deltas after it, read at once
+/// and merged into one load.
 pub async fn load(
     store: &StateStore,
     operator: &str,
@@ -87,25 +123,29 @@ pub async fn load(
         path: store.describe(operator, partition, StateFile::Delta(version)),
         reason: format!("state version {version} cannot be rebuilt: {reason}"),
     })?;
-    for file in plan {
-        let bytes = store.read(operator, partition, file).await?;
+    let read = plan.iter().map(|&f| store.read(operator, partition, f));
+    let contents = futures::future::try_join_all(read).await?;
+    let (mut snapshot, mut deltas) = (Vec::new(), Vec::new());
+    for (file, bytes) in plan.into_iter().zip(contents) {
         let what = store.describe(operator, partition, file);
         match file {
-            StateFile::Snapshot(v) => {
-                let rows = codec::decode(bytes, &table.schema().clone(), &what)?;
-                table.load(&rows, v)?;
+            StateFile::Snapshot(_) => {
+                snapshot = codec::decode(bytes, &table.schema().clone(), &what)?;
             }
-            StateFile::Delta(v) => {
+            StateFile::Delta(_) => {
                 let rows = codec::decode(bytes, &table.delta_schema(), &what)?;
-                let change = table.read_delta(&rows)?;
-                table.apply(&change, v)?;
+                deltas.push(table.read_delta(&rows)?);
             }
         }
     }
+    table.rebuild(&snapshot, &deltas, version)?;
     Ok(table)
 }
 
-/// An empty state for state rows of `schema` keyed by the first `keys`.
-pub fn empty(schema: SchemaRef, keys: usize) -> Result<StateTable, ExecutorError> {
-    StateTable::new(schema, keys)
+/// An empty state in a store of its own, for unit tests.
+#[cfg(test)]
+pub fn test_table(schema: SchemaRef, keys: usize) -> StateTable {
+    States::default()
+        .empty(schema, keys)
+        .expect("a local state store")
 }

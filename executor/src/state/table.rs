@@ -1,24 +1,33 @@
-//! One partition's state in memory: state rows (the group key, then the
-//! aggregates' intermediate states), at most one per key, in a fixed order.
+//! One partition's state: state rows (the key, then the operator's
+//! values), at most one per key, kept in the executor's local store
+//! ([`super::local`]) in the order of their keys.
 //!
 //! A batch changes the state by one [`Change`]: rows to insert or replace,
-//! and keys to remove. Applying a change keeps the rows it does not touch
-//! in their order and appends the new ones, so a state rebuilt from a
+//! and keys to remove. Applying it reads and writes only the keys it
+//! names, so a batch costs what it changes, not the size of the state.
+//! The rows' order is their keys' order, so a state rebuilt from a
 //! snapshot and deltas holds the same rows in the same order as the state
-//! that was kept in memory, and writes the same snapshot bytes.
+//! that was kept, and writes the same snapshot bytes.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use foldhash::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use arrow_array::{Array, BooleanArray, RecordBatch, UInt32Array};
-use arrow_row::{RowConverter, SortField};
+use arrow_array::{Array, BooleanArray, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use arrow_select::concat::concat_batches;
 
+use super::local::{Frozen, Pair, Space, Stored};
+use super::rows::{KeyRows, RowCodec};
 use crate::error::ExecutorError;
 
 /// The column of a delta that marks a removed key.
 pub const DELETED: &str = "__sluice_deleted";
+
+/// Key bytes, owned.
+type Key = Box<[u8]>;
+
+/// Rows decoded from the store at once when scanning.
+const SCAN_ROWS: usize = 64 * 1024;
 
 /// What one batch did to a partition's state.
 #[derive(Debug, Clone)]
@@ -29,255 +38,240 @@ pub struct Change {
     pub deletes: RecordBatch,
 }
 
-/// One partition's state.
+/// The state rows of some keys.
 #[derive(Debug)]
+pub struct Found {
+    /// Each key's row once, in the order the keys first appear.
+    pub rows: RecordBatch,
+    /// For each row asked about, where its key's row is in `rows`;
+    /// `None`: the state has no row of its key.
+    pub at: Vec<Option<u32>>,
+    /// How many distinct keys the state has no row of.
+    pub new: usize,
+}
+
+/// One partition's state.
 pub struct StateTable {
-    schema: SchemaRef,
-    keys: usize,
-    converter: RowConverter,
-    rows: RecordBatch,
-    index: HashMap<Box<[u8]>, u32>,
-    /// The index's memory, counted when it is built.
-    index_bytes: usize,
+    codec: RowCodec,
+    space: Space,
+    len: u64,
+    /// The bytes of every key and value.
+    bytes: u64,
     /// The batch whose state this is; `None` before the first batch.
     pub version: Option<u64>,
+    /// The size of each value [`StateTable::find`] read (`None`: no row)
+    /// since the last change, so applying a change reads no key twice.
+    memo: Mutex<HashMap<Key, Option<usize>>>,
+}
+
+impl std::fmt::Debug for StateTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateTable")
+            .field("len", &self.len)
+            .field("bytes", &self.bytes)
+            .field("version", &self.version)
+            .finish()
+    }
 }
 
 fn fail(e: ArrowError) -> ExecutorError {
     ExecutorError::TaskPanicked(format!("state: {e}"))
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().expect("state memo lock poisoned")
+}
+
+fn twice() -> ExecutorError {
+    // Invariant: merging leaves one row per key.
+    ExecutorError::TaskPanicked("state holds two rows for one key".into())
+}
+
 impl StateTable {
-    /// An empty state with state rows of `schema`, whose first `keys`
-    /// columns are the key.
-    pub fn new(schema: SchemaRef, keys: usize) -> Result<Self, ExecutorError> {
-        let fields = schema.fields()[..keys]
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
+    /// An empty state in `space`, with state rows of `schema` whose first
+    /// `keys` columns are the key.
+    pub fn new(space: Space, schema: SchemaRef, keys: usize) -> Result<Self, ExecutorError> {
         Ok(StateTable {
-            converter: RowConverter::new(fields).map_err(fail)?,
-            rows: RecordBatch::new_empty(schema.clone()),
-            index: HashMap::new(),
-            index_bytes: 0,
-            schema,
-            keys,
+            codec: RowCodec::new(schema, keys)?,
+            space,
+            len: 0,
+            bytes: 0,
             version: None,
+            memo: Default::default(),
         })
     }
 
     pub fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    /// Every state row, in the state's order.
-    pub fn rows(&self) -> &RecordBatch {
-        &self.rows
+        self.codec.schema()
     }
 
     pub fn len(&self) -> usize {
-        self.rows.num_rows()
+        self.len as usize
     }
 
-    /// The memory the state holds: its rows and its index.
+    /// The bytes of the state's keys and values.
     pub fn bytes(&self) -> usize {
-        self.rows.get_array_memory_size() + self.index_bytes
+        self.bytes as usize
     }
 
-    /// Calls `f` with the index and the key bytes of each row of `batch`
-    /// (state rows). Without key columns (a global aggregate) every row
-    /// has the one empty key.
-    fn each_key(
-        &self,
-        batch: &RecordBatch,
-        mut f: impl FnMut(usize, &[u8]),
-    ) -> Result<(), ExecutorError> {
-        if self.keys == 0 {
-            (0..batch.num_rows()).for_each(|i| f(i, &[]));
-            return Ok(());
+    /// Every state row, in key order: a scan of the whole state.
+    pub fn scan(&self) -> Result<RecordBatch, ExecutorError> {
+        let mut batches = Vec::new();
+        let mut chunk: Vec<Pair> = Vec::with_capacity(SCAN_ROWS.min(self.len()));
+        for pair in self.space.pairs() {
+            chunk.push(pair?);
+            if chunk.len() == SCAN_ROWS {
+                batches.push(self.codec.decode(&chunk)?);
+                chunk.clear();
+            }
         }
-        let rows = self
-            .converter
-            .convert_columns(&batch.columns()[..self.keys])
-            .map_err(fail)?;
-        rows.iter().enumerate().for_each(|(i, r)| f(i, r.as_ref()));
-        Ok(())
+        batches.push(self.codec.decode(&chunk)?);
+        concat_batches(self.schema(), &batches).map_err(fail)
+    }
+
+    /// The state as it is now, for a snapshot written while batches go on.
+    pub fn freeze(&self) -> Result<FrozenState, ExecutorError> {
+        Ok(FrozenState {
+            frozen: self.space.freeze(),
+            codec: RowCodec::new(self.schema().clone(), self.codec.keys())?,
+        })
+    }
+
+    /// The state rows of the keys of `batches`' rows (whose leading
+    /// columns are a state key), each once.
+    pub fn find(&self, batches: &[RecordBatch]) -> Result<Found, ExecutorError> {
+        let keys = batches
+            .iter()
+            .map(|b| self.codec.key_rows(b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = keys.iter().map(KeyRows::len).sum();
+        // Each key once, in the order keys first appear.
+        let mut distinct: Vec<&[u8]> = Vec::new();
+        let mut index: HashMap<&[u8], u32> =
+            HashMap::with_capacity_and_hasher(rows, Default::default());
+        let mut of_row = Vec::with_capacity(rows);
+        for key in keys.iter().flat_map(|k| (0..k.len()).map(|i| k.get(i))) {
+            let d = *index.entry(key).or_insert_with(|| {
+                distinct.push(key);
+                distinct.len() as u32 - 1
+            });
+            of_row.push(d);
+        }
+        let values = self.get_sorted(&distinct)?;
+        let mut memo = lock(&self.memo);
+        let mut found: Vec<(&[u8], &Stored)> = Vec::new();
+        let mut at_distinct = Vec::with_capacity(distinct.len());
+        for (key, value) in distinct.iter().zip(&values) {
+            memo.insert((*key).into(), value.as_ref().map(|v| v.len()));
+            at_distinct.push(value.as_ref().map(|v| {
+                found.push((key, v));
+                found.len() as u32 - 1
+            }));
+        }
+        Ok(Found {
+            rows: self.codec.decode(&found)?,
+            at: of_row.iter().map(|&d| at_distinct[d as usize]).collect(),
+            new: distinct.len() - found.len(),
+        })
+    }
+
+    /// The value of each of `keys`, read in key order (lookups of nearby
+    /// keys share the store's paths and blocks).
+    fn get_sorted(&self, keys: &[&[u8]]) -> Result<Vec<Option<Stored>>, ExecutorError> {
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| keys[i as usize]);
+        let mut values = vec![None; keys.len()];
+        for i in order {
+            values[i as usize] = self.space.get(keys[i as usize])?;
+        }
+        Ok(values)
     }
 
     /// The state rows of the keys in `partials`, each once, in the order
     /// the keys first appear there; and how many keys are new.
     pub fn lookup(&self, partials: &[RecordBatch]) -> Result<(RecordBatch, usize), ExecutorError> {
-        let mut found: Vec<u32> = Vec::new();
-        let mut seen: std::collections::HashSet<Box<[u8]>> = Default::default();
-        let mut new = 0usize;
-        for b in partials {
-            self.each_key(b, |_, key| {
-                if seen.insert(key.into()) {
-                    match self.index.get(key) {
-                        Some(&i) => found.push(i),
-                        None => new += 1,
-                    }
-                }
-            })?;
-        }
-        let taken = arrow_select::take::take_record_batch(&self.rows, &UInt32Array::from(found))
-            .map_err(fail)?;
-        Ok((taken, new))
-    }
-
-    /// Where each row of `batch` (whose leading columns are a state key)
-    /// has its key's row in [`Self::rows`]; `None`: the state has no row
-    /// of its key.
-    pub fn positions(&self, batch: &RecordBatch) -> Result<Vec<Option<u32>>, ExecutorError> {
-        let mut at = Vec::with_capacity(batch.num_rows());
-        self.each_key(batch, |_, key| at.push(self.index.get(key).copied()))?;
-        Ok(at)
+        let found = self.find(partials)?;
+        Ok((found.rows, found.new))
     }
 
     /// Whether each row of `batch` (state rows) has a key the state does
     /// not hold.
     pub fn is_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
-        let mut new = Vec::with_capacity(batch.num_rows());
-        self.each_key(batch, |_, key| {
-            new.push(Some(!self.index.contains_key(key)))
-        })?;
-        Ok(new.into_iter().collect())
+        let keys = self.codec.key_rows(batch)?;
+        (0..keys.len())
+            .map(|i| Ok(Some(!self.space.contains(keys.get(i))?)))
+            .collect()
     }
 
     /// Whether each row of `batch` (state rows) has a key that neither the
     /// state nor an earlier row of `batch` has: the first of its key.
     pub fn first_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
-        let mut seen: std::collections::HashSet<Box<[u8]>> = Default::default();
-        let mut first = Vec::with_capacity(batch.num_rows());
-        self.each_key(batch, |_, key| {
-            first.push(Some(
-                !self.index.contains_key(key) && seen.insert(key.into()),
-            ));
-        })?;
-        Ok(first.into_iter().collect())
+        let keys = self.codec.key_rows(batch)?;
+        let mut seen: std::collections::HashSet<&[u8]> = Default::default();
+        (0..keys.len())
+            .map(|i| {
+                let key = keys.get(i);
+                Ok(Some(seen.insert(key) && !self.space.contains(key)?))
+            })
+            .collect()
     }
 
     /// Applies one batch's change, which makes this state version
-    /// `version`: first its upserts (each replaces its key's row, or is
-    /// appended), then its deletes. A replay applies the same change the
-    /// same way, so it leaves the same rows in the same order.
+    /// `version`: first its upserts (each replaces its key's row, or adds
+    /// one), then its deletes. Only the keys it names are read or written.
     pub fn apply(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
-        if change.upserts.num_rows() > 0 {
-            match self.marks(&change.upserts)? {
-                // Only new keys: appended, and the index extended.
+        let (up, gone) = (&change.upserts, &change.deletes);
+        let up_keys = self.codec.key_rows(up)?;
+        let values = self.codec.value_rows(up)?;
+        let gone_keys = self.codec.key_rows(gone)?;
+        let rows = up_keys.len() + gone_keys.len();
+        let mut writes: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(rows);
+        let mut slot: HashMap<&[u8], usize> =
+            HashMap::with_capacity_and_hasher(rows, Default::default());
+        for i in 0..up_keys.len() {
+            let key = up_keys.get(i);
+            let value = values.as_ref().map_or(&[][..], |v| v.row(i).data());
+            if slot.insert(key, writes.len()).is_some() {
+                return Err(twice());
+            }
+            writes.push((key, Some(value)));
+        }
+        for i in 0..gone_keys.len() {
+            let key = gone_keys.get(i);
+            match slot.get(key) {
+                Some(&w) => writes[w].1 = None,
                 None => {
-                    let base = self.rows.num_rows();
-                    self.rows = concat_batches(&self.schema, [&self.rows, &change.upserts])
-                        .map_err(fail)?;
-                    self.index_appended(&change.upserts, base)?;
-                }
-                Some(replaced) => {
-                    let kept = self.filtered(&replaced)?;
-                    self.rows =
-                        concat_batches(&self.schema, [&kept, &change.upserts]).map_err(fail)?;
-                    self.reindex()?;
+                    slot.insert(key, writes.len());
+                    writes.push((key, None));
                 }
             }
         }
-        if change.deletes.num_rows() > 0
-            && let Some(deleted) = self.marks(&change.deletes)?
-        {
-            self.rows = self.filtered(&deleted)?;
-            self.index_removed(&deleted);
-        }
-        self.version = Some(version);
-        Ok(())
-    }
-
-    /// Which rows have a key of `keys`; `None` when none has.
-    fn marks(&self, keys: &RecordBatch) -> Result<Option<Vec<bool>>, ExecutorError> {
-        let mut drop = vec![false; self.rows.num_rows()];
-        let mut any = false;
-        self.each_key(keys, |_, key| {
-            if let Some(&i) = self.index.get(key) {
-                drop[i as usize] = true;
-                any = true;
+        writes.sort_unstable_by_key(|w| w.0);
+        let (mut len, mut bytes) = (self.len as i64, self.bytes as i64);
+        let mut memo = std::mem::take(&mut *lock(&self.memo));
+        for (key, value) in &writes {
+            let old = match memo.remove(*key) {
+                Some(known) => known,
+                None => self.space.get(key)?.map(|v| v.len()),
+            };
+            if let Some(old) = old {
+                len -= 1;
+                bytes -= (key.len() + old) as i64;
             }
-        })?;
-        Ok(any.then_some(drop))
-    }
-
-    /// The state's rows but the marked ones.
-    fn filtered(&self, drop: &[bool]) -> Result<RecordBatch, ExecutorError> {
-        let keep: BooleanArray = drop.iter().map(|d| Some(!d)).collect();
-        arrow_select::filter::filter_record_batch(&self.rows, &keep).map_err(fail)
-    }
-
-    /// Extends the index by `appended`, the rows from position `base`.
-    fn index_appended(&mut self, appended: &RecordBatch, base: usize) -> Result<(), ExecutorError> {
-        let mut index = std::mem::take(&mut self.index);
-        let (mut twice, mut bytes) = (false, 0);
-        let indexed = self.each_key(appended, |i, key| {
-            bytes += key.len() + 24;
-            twice |= index.insert(Box::from(key), (base + i) as u32).is_some();
-        });
-        self.index = index;
-        indexed?;
-        // Invariant: merging leaves one row per key.
-        if twice {
-            return Err(ExecutorError::TaskPanicked(
-                "state holds two rows for one key".into(),
-            ));
-        }
-        self.index_bytes += bytes;
-        Ok(())
-    }
-
-    /// Drops the marked rows' keys from the index and moves the others to
-    /// their positions once the marked rows are gone.
-    fn index_removed(&mut self, drop: &[bool]) {
-        let mut before = Vec::with_capacity(drop.len());
-        let mut gone = 0u32;
-        for &d in drop {
-            before.push(gone);
-            gone += u32::from(d);
-        }
-        let mut freed = 0;
-        self.index.retain(|key, i| {
-            let at = *i as usize;
-            if drop[at] {
-                freed += key.len() + 24;
-                return false;
+            if let Some(v) = value {
+                len += 1;
+                bytes += (key.len() + v.len()) as i64;
             }
-            *i -= before[at];
-            true
-        });
-        self.index_bytes -= freed;
-    }
-
-    /// Replaces every row (a snapshot), which is version `version`.
-    pub fn load(&mut self, rows: &[RecordBatch], version: u64) -> Result<(), ExecutorError> {
-        self.rows = concat_batches(&self.schema, rows).map_err(fail)?;
-        self.reindex()?;
-        self.version = Some(version);
-        Ok(())
-    }
-
-    fn reindex(&mut self) -> Result<(), ExecutorError> {
-        let mut index: HashMap<Box<[u8]>, u32> = HashMap::with_capacity(self.rows.num_rows());
-        let mut twice = false;
-        self.each_key(&self.rows, |i, key| {
-            twice |= index.insert(Box::from(key), i as u32).is_some();
-        })?;
-        // Invariant: merging leaves one row per key.
-        if twice {
-            return Err(ExecutorError::TaskPanicked(
-                "state holds two rows for one key".into(),
-            ));
         }
-        self.index_bytes = index.keys().map(|k| k.len() + 24).sum();
-        self.index = index;
+        self.space.write(writes)?;
+        (self.len, self.bytes) = (len as u64, bytes as u64);
+        self.version = Some(version);
         Ok(())
     }
 
     /// The schema of a delta: a state row and whether its key was removed.
     pub fn delta_schema(&self) -> SchemaRef {
-        let mut fields: Vec<Arc<Field>> = self.schema.fields().iter().cloned().collect();
+        let mut fields: Vec<Arc<Field>> = self.schema().fields().iter().cloned().collect();
         fields.push(Arc::new(Field::new(DELETED, DataType::Boolean, false)));
         Arc::new(Schema::new(fields))
     }
@@ -306,13 +300,39 @@ impl StateTable {
             .project(&(0..all.num_columns() - 1).collect::<Vec<_>>())
             .map_err(fail)?;
         let rows =
-            RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec()).map_err(fail)?;
+            RecordBatch::try_new(self.schema().clone(), rows.columns().to_vec()).map_err(fail)?;
         let kept: BooleanArray = flags.iter().map(|f| f.map(|f| !f)).collect();
         let upserts = arrow_select::filter::filter_record_batch(&rows, &kept).map_err(fail)?;
         let deletes = arrow_select::filter::filter_record_batch(&rows, &flags).map_err(fail)?;
         Ok(Change { upserts, deletes })
     }
 }
+
+/// A state version frozen for a snapshot: readable in the background while
+/// the table takes the next batches.
+pub struct FrozenState {
+    frozen: Frozen,
+    codec: RowCodec,
+}
+
+impl FrozenState {
+    pub fn schema(&self) -> &SchemaRef {
+        self.codec.schema()
+    }
+
+    /// Every row, in key order, in batches of at most `SCAN_ROWS` rows.
+    pub fn batches(&self) -> impl Iterator<Item = Result<RecordBatch, ExecutorError>> + '_ {
+        let mut pairs = self.frozen.pairs().peekable();
+        std::iter::from_fn(move || {
+            pairs.peek()?;
+            let chunk: Result<Vec<Pair>, _> = pairs.by_ref().take(SCAN_ROWS).collect();
+            Some(chunk.and_then(|c| self.codec.decode(&c)))
+        })
+    }
+}
+
+#[path = "table_load.rs"]
+mod load;
 
 #[cfg(test)]
 #[path = "table_tests.rs"]

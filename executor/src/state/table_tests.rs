@@ -4,12 +4,17 @@ use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::*;
+use crate::state::test_table;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("n", DataType::Int64, true),
     ]))
+}
+
+fn table() -> StateTable {
+    test_table(schema(), 1)
 }
 
 fn rows(pairs: &[(&str, i64)]) -> RecordBatch {
@@ -26,6 +31,10 @@ fn pairs(b: &RecordBatch) -> Vec<(String, i64)> {
         .collect()
 }
 
+fn owned(p: &[(&str, i64)]) -> Vec<(String, i64)> {
+    p.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
 fn change(upserts: &[(&str, i64)], deletes: &[(&str, i64)]) -> Change {
     Change {
         upserts: rows(upserts),
@@ -34,33 +43,46 @@ fn change(upserts: &[(&str, i64)], deletes: &[(&str, i64)]) -> Change {
 }
 
 #[test]
-fn a_change_replaces_keys_in_place_of_order_and_appends_new_ones() {
-    let mut t = StateTable::new(schema(), 1).unwrap();
-    t.apply(&change(&[("a", 1), ("b", 2), ("c", 3)], &[]), 0)
+fn a_change_replaces_adds_and_removes_keys_and_the_state_is_in_key_order() {
+    let mut t = table();
+    t.apply(&change(&[("c", 3), ("a", 1), ("b", 2)], &[]), 0)
         .unwrap();
     t.apply(&change(&[("b", 20), ("d", 4)], &[("a", 1)]), 1)
         .unwrap();
-    let want = [("c", 3), ("b", 20), ("d", 4)];
-    let want: Vec<(String, i64)> = want.iter().map(|(k, n)| (k.to_string(), *n)).collect();
-    assert_eq!(pairs(t.rows()), want);
-    assert_eq!(t.version, Some(1));
+    assert_eq!(
+        pairs(&t.scan().unwrap()),
+        owned(&[("b", 20), ("c", 3), ("d", 4)])
+    );
+    assert_eq!((t.len(), t.version), (3, Some(1)));
 
     let (found, new) = t
         .lookup(&[rows(&[("d", 9), ("x", 1), ("d", 1), ("c", 1)])])
         .unwrap();
-    assert_eq!(pairs(&found), [("d".to_string(), 4), ("c".to_string(), 3)]);
+    assert_eq!(pairs(&found), owned(&[("d", 4), ("c", 3)]));
     assert_eq!(new, 1);
+    let probe = rows(&[("x", 0), ("b", 0), ("x", 0), ("e", 0)]);
+    let is_new: Vec<bool> = t.is_new(&probe).unwrap().iter().flatten().collect();
+    assert_eq!(is_new, [true, false, true, true]);
+    let first: Vec<bool> = t.first_new(&probe).unwrap().iter().flatten().collect();
+    assert_eq!(first, [true, false, false, true]);
 }
 
 #[test]
-fn a_state_rebuilt_from_its_deltas_is_the_same_state() {
+fn a_key_upserted_twice_in_one_change_is_a_fault() {
+    let mut t = table();
+    let err = t.apply(&change(&[("a", 1), ("a", 2)], &[]), 0).unwrap_err();
+    assert!(err.to_string().contains("two rows for one key"), "{err}");
+}
+
+#[test]
+fn a_state_rebuilt_from_its_deltas_or_its_snapshot_is_the_same_state() {
     let changes = [
         change(&[("a", 1), ("b", 2)], &[]),
         change(&[("a", 5), ("c", 1)], &[]),
         change(&[("d", 7)], &[("b", 2)]),
     ];
-    let mut live = StateTable::new(schema(), 1).unwrap();
-    let mut rebuilt = StateTable::new(schema(), 1).unwrap();
+    let mut live = table();
+    let mut rebuilt = table();
     for (v, c) in changes.iter().enumerate() {
         live.apply(c, v as u64).unwrap();
         let delta = live.to_delta(c).unwrap();
@@ -69,13 +91,85 @@ fn a_state_rebuilt_from_its_deltas_is_the_same_state() {
         let c = rebuilt.read_delta(&back).unwrap();
         rebuilt.apply(&c, v as u64).unwrap();
     }
-    assert_eq!(live.rows(), rebuilt.rows());
-    let snapshot = crate::state::codec::encode(live.schema(), &[live.rows().clone()]).unwrap();
-    let mut loaded = StateTable::new(schema(), 1).unwrap();
+    assert_eq!(live.scan().unwrap(), rebuilt.scan().unwrap());
+    assert_eq!((live.len(), live.bytes()), (rebuilt.len(), rebuilt.bytes()));
+    let frozen = live.freeze().unwrap();
+    let batches: Vec<RecordBatch> = frozen.batches().collect::<Result<_, _>>().unwrap();
+    let snapshot = crate::state::codec::encode(live.schema(), &batches).unwrap();
+    let mut loaded = table();
     let back = crate::state::codec::decode(snapshot, &schema(), "snapshot").unwrap();
     loaded.load(&back, 2).unwrap();
-    assert_eq!(loaded.rows(), live.rows());
+    assert_eq!(loaded.scan().unwrap(), live.scan().unwrap());
+    assert_eq!((loaded.len(), loaded.bytes()), (live.len(), live.bytes()));
     assert!(loaded.bytes() > 0);
+}
+
+/// A snapshot written before states were kept in key order loads too.
+#[test]
+fn a_snapshot_out_of_key_order_loads_in_key_order() {
+    let mut t = table();
+    t.load(&[rows(&[("c", 3), ("a", 1)]), rows(&[("b", 2)])], 4)
+        .unwrap();
+    assert_eq!(
+        pairs(&t.scan().unwrap()),
+        owned(&[("a", 1), ("b", 2), ("c", 3)])
+    );
+    assert_eq!((t.len(), t.version), (3, Some(4)));
+    let mut dup = table();
+    let err = dup
+        .load(&[rows(&[("c", 3), ("a", 1), ("c", 1)])], 4)
+        .unwrap_err();
+    assert!(err.to_string().contains("two rows for one key"), "{err}");
+}
+
+/// A snapshot merged with the deltas after it is the state those deltas
+/// left, whether the snapshot is in key order (one sorted load) or not.
+#[test]
+fn a_snapshot_and_its_deltas_rebuild_the_state_they_left() {
+    let snapshot = [rows(&[("b", 2), ("d", 4), ("f", 6)])];
+    let deltas = [
+        change(&[("a", 1), ("d", 40)], &[("f", 0)]),
+        change(&[("g", 7), ("c", 3)], &[("a", 0), ("b", 0)]),
+        change(&[("a", 10)], &[("zz", 0)]),
+    ];
+    let mut live = table();
+    live.load(&snapshot, 0).unwrap();
+    for (v, d) in deltas.iter().enumerate() {
+        live.apply(d, v as u64 + 1).unwrap();
+    }
+    let want = owned(&[("a", 10), ("c", 3), ("d", 40), ("g", 7)]);
+    assert_eq!(pairs(&live.scan().unwrap()), want);
+    let mut merged = table();
+    merged.rebuild(&snapshot, &deltas, 3).unwrap();
+    assert_eq!(pairs(&merged.scan().unwrap()), want);
+    assert_eq!((merged.len(), merged.bytes()), (live.len(), live.bytes()));
+    let unsorted = [rows(&[("f", 6), ("b", 2), ("d", 4)])];
+    let mut slow = table();
+    slow.rebuild(&unsorted, &deltas, 3).unwrap();
+    assert_eq!(pairs(&slow.scan().unwrap()), want);
+    assert_eq!(
+        (slow.len(), slow.bytes(), slow.version),
+        (live.len(), live.bytes(), Some(3))
+    );
+    let mut deltas_only = table();
+    deltas_only.rebuild(&[], &deltas[..1], 0).unwrap();
+    assert_eq!(
+        pairs(&deltas_only.scan().unwrap()),
+        owned(&[("a", 1), ("d", 40)])
+    );
+}
+
+/// A frozen state reads as it was, while the table takes the next batch.
+#[test]
+fn a_frozen_state_does_not_see_later_changes() {
+    let mut t = table();
+    t.apply(&change(&[("a", 1), ("b", 2)], &[]), 0).unwrap();
+    let frozen = t.freeze().unwrap();
+    t.apply(&change(&[("a", 10), ("c", 3)], &[("b", 0)]), 1)
+        .unwrap();
+    let then: Vec<RecordBatch> = frozen.batches().collect::<Result<_, _>>().unwrap();
+    assert_eq!(pairs(&then[0]), owned(&[("a", 1), ("b", 2)]));
+    assert_eq!(pairs(&t.scan().unwrap()), owned(&[("a", 10), ("c", 3)]));
 }
 
 #[test]
@@ -84,7 +178,7 @@ fn a_global_aggregate_keeps_one_row() {
     let one = |n: i64| {
         RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![n]))]).unwrap()
     };
-    let mut t = StateTable::new(schema.clone(), 0).unwrap();
+    let mut t = test_table(schema.clone(), 0);
     let (found, new) = t.lookup(&[one(1)]).unwrap();
     assert_eq!((found.num_rows(), new), (0, 1));
     let empty = RecordBatch::new_empty(schema.clone());
@@ -106,32 +200,126 @@ fn a_global_aggregate_keeps_one_row() {
         1,
     )
     .unwrap();
-    assert_eq!(t.rows(), &one(8));
+    assert_eq!(t.scan().unwrap(), one(8));
+    assert_eq!(t.len(), 1);
 }
 
-/// The index that appends and deletes keep up to date finds each row
-/// where an index built from scratch over the same rows does.
+/// A state whose rows are all key (a DISTINCT, a dedup) has empty values.
 #[test]
-fn the_index_kept_up_to_date_is_the_index_built_anew() {
-    let mut t = StateTable::new(schema(), 1).unwrap();
-    t.apply(&change(&[("a", 1), ("b", 2), ("c", 3), ("d", 4)], &[]), 0)
+fn a_state_of_keys_alone_keeps_its_keys() {
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)]));
+    let keys = |k: &[&str]| {
+        let a: StringArray = k.iter().map(|k| Some(*k)).collect();
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(a)]).unwrap()
+    };
+    let mut t = test_table(schema.clone(), 1);
+    t.apply(
+        &Change {
+            upserts: keys(&["y", "x"]),
+            deletes: keys(&[]),
+        },
+        0,
+    )
+    .unwrap();
+    assert_eq!(t.scan().unwrap(), keys(&["x", "y"]));
+}
+
+/// Many rows: scans cross the decoder's chunks, and len and bytes follow
+/// every change.
+#[test]
+fn a_large_state_scans_whole_and_counts_exactly() {
+    let mut t = table();
+    let many: Vec<(String, i64)> = (0..150_000).map(|i| (format!("k{i:07}"), i)).collect();
+    let batch = |p: &[(String, i64)]| {
+        let r: Vec<(&str, i64)> = p.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+        rows(&r)
+    };
+    t.apply(
+        &Change {
+            upserts: batch(&many),
+            deletes: rows(&[]),
+        },
+        0,
+    )
+    .unwrap();
+    let gone = batch(&many[..1000]);
+    t.apply(
+        &Change {
+            upserts: rows(&[]),
+            deletes: gone,
+        },
+        1,
+    )
+    .unwrap();
+    let all = t.scan().unwrap();
+    assert_eq!(all.num_rows(), 149_000);
+    assert_eq!(t.len(), 149_000);
+    assert_eq!(pairs(&all)[0], ("k0001000".to_string(), 1000));
+    let mut fresh = table();
+    fresh.load(&[all], 1).unwrap();
+    assert_eq!(fresh.bytes(), t.bytes());
+}
+
+/// Times lookups and changes of 1% of a large state (not run by default:
+/// `cargo test --release -p sluice-executor -- --ignored --nocapture timing`).
+#[test]
+#[ignore]
+fn timing_of_a_change_to_a_large_state() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("n", DataType::Int64, true),
+    ]));
+    let keys: i64 = std::env::var("KEYS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(1_250_000);
+    let touch = keys / 100;
+    let batch = |from: i64, n: i64, v: i64| {
+        let k: Int64Array = (from..from + n).map(|i| Some((i * 7919) % keys)).collect();
+        let c: Int64Array = (0..n).map(|_| Some(v)).collect();
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(k), Arc::new(c)]).unwrap()
+    };
+    let mut t = test_table(schema.clone(), 1);
+    let started = std::time::Instant::now();
+    let step = 100_000;
+    for (v, from) in (0..keys).step_by(step as usize).enumerate() {
+        let upserts = batch(from, step.min(keys - from), 1);
+        let deletes = RecordBatch::new_empty(schema.clone());
+        t.apply(&Change { upserts, deletes }, v as u64).unwrap();
+    }
+    eprintln!("fill {keys} keys: {:?}", started.elapsed());
+    for round in 0..5 {
+        let probe = batch(round * touch, touch, 2);
+        let t0 = std::time::Instant::now();
+        let found = t.find(std::slice::from_ref(&probe)).unwrap();
+        let t1 = t0.elapsed();
+        let deletes = RecordBatch::new_empty(schema.clone());
+        t.apply(
+            &Change {
+                upserts: probe,
+                deletes,
+            },
+            100 + round as u64,
+        )
         .unwrap();
-    t.apply(&change(&[("e", 5), ("f", 6)], &[("b", 0), ("e", 0)]), 1)
-        .unwrap();
-    t.apply(&change(&[("g", 7)], &[("a", 0)]), 2).unwrap();
-    let mut anew = StateTable::new(schema(), 1).unwrap();
-    anew.load(std::slice::from_ref(t.rows()), 2).unwrap();
-    assert_eq!(
-        pairs(t.rows()),
-        [("c", 3), ("d", 4), ("f", 6), ("g", 7)].map(|(k, n)| (k.to_string(), n))
-    );
-    let probe = rows(&[("g", 0), ("a", 0), ("c", 0), ("f", 0), ("b", 0), ("d", 0)]);
-    let (found, new) = t.lookup(std::slice::from_ref(&probe)).unwrap();
-    let (found_anew, new_anew) = anew.lookup(std::slice::from_ref(&probe)).unwrap();
-    assert_eq!(pairs(&found), pairs(&found_anew));
-    assert_eq!((new, t.bytes()), (new_anew, anew.bytes()));
-    assert_eq!(
-        pairs(&found),
-        [("g", 7), ("c", 3), ("f", 6), ("d", 4)].map(|(k, n)| (k.to_string(), n))
+        let t2 = t0.elapsed();
+        eprintln!(
+            "touch {touch}: find {t1:?} ({} found), find+apply {t2:?}",
+            found.rows.num_rows()
+        );
+    }
+    let t0 = std::time::Instant::now();
+    let frozen = t.freeze().unwrap();
+    let bytes = crate::state::codec::encode_each(&schema, frozen.batches()).unwrap();
+    let t1 = t0.elapsed();
+    let rows = crate::state::codec::decode(bytes, &schema, "snapshot").unwrap();
+    let t2 = t0.elapsed();
+    let mut loaded = test_table(schema.clone(), 1);
+    loaded.load(&rows, 1).unwrap();
+    let t3 = t0.elapsed();
+    eprintln!(
+        "snapshot {t1:?}, decoded {:?}, loaded {:?}",
+        t2 - t1,
+        t3 - t2
     );
 }

@@ -85,6 +85,7 @@ mod session_windows;
 mod sink_compaction;
 mod sink_oracle;
 mod sql_oracle;
+mod state_scale;
 mod stateful_chaos;
 mod stateful_failover;
 mod stateful_oracle;

@@ -1,0 +1,141 @@
+//! State rows as (key, value) byte pairs, the form the local store keeps,
+//! and back. Both halves are Arrow's row format: the key is the key
+//! columns, whose encoding sorts as the values do (so the store's order
+//! is the keys' order, whatever the history that built it), and the value
+//! is the other columns.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow_row::{RowConverter, Rows, SortField};
+use arrow_schema::{ArrowError, SchemaRef};
+
+use crate::error::ExecutorError;
+
+/// The one key of a state without key columns (a global aggregate): the
+/// local store takes no empty key.
+const GLOBAL: &[u8] = &[0];
+
+fn fail(e: ArrowError) -> ExecutorError {
+    ExecutorError::TaskPanicked(format!("state rows: {e}"))
+}
+
+/// Encodes and decodes the rows of one state schema.
+#[derive(Debug)]
+pub struct RowCodec {
+    schema: SchemaRef,
+    keys: usize,
+    key: Option<RowConverter>,
+    value: Option<RowConverter>,
+}
+
+/// The encoded keys of a batch's rows.
+pub enum KeyRows {
+    /// Every row has the one key of a global aggregate.
+    Global(usize),
+    Rows(Rows),
+}
+
+impl KeyRows {
+    pub fn len(&self) -> usize {
+        match self {
+            KeyRows::Global(n) => *n,
+            KeyRows::Rows(r) => r.num_rows(),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        match self {
+            KeyRows::Global(_) => GLOBAL,
+            KeyRows::Rows(r) => r.row(i).data(),
+        }
+    }
+}
+
+fn converter(
+    schema: &SchemaRef,
+    columns: std::ops::Range<usize>,
+) -> Result<Option<RowConverter>, ExecutorError> {
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let fields = schema.fields()[columns]
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    RowConverter::new(fields).map(Some).map_err(fail)
+}
+
+impl RowCodec {
+    /// The codec of state rows of `schema` keyed by its first `keys` columns.
+    pub fn new(schema: SchemaRef, keys: usize) -> Result<Self, ExecutorError> {
+        let width = schema.fields().len();
+        Ok(RowCodec {
+            key: converter(&schema, 0..keys)?,
+            value: converter(&schema, keys..width)?,
+            schema,
+            keys,
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// The keys of `batch`, whose leading columns are a state key.
+    pub fn key_rows(&self, batch: &RecordBatch) -> Result<KeyRows, ExecutorError> {
+        match &self.key {
+            None => Ok(KeyRows::Global(batch.num_rows())),
+            Some(c) => c
+                .convert_columns(&batch.columns()[..self.keys])
+                .map(KeyRows::Rows)
+                .map_err(fail),
+        }
+    }
+
+    /// The values of `batch` (state rows); `None` without value columns
+    /// (every value is empty).
+    pub fn value_rows(&self, batch: &RecordBatch) -> Result<Option<Rows>, ExecutorError> {
+        match &self.value {
+            None => Ok(None),
+            Some(c) => c
+                .convert_columns(&batch.columns()[self.keys..])
+                .map(Some)
+                .map_err(fail),
+        }
+    }
+
+    /// State rows from (key, value) pairs this codec encoded, in order.
+    pub fn decode<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        pairs: &[(K, V)],
+    ) -> Result<RecordBatch, ExecutorError> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        if let Some(c) = &self.key {
+            let parser = c.parser();
+            let rows = pairs.iter().map(|(k, _)| parser.parse(k.as_ref()));
+            columns.extend(c.convert_rows(rows).map_err(fail)?);
+        }
+        if let Some(c) = &self.value {
+            let parser = c.parser();
+            let rows = pairs.iter().map(|(_, v)| parser.parse(v.as_ref()));
+            columns.extend(c.convert_rows(rows).map_err(fail)?);
+        }
+        // The row format gives back a dictionary's values: the schema's
+        // own types, again.
+        let columns = columns
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| match c.data_type() == f.data_type() {
+                true => Ok(c),
+                false => arrow_cast::cast(&c, f.data_type()).map_err(fail),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(pairs.len()));
+        RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).map_err(fail)
+    }
+}
