@@ -78,6 +78,18 @@ fn fail(e: ArrowError) -> ExecutorError {
     ExecutorError::TaskPanicked(format!("state: {e}"))
 }
 
+/// Runs `f`, which reads or writes the local store and may take a while,
+/// where it does not hold up the executor's other tasks (its heartbeats
+/// among them): on a multi-threaded runtime, the worker hands its other
+/// tasks to another thread first.
+pub(super) fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().expect("state memo lock poisoned")
 }
@@ -116,6 +128,10 @@ impl StateTable {
 
     /// Every state row, in key order: a scan of the whole state.
     pub fn scan(&self) -> Result<RecordBatch, ExecutorError> {
+        blocking(|| self.scan_now())
+    }
+
+    fn scan_now(&self) -> Result<RecordBatch, ExecutorError> {
         let mut batches = Vec::new();
         let mut chunk: Vec<Pair> = Vec::with_capacity(SCAN_ROWS.min(self.len()));
         for pair in self.space.pairs() {
@@ -140,6 +156,10 @@ impl StateTable {
     /// The state rows of the keys of `batches`' rows (whose leading
     /// columns are a state key), each once.
     pub fn find(&self, batches: &[RecordBatch]) -> Result<Found, ExecutorError> {
+        blocking(|| self.find_now(batches))
+    }
+
+    fn find_now(&self, batches: &[RecordBatch]) -> Result<Found, ExecutorError> {
         let keys = batches
             .iter()
             .map(|b| self.codec.key_rows(b))
@@ -197,6 +217,10 @@ impl StateTable {
     /// Whether each row of `batch` (state rows) has a key the state does
     /// not hold.
     pub fn is_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
+        blocking(|| self.is_new_now(batch))
+    }
+
+    fn is_new_now(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
         let keys = self.codec.key_rows(batch)?;
         (0..keys.len())
             .map(|i| Ok(Some(!self.space.contains(keys.get(i))?)))
@@ -206,6 +230,10 @@ impl StateTable {
     /// Whether each row of `batch` (state rows) has a key that neither the
     /// state nor an earlier row of `batch` has: the first of its key.
     pub fn first_new(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
+        blocking(|| self.first_new_now(batch))
+    }
+
+    fn first_new_now(&self, batch: &RecordBatch) -> Result<BooleanArray, ExecutorError> {
         let keys = self.codec.key_rows(batch)?;
         let mut seen: std::collections::HashSet<&[u8]> = Default::default();
         (0..keys.len())
@@ -220,6 +248,10 @@ impl StateTable {
     /// `version`: first its upserts (each replaces its key's row, or adds
     /// one), then its deletes. Only the keys it names are read or written.
     pub fn apply(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
+        blocking(|| self.apply_now(change, version))
+    }
+
+    fn apply_now(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
         let (up, gone) = (&change.upserts, &change.deletes);
         let up_keys = self.codec.key_rows(up)?;
         let values = self.codec.value_rows(up)?;

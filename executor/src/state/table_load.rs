@@ -30,6 +30,15 @@ impl StateTable {
         deltas: &[Change],
         version: u64,
     ) -> Result<(), ExecutorError> {
+        super::blocking(|| self.rebuild_now(snapshot, deltas, version))
+    }
+
+    fn rebuild_now(
+        &mut self,
+        snapshot: &[RecordBatch],
+        deltas: &[Change],
+        version: u64,
+    ) -> Result<(), ExecutorError> {
         if self.len > 0 {
             return Err(ExecutorError::TaskPanicked(
                 "a snapshot loaded into a state that holds rows".into(),
