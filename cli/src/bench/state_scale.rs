@@ -275,7 +275,9 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     };
     let run_seconds = t0.elapsed().as_secs_f64();
     stop_probe.cancel();
-    let _ = sampler.await;
+    if let Err(e) = sampler.await {
+        tracing::warn!(error = %e, "the RSS sampler failed; its figures stop early");
+    }
     executor.kill()?;
     driver.kill()?;
     let m = match measured {
