@@ -4,8 +4,10 @@
 //! executor before it writes, failing only that query; the other query's
 //! checkpoint holds nothing of it and it runs on.
 
+use std::io::ErrorKind;
 use std::os::unix::fs::symlink;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sluice_tests::{Cluster, QueryState, Spec, query_dir};
 use tonic::Code;
@@ -43,10 +45,7 @@ async fn a_sink_linked_into_a_checkpoint_is_refused() {
         .submit(&Spec::new("late", &late).to_yaml())
         .await
         .expect("submit late");
-    if late.is_dir() {
-        std::fs::remove_dir_all(&late).unwrap();
-    }
-    symlink(&offsets, &late).unwrap();
+    replace_with_link(&offsets, &late).await;
     let before: Vec<_> = std::fs::read_dir(&offsets)
         .unwrap()
         .flatten()
@@ -77,4 +76,27 @@ async fn a_sink_linked_into_a_checkpoint_is_refused() {
     let status = client.get("victim").await.unwrap();
     assert_eq!(status.state, QueryState::Running as i32, "{status:#?}");
     assert!(committed >= 3);
+}
+
+/// Makes `link` a symbolic link to `target`. The driver opens, and so
+/// creates, a query's sink directory when the query starts, which may be
+/// after submit returns: the directory is awaited, removed, and the link
+/// retried until it holds.
+async fn replace_with_link(target: &Path, link: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !link.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    loop {
+        if link.is_dir() && !link.is_symlink() {
+            std::fs::remove_dir_all(link).unwrap();
+        }
+        match symlink(target, link) {
+            Ok(()) => return,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("linking {} to {}: {e}", link.display(), target.display()),
+        }
+    }
 }
