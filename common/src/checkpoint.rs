@@ -14,6 +14,8 @@
 //!   sources/schema  the input schema, fixed at submit           create-only
 //!   sources/tables  each static table's schema, fixed at submit create-only
 //!   sources/files/<N> the files batch N of a file source read   create-only
+//!   rescales/<G>    a restart with other state partitions       create-only
+//!                   (state generation G; see `checkpoint/rescale.rs`)
 //! <root>/epochs/<E> the standalone driver's epoch claims       create-only (see crate::epochs)
 //! ```
 //!
@@ -29,6 +31,7 @@
 mod layout;
 mod offsets;
 mod progress;
+mod rescale;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,9 +49,10 @@ pub use offsets::{
     FileRange, Inputs, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile,
 };
 pub use progress::{
-    KafkaTransactions, PROGRESS_RETAINED, PartitionProgress, PhaseDurations, ProgressRecord,
-    RecentProgress,
+    KafkaTransactions, OperatorState, PROGRESS_RETAINED, PartitionProgress, PhaseDurations,
+    ProgressRecord, RecentProgress,
 };
+pub use rescale::RescaleRecord;
 
 pub const RECORD_VERSION: u32 = 1;
 
@@ -184,6 +188,10 @@ pub struct PreparedOutcome {
     /// retries aborted.
     #[serde(default)]
     pub writer_retries: u64,
+    /// Each state operator's state (absent in records written before it
+    /// was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_operators: Vec<OperatorState>,
 }
 
 /// One transaction a task left open.
@@ -447,12 +455,18 @@ impl QueryCheckpoint {
         self.read(Record::Metadata).await
     }
 
+    /// The spec the query runs with: `spec.json` as submitted, with the
+    /// state partitions of its latest rescale (see [`RescaleRecord`]).
     pub async fn spec(&self) -> Result<Option<QuerySpec>> {
         let path = self.path(&self.rel(Record::Spec));
-        match self.storage.get(&path).await? {
-            None => Ok(None),
-            Some(b) => decode_spec(&b, &self.storage.describe(&path)).map(Some),
+        let mut spec = match self.storage.get(&path).await? {
+            None => return Ok(None),
+            Some(b) => decode_spec(&b, &self.storage.describe(&path))?,
+        };
+        if let Some(latest) = self.rescales().await?.last() {
+            spec.state_partitions = Some(latest.partitions);
         }
+        Ok(Some(spec))
     }
 
     pub async fn offsets(&self, batch: u64) -> Result<Option<OffsetRecord>> {

@@ -8,7 +8,12 @@
 //!   shuffle/<N>/<op + 1>-<partition>.arrow        a reduce task's output for the operator it feeds
 //!   state/<operator>/<partition>/<N>.delta        the rows batch N changed or removed
 //!   state/<operator>/<partition>/<N>.snapshot     the whole state after batch N
+//!   state/<operator>/g<G>/<partition>/…           the same, in state generation G ≥ 1
 //! ```
+//!
+//! A restart with other state partitions begins a new state generation
+//! (see [`Rescale`]); each generation's files are its own, so that no
+//! create-only file of an earlier partitioning is ever written again.
 //!
 //! Every file is create-only. State version N (what batch N left) is the
 //! latest snapshot at or below N, then every delta after it up to N. A
@@ -99,12 +104,25 @@ pub fn expired(files: &[StateFile], oldest: u64) -> Vec<StateFile> {
         .collect()
 }
 
-/// A query's shuffle and state files.
+/// How state generation `generation` began: at state version
+/// `state_version` (`None`: empty), from the `previous_partitions`
+/// partitions of the generation before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rescale {
+    pub generation: u64,
+    pub state_version: Option<u64>,
+    pub previous_partitions: u32,
+    pub partitions: u32,
+}
+
+/// A query's shuffle and state files, in one state generation.
 #[derive(Clone, Debug)]
 pub struct StateStore {
     storage: Storage,
     /// The query's name: the last segment of its checkpoint directory.
     query: String,
+    /// The state generation whose files it reads and writes.
+    generation: u64,
 }
 
 impl StateStore {
@@ -114,15 +132,36 @@ impl StateStore {
         Ok(StateStore {
             storage: stores.open(location)?,
             query: query.unwrap_or_default().to_string(),
+            generation: 0,
         })
+    }
+
+    /// The same query's files in state generation `generation`.
+    pub fn in_generation(&self, generation: u64) -> Self {
+        StateStore {
+            generation,
+            ..self.clone()
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn identity(&self, operator: &str, partition: u32, file: StateFile) -> identity::Identity {
         identity::Identity {
             query: self.query.clone(),
-            operator: operator.to_string(),
+            operator: self.operator_dir(operator),
             partition,
             file: file.name(),
+        }
+    }
+
+    /// An operator's directory of the store's generation, under `state/`.
+    fn operator_dir(&self, operator: &str) -> String {
+        match self.generation {
+            0 => operator.to_string(),
+            g => format!("{operator}/g{g}"),
         }
     }
 
@@ -136,8 +175,13 @@ impl StateStore {
         Path::from_iter(["shuffle", &padded(batch), &name])
     }
 
-    fn dir(operator: &str, partition: u32) -> Path {
-        Path::from_iter(["state", operator, &format!("{partition:05}")])
+    fn dir(&self, operator: &str, partition: u32) -> Path {
+        let dir = self.operator_dir(operator);
+        let mut path = Path::from("state");
+        for part in dir.split('/') {
+            path = path.join(part);
+        }
+        path.join(format!("{partition:05}"))
     }
 
     /// Creates the shuffle file of writer `writer` of stage `stage` (see
@@ -191,7 +235,7 @@ impl StateStore {
         file: StateFile,
         bytes: Bytes,
     ) -> Result<()> {
-        let path = Self::dir(operator, partition).join(file.name());
+        let path = self.dir(operator, partition).join(file.name());
         let bytes = identity::wrap(&self.identity(operator, partition, file), &bytes)?;
         self.create_same(&path, bytes).await
     }
@@ -199,7 +243,7 @@ impl StateStore {
     /// A state file's rows, once its identity and checksum are checked
     /// (see [`identity`]).
     pub async fn read(&self, operator: &str, partition: u32, file: StateFile) -> Result<Bytes> {
-        let path = Self::dir(operator, partition).join(file.name());
+        let path = self.dir(operator, partition).join(file.name());
         let bytes = self
             .storage
             .get(&path)
@@ -214,7 +258,7 @@ impl StateStore {
 
     /// A partition's state files; a name that is not one is damage.
     pub async fn files(&self, operator: &str, partition: u32) -> Result<Vec<StateFile>> {
-        let dir = Self::dir(operator, partition);
+        let dir = self.dir(operator, partition);
         let mut out = Vec::new();
         for f in self.storage.list_files(&dir).await? {
             let name = f.location.filename().unwrap_or_default();
@@ -229,7 +273,8 @@ impl StateStore {
 
     /// The partitions that have state files, by number.
     pub async fn partitions(&self, operator: &str) -> Result<Vec<u32>> {
-        let dir = Path::from_iter(["state", operator]);
+        let dir = self.dir(operator, 0);
+        let dir = Path::from_iter(dir.parts().take(dir.parts().count() - 1));
         let dirs = self.storage.list_dirs(&dir).await?;
         Ok(dirs.iter().filter_map(|d| d.parse().ok()).collect())
     }
@@ -239,7 +284,7 @@ impl StateStore {
         let files = self.files(operator, partition).await?;
         let gone = expired(&files, oldest);
         for f in &gone {
-            let path = Self::dir(operator, partition).join(f.name());
+            let path = self.dir(operator, partition).join(f.name());
             self.storage.delete(&path).await?;
         }
         Ok(gone.len())
@@ -248,7 +293,7 @@ impl StateStore {
     /// A human-readable location of a state file, for errors.
     pub fn describe(&self, operator: &str, partition: u32, file: StateFile) -> String {
         self.storage
-            .describe(&Self::dir(operator, partition).join(file.name()))
+            .describe(&self.dir(operator, partition).join(file.name()))
     }
 
     async fn create_same(&self, path: &Path, bytes: Bytes) -> Result<()> {

@@ -1,5 +1,6 @@
 //! Tracing setup for the binaries: `SLUICE_LOG` (or `RUST_LOG`) filters,
-//! defaulting to `info`. Logs go to stderr, as text or as one JSON object a
+//! defaulting to `info` (`warn` for the executor's embedded state store,
+//! whose `info` lines describe every flush and compaction). Logs go to stderr, as text or as one JSON object a
 //! line (`--log-format json`), or to a file for a process whose terminal
 //! shows something else (`sluice local`).
 //!
@@ -17,7 +18,7 @@ fn filter() -> EnvFilter {
     let filter = std::env::var("SLUICE_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| "info".to_string());
+        .unwrap_or_else(|| "info,fjall=warn,lsm_tree=warn".to_string());
     EnvFilter::new(filter)
 }
 

@@ -33,6 +33,14 @@ function h(tag, attrs, ...children) {
 const $ = (id) => document.getElementById(id);
 const fmt = (n, digits = 0) =>
   n == null ? "–" : Number(n).toLocaleString("en-US", { maximumFractionDigits: digits });
+// Bytes in binary units, as the CLI shows a state's size: "1.5 KiB".
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+function bytes(n) {
+  if (n == null) return "–";
+  let v = Number(n), unit = 0;
+  while (v >= 1024 && unit + 1 < BYTE_UNITS.length) { v /= 1024; unit++; }
+  return unit === 0 ? v + " B" : v.toFixed(1) + " " + BYTE_UNITS[unit];
+}
 const ago = (ms) => (ms == null ? "–" : ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s");
 const time = (ms) => (ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").replace("Z", ""));
 // The watermark of the batch that ends a bounded query is the largest
@@ -173,6 +181,8 @@ function queryPage(name) {
       ...fact("q-committed", "rows committed")),
     h("p", { id: "q-error", class: "error" }),
     h("div", { class: "charts" }, chart("rates"), chart("phases"), chart("state"), chart("watermark")),
+    h("div", { id: "q-operators-box", hidden: "" }, h("h2", { text: "State by operator" }),
+      table("q-operators", ["operator", "state rows", "state bytes"], [])),
     h("h2", { text: "Last batches" }), table("q-progress", ["batch", "epoch", "committed at", "input rows", "input rows/s", "processed rows/s", "took", "state rows", "watermark"], []),
     h("h2", { text: "Recent errors" }), h("ul", { id: "q-errors" }),
     h("h2", { text: "SQL" }), h("pre", { id: "q-sql" }),
@@ -219,8 +229,9 @@ function progress(p) {
     $("q-state-rows").textContent = fmt(last.state_rows_total);
     $("q-watermark").textContent = watermark(last.watermark_ms);
   }
-  // A stateless query has no state: its state chart stays hidden.
+  // A stateless query has no state: its state chart and operators stay hidden.
   $("chart-state").hidden = !rs.some((r) => r.state_rows_total > 0);
+  operators(last);
   const t0 = performance.now();
   for (const kind of ["rates", "phases", "state", "watermark"]) {
     if (!charts[kind]) charts[kind] = SluiceCharts.create(kind, $("chart-" + kind));
@@ -238,6 +249,16 @@ function progress(p) {
     h("td", { class: "num", text: r.duration_ms.total + " ms" }), h("td", { class: "num", text: fmt(r.state_rows_total) }),
     h("td", { text: watermark(r.watermark_ms) })));
   $("q-progress").querySelector("tbody").replaceChildren(...rows);
+}
+
+// Each state operator's state after the latest batch (a record from
+// before operators were recorded has none).
+function operators(last) {
+  const ops = (last && last.state_operators) || [];
+  $("q-operators-box").hidden = !ops.length;
+  $("q-operators").querySelector("tbody").replaceChildren(...ops.map((o) => h("tr", { "data-operator": o.name },
+    h("td", { text: o.name }), h("td", { class: "rows num", text: fmt(o.rows) }),
+    h("td", { class: "bytes num", title: fmt(o.bytes) + " bytes", text: bytes(o.bytes) }))));
 }
 
 $("logout").addEventListener("click", async () => {

@@ -51,11 +51,13 @@ pub async fn run<O: Operator>(
     .await?;
     let index = work_state.index as usize;
     let op = O::plan(task, work, &assigned, (&graph, index)).await?;
-    let store = stage::open_store(&caches, &work_state.checkpoint).await?;
+    // State files are those of the work's state generation.
+    let store = stage::open_store(&caches, &work_state.checkpoint)
+        .await?
+        .in_generation(work_state.generation);
     let schema_of = |side: u32| op.input_schema(side);
     let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
-    let (schema, keys) = op.state_schema();
-    let mut table = stage::state(&caches, &store, task, work_state, schema, keys).await?;
+    let mut table = stage::state(&caches, &store, task, work_state, op.state_schema(), &op).await?;
     let due = stage::due(work_state, &table)?;
     stage::snapshot(&caches, &store, work_state, task.partition, due);
 

@@ -115,6 +115,7 @@ async fn batch(
                 snapshot_interval: 2,
                 index: 0,
                 next_buckets: 0,
+                ..Default::default()
             }),
             output_mode: sluice_common::spec::OutputMode::parse(mode)
                 .expect("a test's mode")

@@ -274,20 +274,12 @@ pub fn split(
 ) -> Result<Vec<Vec<RecordBatch>>, ExecutorError> {
     let mut out: Vec<Vec<RecordBatch>> = vec![Vec::new(); buckets as usize];
     for b in rows {
-        let columns = keys(b)?;
-        if columns.is_empty() {
-            out[0].push(b.clone());
-            continue;
-        }
-        let fields = columns
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect();
-        let converter = RowConverter::new(fields).map_err(fail)?;
-        let keyed = converter.convert_columns(&columns).map_err(fail)?;
         let mut picks: Vec<Vec<u32>> = vec![Vec::new(); buckets as usize];
-        for (i, r) in keyed.iter().enumerate() {
-            picks[bucket(r.as_ref(), buckets) as usize].push(i as u32);
+        for (i, n) in buckets_of(&keys(b)?, b.num_rows(), buckets)?
+            .into_iter()
+            .enumerate()
+        {
+            picks[n as usize].push(i as u32);
         }
         for (n, pick) in picks.into_iter().enumerate() {
             if !pick.is_empty() {
@@ -298,6 +290,26 @@ pub fn split(
         }
     }
     Ok(out)
+}
+
+/// The bucket, of `buckets`, of each of `rows` rows whose key is
+/// `columns` (one array per key column): [`bucket`] of the key's row
+/// bytes; bucket 0 for every row without a key (a global aggregate).
+pub fn buckets_of(
+    columns: &[ArrayRef],
+    rows: usize,
+    buckets: u32,
+) -> Result<Vec<u32>, ExecutorError> {
+    if columns.is_empty() {
+        return Ok(vec![0; rows]);
+    }
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(c.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields).map_err(fail)?;
+    let keyed = converter.convert_columns(columns).map_err(fail)?;
+    Ok(keyed.iter().map(|r| bucket(r.as_ref(), buckets)).collect())
 }
 
 /// The parts as one file, an IPC stream per non-empty bucket, and each

@@ -18,8 +18,9 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::output::{self, Emitter};
 use crate::sink::parts::Layout;
+use crate::state::codec;
+use crate::state::rescale::{self, Place, Repartition};
 use crate::state::table::{Change, FrozenState, StateTable};
-use crate::state::{self, codec};
 
 /// Rows shuffled to an operator, with the side of it they are for.
 #[derive(Debug, Clone)]
@@ -90,19 +91,25 @@ pub async fn state(
     store: &StateStore,
     task: &TaskAssignment,
     work: &StateWork,
-    schema: SchemaRef,
-    keys: usize,
+    (schema, keys): (SchemaRef, usize),
+    router: &dyn Repartition,
 ) -> Result<StateTable, ExecutorError> {
     let (owner, p, version) = (owner(task, work), task.partition, work.read_version);
     if let Some(held) = caches.states.take(&owner, p, version) {
         return Ok(held);
     }
-    let empty = caches.states.empty(schema, keys)?;
     let Some(v) = version else {
-        return Ok(empty);
+        return caches.states.empty(schema, keys);
     };
     let started = std::time::Instant::now();
-    let table = state::load(store, &work.operator, p, empty, v).await?;
+    let place = Place {
+        store,
+        operator: &work.operator,
+        rescales: &work.rescales,
+        schema,
+        keys,
+    };
+    let table = rescale::load(&caches.states, &place, p, v, router).await?;
     info!(
         partition = p,
         version = v,
@@ -177,8 +184,10 @@ pub fn done(
 
 /// Whose state a reduce task works on, as the executor holds it: its
 /// query's operator.
+/// Whose state a partition's is: a query's operator in one state
+/// generation (partition P of another generation holds other keys).
 fn owner(task: &TaskAssignment, work: &StateWork) -> String {
-    format!("{}/{}", task.query_id, work.operator)
+    format!("{}/{}/g{}", task.query_id, work.operator, work.generation)
 }
 
 /// Keeps the states this executor holds under `--max-state-bytes`: the

@@ -94,6 +94,9 @@ pub enum Log {
     /// `transactions/<N>`: the Kafka transactions batch N's tasks left
     /// open, which the driver commits before `commits/N`.
     Transactions,
+    /// `rescales/<G>`: the restart that began state generation G with
+    /// other state partitions (`N` here is the generation, from 1).
+    Rescales,
 }
 
 impl Log {
@@ -105,6 +108,7 @@ impl Log {
             Log::Progress => "progress",
             Log::SourceFiles => "sources/files",
             Log::Transactions => "transactions",
+            Log::Rescales => "rescales",
         }
     }
 

@@ -57,6 +57,39 @@ pub struct ProgressRecord {
     /// A Kafka sink with exactly_once: the batch's transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka_transactions: Option<KafkaTransactions>,
+    /// A stateful query: each state operator's state after the batch, in
+    /// the order the operators run (absent in records written before it
+    /// was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_operators: Vec<OperatorState>,
+}
+
+/// One state operator's state after a batch (see `pb::OperatorState`):
+/// its rows and in-memory bytes, summed over its state partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorState {
+    /// Its state directory under `state/`.
+    pub name: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+impl OperatorState {
+    pub fn from_proto(o: &pb::OperatorState) -> Self {
+        OperatorState {
+            name: o.name.clone(),
+            rows: o.rows,
+            bytes: o.bytes,
+        }
+    }
+
+    pub fn to_proto(&self) -> pb::OperatorState {
+        pb::OperatorState {
+            name: self.name.clone(),
+            rows: self.rows,
+            bytes: self.bytes,
+        }
+    }
 }
 
 /// The transactions of one batch into a Kafka sink.
@@ -159,6 +192,11 @@ impl ProgressRecord {
                 .iter()
                 .map(PartitionProgress::from_proto)
                 .collect(),
+            state_operators: p
+                .state_operators
+                .iter()
+                .map(OperatorState::from_proto)
+                .collect(),
         }
     }
 
@@ -202,6 +240,11 @@ impl ProgressRecord {
                 .partitions
                 .iter()
                 .map(PartitionProgress::to_proto)
+                .collect(),
+            state_operators: self
+                .state_operators
+                .iter()
+                .map(OperatorState::to_proto)
                 .collect(),
         }
     }
@@ -281,151 +324,5 @@ impl QueryCheckpoint {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_gives_back_the_progress_it_was_made_from() {
-        let p = pb::BatchProgress {
-            id: "id-1".into(),
-            name: "q".into(),
-            batch_id: 7,
-            num_input_rows: 1000,
-            input_rows_per_second: 123.5,
-            processed_rows_per_second: 4567.25,
-            duration_ms: Some(pb::Durations {
-                latest_offset: 1,
-                wal_commit: 2,
-                execution: 30,
-                sink_commit: 4,
-                commit: 5,
-                total: 42,
-                map: 10,
-                reduce: 20,
-            }),
-            timestamp_ms: 1_700_000_000_000,
-            epoch: 3,
-            skipped_before: 0,
-            bad_records: 2,
-            state_rows_total: 50,
-            state_bytes: 4096,
-            watermark_ms: Some(1_699_999_990_000),
-            rows_dropped_by_watermark: 6,
-            records_lost: 9,
-            num_output_rows: 10,
-            sink_bytes: 11,
-            kafka_transactions: Some(pb::KafkaTransactions {
-                committed: 4,
-                aborted: 1,
-                longest_ms: 250,
-            }),
-            partitions: vec![pb::PartitionProgress {
-                topic: "events".into(),
-                partition: 3,
-                start_offset: 10,
-                end_offset: 25,
-                latest_offset: 40,
-                lag: 15,
-            }],
-        };
-        let record = ProgressRecord::from_proto(&p);
-        let json = serde_json::to_vec(&record).unwrap();
-        let back: ProgressRecord = serde_json::from_slice(&json).unwrap();
-        assert_eq!(back.to_proto("id-1", "q"), p);
-    }
-
-    #[test]
-    fn a_query_without_a_watermark_stores_none() {
-        let record = ProgressRecord::from_proto(&pb::BatchProgress::default());
-        let json = String::from_utf8(serde_json::to_vec(&record).unwrap()).unwrap();
-        assert!(!json.contains("watermark_ms"), "{json}");
-        let back: ProgressRecord = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.watermark_ms, None);
-    }
-
-    #[tokio::test]
-    async fn the_recent_records_are_read_back_and_old_ones_purged() {
-        use crate::checkpoint::{Checkpoint, padded};
-        use crate::storage::Stores;
-
-        let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
-        let q = cp.query("q");
-        for n in 0..6u64 {
-            let p = pb::BatchProgress {
-                name: "q".into(),
-                batch_id: n,
-                num_input_rows: n * 10,
-                ..Default::default()
-            };
-            q.write_progress(&ProgressRecord::from_proto(&p))
-                .await
-                .unwrap();
-        }
-        // A second report of a batch leaves the first in place.
-        let again = pb::BatchProgress {
-            name: "q".into(),
-            batch_id: 5,
-            num_input_rows: 999,
-            ..Default::default()
-        };
-        q.write_progress(&ProgressRecord::from_proto(&again))
-            .await
-            .unwrap();
-        std::fs::write(
-            dir.path().join("queries/q/progress").join(padded(4)),
-            b"{trunc",
-        )
-        .unwrap();
-
-        let recent = q.recent_progress(3).await.unwrap();
-        let got: Vec<(u64, u64)> = recent
-            .records
-            .iter()
-            .map(|r| (r.batch_id, r.num_input_rows))
-            .collect();
-        assert_eq!(got, [(3, 30), (5, 50)]);
-        assert_eq!(recent.damaged.len(), 1);
-        let damaged = recent.damaged[0].to_string();
-        assert!(damaged.contains(&padded(4)), "{damaged}");
-
-        assert_eq!(q.purge_progress_before(3).await.unwrap(), 3);
-        assert_eq!(q.batches(Log::Progress).await.unwrap(), [3, 4, 5]);
-        // The other logs are not touched by it, nor it by theirs.
-        assert_eq!(q.purge_before(10).await.unwrap(), 0);
-        assert_eq!(q.batches(Log::Progress).await.unwrap(), [3, 4, 5]);
-
-        // A valid record copied to another batch's place, or from another
-        // query, is damage too.
-        let progress = dir.path().join("queries/q/progress");
-        std::fs::copy(progress.join(padded(5)), progress.join(padded(4))).unwrap();
-        let other = cp.query("other");
-        let theirs = pb::BatchProgress {
-            name: "other".into(),
-            batch_id: 3,
-            ..Default::default()
-        };
-        other
-            .write_progress(&ProgressRecord::from_proto(&theirs))
-            .await
-            .unwrap();
-        std::fs::copy(
-            dir.path().join("queries/other/progress").join(padded(3)),
-            progress.join(padded(3)),
-        )
-        .unwrap();
-        let recent = q.recent_progress(3).await.unwrap();
-        let got: Vec<u64> = recent.records.iter().map(|r| r.batch_id).collect();
-        assert_eq!(got, [5]);
-        let damaged: Vec<String> = recent.damaged.iter().map(|e| e.to_string()).collect();
-        assert_eq!(damaged.len(), 2, "{damaged:?}");
-        assert!(
-            damaged[0].contains("query \"other\", batch 3"),
-            "{damaged:?}"
-        );
-        assert!(
-            damaged[1].contains("batch 5, not of query \"q\", batch 4"),
-            "{damaged:?}"
-        );
-    }
-}
+#[path = "progress_tests.rs"]
+mod tests;

@@ -31,6 +31,19 @@ fn path(name: ManifestName) -> Path {
     Path::from_iter([MANIFEST_DIR, &name.file_name()])
 }
 
+/// Removes batch `batch`'s manifest when it is an abandoned one (see
+/// [`SinkManifest::abandon`]): the batch may commit again. Returns the
+/// manifest that stays, a real one, or `None`.
+pub async fn reopen(storage: &Storage, batch: u64) -> Result<Option<SinkManifest>> {
+    match read_delta(storage, batch).await? {
+        Some(m) if m.abandoned => {
+            storage.delete(&path(ManifestName::Delta(batch))).await?;
+            Ok(None)
+        }
+        other => Ok(other),
+    }
+}
+
 /// Writes the manifest of a batch, or adopts the one already there.
 pub async fn write_delta(storage: &Storage, manifest: &SinkManifest) -> Result<SinkManifest> {
     let path = path(ManifestName::Delta(manifest.batch_id));

@@ -222,6 +222,14 @@ impl FileSink {
         Ok(doomed.len())
     }
 
+    /// For a stopped query that runs again: lets `batch`, which it
+    /// abandoned when it stopped, commit after all (its abandoned manifest
+    /// is removed). Returns the batch's real manifest if its commit had
+    /// written one before the stop.
+    pub async fn reopen(&self, batch: u64) -> Result<Option<SinkManifest>> {
+        log::reopen(&self.storage, batch).await
+    }
+
     /// A sink manifest for `batch` listing `files`, with `version` set.
     pub fn manifest(batch: u64, epoch: u64, files: Vec<SinkFile>) -> SinkManifest {
         SinkManifest::new(batch, epoch, files)

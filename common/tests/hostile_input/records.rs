@@ -12,9 +12,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
     CommitRecord, FailRecord, FileLogEntry, FileRange, Inputs, KafkaRange, KafkaStart,
-    KafkaStartRecord, OffsetRecord, PartitionProgress, PhaseDurations, ProgressRecord,
-    QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets, StopRecord, TableFile,
-    TableSchema, TablesRecord, decode, encode, padded,
+    KafkaStartRecord, OffsetRecord, OperatorState, PartitionProgress, PhaseDurations,
+    ProgressRecord, QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets,
+    StopRecord, TableFile, TableSchema, TablesRecord, decode, encode, padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -267,6 +267,11 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                     start_offset: 40,
                     end_offset: 90,
                     latest_offset: 120,
+                }],
+                state_operators: vec![OperatorState {
+                    name: "aggregate".into(),
+                    rows: 10,
+                    bytes: 1024,
                 }],
             }),
             decoded::<ProgressRecord>,

@@ -80,7 +80,7 @@ pub async fn execute(
         ),
         None => {
             let outputs = run_tasks(ctx, streams, offsets).await?;
-            let outcome = Outcome::of(batch, &outputs, &ctx.spec.sink)?;
+            let outcome = Outcome::of(batch, &outputs, &ctx.spec.sink, ctx.stateful.as_ref())?;
             outcome.check(ctx, streams, offsets)?;
             let record = TransactionsRecord {
                 version: RECORD_VERSION,

@@ -45,8 +45,12 @@ pub struct Stateful {
     /// Its operators, in the order they run: the SQL's (see
     /// `sluice_sql::graph`), or the one dedup.
     pub ops: Vec<StatefulOp>,
-    /// The shuffle and state files under `checkpoint`.
+    /// The shuffle and state files under `checkpoint`, in the query's
+    /// current state generation.
     pub store: sluice_common::state::StateStore,
+    /// How each state generation after the first began (see
+    /// `sluice_common::checkpoint::RescaleRecord`).
+    pub rescales: Vec<sluice_proto::StateRescale>,
 }
 
 /// One operator of a stateful query.

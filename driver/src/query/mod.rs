@@ -4,6 +4,7 @@
 //!  submit ─► paths allowed ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
 //!  (all create-only; `metadata` is written last and marks a complete submit)
 //!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
+//!  submit(STOPPED, same spec or other state_partitions) ─► restart (see `restart`)
 //! ```
 
 pub mod attempts;
@@ -19,6 +20,7 @@ pub mod kafka_sink;
 pub mod outcome;
 pub mod paths;
 pub mod registry;
+pub mod restart;
 pub mod retention;
 pub mod retry;
 pub mod runner;
@@ -135,6 +137,12 @@ pub async fn submit(
         let old = existing.spec.as_ref();
         if existing.state() == QueryState::Failed && old == Some(&spec) {
             return resubmit_failed(driver, term, &existing).await;
+        }
+        if existing.state() == QueryState::Stopped
+            && let Some(old) = old
+            && let Some(rescale) = restart::change(old, &spec)
+        {
+            return restart::restart(driver, term, &existing, spec, rescale).await;
         }
         return Err(conflict::conflict(&driver.config, &spec, old, existing.state()).await);
     }

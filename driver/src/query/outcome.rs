@@ -4,12 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{OffsetRecord, PreparedOutcome, PreparedTransaction};
+use sluice_common::checkpoint::{
+    OffsetRecord, OperatorState, PreparedOutcome, PreparedTransaction,
+};
 use sluice_common::sink::SinkFile;
 use sluice_common::spec::SinkSpec;
 use sluice_proto as pb;
 
-use super::ctx::Ctx;
+use super::ctx::{Ctx, Stateful};
 use super::stages::Outputs;
 use crate::error::DriverError;
 use crate::source::Streams;
@@ -21,6 +23,8 @@ pub struct Outcome {
     pub bad_records: u64,
     pub state_rows_total: u64,
     pub state_bytes: u64,
+    /// Each state operator's rows and bytes (their sums are the two above).
+    pub state_operators: Vec<OperatorState>,
     pub rows_dropped_by_watermark: u64,
     /// The latest event time of the input (a query with a watermark).
     pub max_event_time_ms: Option<i64>,
@@ -44,8 +48,14 @@ pub struct Outcome {
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report against the query's `sink` (see [`check_reported_rows`]).
-    pub fn of(batch: u64, outputs: &Outputs, sink: &SinkSpec) -> Result<Self, DriverError> {
+    /// report against the query's `sink` (see [`check_reported_rows`]);
+    /// the state by operator of `stateful` (see [`operator_state`]).
+    pub fn of(
+        batch: u64,
+        outputs: &Outputs,
+        sink: &SinkSpec,
+        stateful: Option<&Stateful>,
+    ) -> Result<Self, DriverError> {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
@@ -75,6 +85,7 @@ impl Outcome {
             bad_records: map.iter().map(|o| o.bad_records).sum(),
             state_rows_total: reduce.iter().map(|o| o.state_rows).sum(),
             state_bytes: reduce.iter().map(|o| o.state_bytes).sum(),
+            state_operators: operator_state(batch, reduce, stateful),
             rows_dropped_by_watermark: map.iter().map(|o| o.rows_dropped_by_watermark).sum(),
             max_event_time_ms: map.iter().filter_map(|o| o.max_event_time_ms).max(),
             max_event_times: max_event_times(outputs),
@@ -99,6 +110,7 @@ impl Outcome {
             bad_records: o.bad_records,
             state_rows_total: o.state_rows_total,
             state_bytes: o.state_bytes,
+            state_operators: o.state_operators.clone(),
             rows_dropped_by_watermark: o.rows_dropped_by_watermark,
             max_event_time_ms: o.max_event_time_ms,
             max_event_times: o.max_event_times.clone(),
@@ -125,6 +137,7 @@ impl Outcome {
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
             state_rows_total: self.state_rows_total,
             state_bytes: self.state_bytes,
+            state_operators: self.state_operators.clone(),
             max_event_time_ms: self.max_event_time_ms,
             max_event_times: self.max_event_times.clone(),
             longest_open_ms: self.longest_open_ms,
@@ -152,6 +165,53 @@ impl Outcome {
         }
         check_state_budget(ctx, batch, self.state_bytes)
     }
+}
+
+/// Each state operator's rows and bytes after batch `batch`: the sums
+/// over its state partitions. `reduce` holds the reduce tasks operator by
+/// operator, in the order of `stateful.ops`, one per state partition (see
+/// `stages::run`). Reports of another shape cannot be told apart by
+/// operator: logged, and the batch shows only its totals (a figure of the
+/// progress, not a reason to fail the batch).
+fn operator_state(
+    batch: u64,
+    reduce: &[pb::TaskOutput],
+    stateful: Option<&Stateful>,
+) -> Vec<OperatorState> {
+    let Some(s) = stateful else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = s.ops.iter().map(|op| op.name.as_str()).collect();
+    by_operator(batch, reduce, &names, s.partitions as usize)
+}
+
+/// [`operator_state`] of the operators `names`, of `partitions` each.
+fn by_operator(
+    batch: u64,
+    reduce: &[pb::TaskOutput],
+    names: &[&str],
+    partitions: usize,
+) -> Vec<OperatorState> {
+    if partitions == 0 || reduce.len() != names.len() * partitions {
+        tracing::warn!(
+            batch,
+            reduce_tasks = reduce.len(),
+            operators = names.len(),
+            partitions,
+            "the reduce task reports are not one per operator and state partition; the \
+             batch's progress has no state by operator"
+        );
+        return Vec::new();
+    }
+    names
+        .iter()
+        .zip(reduce.chunks(partitions))
+        .map(|(name, tasks)| OperatorState {
+            name: name.to_string(),
+            rows: tasks.iter().map(|o| o.state_rows).sum(),
+            bytes: tasks.iter().map(|o| o.state_bytes).sum(),
+        })
+        .collect()
 }
 
 /// The latest event time each input table's map tasks saw.
@@ -295,10 +355,45 @@ pub fn progress(
         num_output_rows: outcome.rows,
         sink_bytes: outcome.sink_bytes,
         kafka_transactions: None,
+        state_operators: outcome
+            .state_operators
+            .iter()
+            .map(OperatorState::to_proto)
+            .collect(),
         partitions: from_source
             .partitions
             .iter()
             .map(|p| p.to_proto())
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(rows: u64, bytes: u64) -> pb::TaskOutput {
+        pb::TaskOutput {
+            state_rows: rows,
+            state_bytes: bytes,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_operator_sums_its_own_partitions() {
+        let reduce = [task(1, 10), task(2, 20), task(30, 300), task(40, 400)];
+        let state = |name: &str, rows, bytes| OperatorState {
+            name: name.into(),
+            rows,
+            bytes,
+        };
+        assert_eq!(
+            by_operator(3, &reduce, &["aggregate", "aggregate-2"], 2),
+            [state("aggregate", 3, 30), state("aggregate-2", 70, 700)]
+        );
+        // Reports that are not one per operator and partition: none.
+        assert_eq!(by_operator(3, &reduce[..3], &["aggregate", "join"], 2), []);
+        assert_eq!(by_operator(3, &[], &["aggregate"], 0), []);
     }
 }

@@ -75,9 +75,26 @@ pub async fn plan(
             sluice_common::state::StateStore::open(&ctx.driver.config.stores, &checkpoint)
         })
         .await?;
+    let rescales = ctx
+        .storage("read rescales", || async { ctx.qc.rescales().await })
+        .await?;
+    let generation = rescales.last().map_or(0, |r| r.generation);
+    let rescales = rescales
+        .iter()
+        .map(|r| {
+            let r = r.rescale();
+            pb::StateRescale {
+                generation: r.generation,
+                state_version: r.state_version,
+                previous_partitions: r.previous_partitions,
+                partitions: r.partitions,
+            }
+        })
+        .collect();
     Ok(Some(Stateful {
-        store,
+        store: store.in_generation(generation),
         checkpoint,
+        rescales,
         partitions: ctx.spec.state_partitions(),
         snapshot_interval: ctx.spec.snapshot_interval(),
         ops,
@@ -253,6 +270,8 @@ pub async fn run(
                 snapshot_interval: stateful.snapshot_interval,
                 index: index as u32,
                 next_buckets: op.consumer.map_or(0, |_| stateful.partitions),
+                generation: stateful.store.generation(),
+                rescales: stateful.rescales.clone(),
             });
             let mut task = attempts::task(ctx, offsets, work, b);
             task.event_time = event_time(ctx, offsets, None);

@@ -22,7 +22,9 @@ use sluice_sql::{Aggregation, Graph};
 
 use super::{Advanced, Operator, Shuffled, changes, session};
 use crate::error::ExecutorError;
+use crate::shuffle;
 use crate::stage::{self, Assigned};
+use crate::state::rescale::Repartition;
 use crate::state::table::StateTable;
 
 /// A query's aggregation over the stream.
@@ -30,6 +32,28 @@ pub struct Aggregate {
     agg: Aggregation,
     mode: OutputMode,
     changes: Changes,
+}
+
+impl Repartition for Aggregate {
+    /// By the group key, less its session (the map tasks' shuffle key); an
+    /// aggregation that reads changes keeps input rows, keyed by their
+    /// group.
+    fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError> {
+        let keys = match self.changes {
+            Changes::Read => {
+                let input = self.agg.input_rows_schema();
+                let columns = rows.columns()[..input.fields().len()].to_vec();
+                let input = RecordBatch::try_new(input, columns)
+                    .map_err(|e| ExecutorError::TaskPanicked(format!("rescale: {e}")))?;
+                self.agg.group_of(&input)?
+            }
+            _ => (0..self.agg.key_columns())
+                .filter(|&i| Some(i) != self.agg.session())
+                .map(|i| rows.column(i).clone())
+                .collect(),
+        };
+        shuffle::buckets_of(&keys, rows.num_rows(), partitions)
+    }
 }
 
 impl Operator for Aggregate {

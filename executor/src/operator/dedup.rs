@@ -22,6 +22,7 @@ use sluice_sql::WindowEnd;
 use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
+use crate::state::rescale::Repartition;
 use crate::state::table::StateTable;
 
 /// The column of a dedup state row that holds its expiry.
@@ -48,6 +49,14 @@ pub fn key_columns(schema: &SchemaRef, columns: &[String]) -> Result<Vec<usize>,
             })
         })
         .collect()
+}
+
+impl Repartition for Dedup {
+    /// By the dedup columns, a state row's key.
+    fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError> {
+        let keys = rows.columns()[..self.keys.len()].to_vec();
+        crate::shuffle::buckets_of(&keys, rows.num_rows(), partitions)
+    }
 }
 
 impl Operator for Dedup {

@@ -32,7 +32,9 @@ use sluice_sql::{Graph, StreamJoin};
 
 use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
+use crate::shuffle;
 use crate::stage::{self, Assigned};
+use crate::state::rescale::Repartition;
 use crate::state::table::StateTable;
 
 /// The leading columns of a state row: side, id, matched.
@@ -45,6 +47,40 @@ pub struct Join {
     /// Whether each side's rows may leave the state by the bound.
     evict: [bool; 2],
     state: SchemaRef,
+}
+
+impl Repartition for Join {
+    /// By the join key of each buffered row's side.
+    fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError> {
+        let mut routed = [Vec::new(), Vec::new()];
+        for (side, out) in routed.iter_mut().enumerate() {
+            let held = self.buffered(rows, side)?.rows;
+            let keys = self.join.keys(side, &held)?;
+            *out = shuffle::buckets_of(&keys, held.num_rows(), partitions)?;
+        }
+        let sides = rows
+            .column(0)
+            .as_primitive::<arrow_array::types::UInt8Type>();
+        let mut next = [0usize; 2];
+        sides
+            .values()
+            .iter()
+            .map(|&s| {
+                let s = side_index(u32::from(s))?;
+                next[s] += 1;
+                Ok(routed[s][next[s] - 1])
+            })
+            .collect()
+    }
+
+    /// A row's id is unique only within its partition: gathered rows are
+    /// numbered again, in order, below the ids of any later batch (which
+    /// start at `batch << 32`, batch ≥ 1).
+    fn gathered(&self, rows: RecordBatch) -> Result<RecordBatch, ExecutorError> {
+        let mut columns = rows.columns().to_vec();
+        columns[1] = Arc::new(UInt64Array::from_iter_values(0..rows.num_rows() as u64));
+        RecordBatch::try_new(rows.schema(), columns).map_err(fail)
+    }
 }
 
 impl Operator for Join {

@@ -34,6 +34,7 @@ use sluice_sql::Graph;
 
 use crate::error::ExecutorError;
 use crate::stage::Assigned;
+use crate::state::rescale::Repartition;
 use crate::state::table::{Change, StateTable};
 
 pub use crate::stage::Shuffled;
@@ -72,7 +73,7 @@ impl Advanced {
 }
 
 /// One stateful operator of a query.
-pub trait Operator: Sized + Send + Sync {
+pub trait Operator: Repartition + Sized + Send + Sync {
     /// The operator's part of a task's work.
     type Work;
 

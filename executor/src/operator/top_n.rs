@@ -30,6 +30,7 @@ use sluice_sql::{Graph, TopN as Ranking};
 use super::{Advanced, Operator, Shuffled};
 use crate::error::ExecutorError;
 use crate::stage::{self, Assigned};
+use crate::state::rescale::Repartition;
 use crate::state::table::StateTable;
 
 /// The column of a state row that holds its rank.
@@ -47,6 +48,16 @@ pub struct TopN {
 
 fn fail(e: arrow_schema::ArrowError) -> ExecutorError {
     ExecutorError::TaskPanicked(format!("top-N: {e}"))
+}
+
+impl Repartition for TopN {
+    /// By the `PARTITION BY` of a state row's row.
+    fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError> {
+        let columns = rows.columns()[self.keys + 1..].to_vec();
+        let kept = RecordBatch::try_new(self.top.row_schema(), columns).map_err(fail)?;
+        let keys = self.top.keys(&kept)?;
+        crate::shuffle::buckets_of(&keys, rows.num_rows(), partitions)
+    }
 }
 
 impl Operator for TopN {

@@ -1,0 +1,146 @@
+//! A partition of a new state generation, rebuilt from the generation
+//! before it: after a restart with other state partitions (see
+//! `sluice_common::checkpoint::RescaleRecord`), partition P of generation
+//! G at the version G began from is every row of every partition of
+//! generation G-1 at that version whose key the shuffle now routes to P.
+//!
+//! ```text
+//!  load(G, P, V) ─► G began at S ≤ V, and no snapshot of G in S..=V?
+//!     └─ yes ─► for each partition Q of G-1: load(G-1, Q, S) ─► rows routed to P
+//!               ─► gathered (the operator's ids made unique) ─► state/<op>/g<G>/<P>/<S>.snapshot
+//!  ─► latest snapshot ≤ V, then each delta after it (as any load)
+//! ```
+//!
+//! Invariant: the rows routed to P are those whose key the map tasks'
+//! shuffle sends to P ([`Repartition::route`] hashes them as
+//! `crate::shuffle::bucket` does), so later batches find them. The
+//! snapshot written is in key order, so two tasks that rebuild the same
+//! partition write the same bytes (create-only, same bytes accepted).
+
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::SchemaRef;
+use futures::future::BoxFuture;
+use sluice_common::state::{StateFile, StateStore};
+use sluice_proto::StateRescale;
+use tracing::info;
+
+use super::table::StateTable;
+use super::{States, codec};
+use crate::error::ExecutorError;
+
+/// How an operator's state rows move between partitions.
+pub trait Repartition: Send + Sync {
+    /// The partition, of `partitions`, the shuffle routes each state row
+    /// of `rows` to: the bucket of its row's shuffle key.
+    fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError>;
+
+    /// State rows gathered from several partitions into one, made valid
+    /// for it (keys that were unique only within a partition renumbered).
+    fn gathered(&self, rows: RecordBatch) -> Result<RecordBatch, ExecutorError> {
+        Ok(rows)
+    }
+}
+
+/// Where one partition's state is, and how its generations began.
+pub struct Place<'a> {
+    pub store: &'a StateStore,
+    pub operator: &'a str,
+    pub rescales: &'a [StateRescale],
+    pub schema: SchemaRef,
+    pub keys: usize,
+}
+
+/// State version `version` of partition `partition` of `place`'s
+/// generation, rebuilding its start from the generation before when it
+/// has none (see the module's diagram).
+pub fn load<'a>(
+    states: &'a States,
+    place: &'a Place<'a>,
+    partition: u32,
+    version: u64,
+    router: &'a dyn Repartition,
+) -> BoxFuture<'a, Result<StateTable, ExecutorError>> {
+    Box::pin(async move {
+        let generation = place.store.generation();
+        if generation > 0 {
+            let began = place
+                .rescales
+                .iter()
+                .find(|r| r.generation == generation)
+                .ok_or_else(|| {
+                    ExecutorError::MalformedTask(format!(
+                        "state generation {generation} without the rescale that began it"
+                    ))
+                })?;
+            if let Some(start) = began.state_version.filter(|&s| s <= version) {
+                let files = place.store.files(place.operator, partition).await?;
+                let has_start = files
+                    .iter()
+                    .any(|f| matches!(f, StateFile::Snapshot(v) if (start..=version).contains(v)));
+                if !has_start {
+                    gather(states, place, began, partition, start, router).await?;
+                }
+            }
+        }
+        let empty = states.empty(place.schema.clone(), place.keys)?;
+        super::load(place.store, place.operator, partition, empty, version).await
+    })
+}
+
+/// Writes partition `partition`'s snapshot at `start`, the version
+/// generation `began` started from, from every partition of the
+/// generation before.
+async fn gather(
+    states: &States,
+    place: &Place<'_>,
+    began: &StateRescale,
+    partition: u32,
+    start: u64,
+    router: &dyn Repartition,
+) -> Result<(), ExecutorError> {
+    let started = std::time::Instant::now();
+    let store = place.store.in_generation(began.generation - 1);
+    let before = Place {
+        store: &store,
+        operator: place.operator,
+        rescales: place.rescales,
+        schema: place.schema.clone(),
+        keys: place.keys,
+    };
+    let mut rows = Vec::new();
+    for q in 0..began.previous_partitions {
+        let table = load(states, &before, q, start, router).await?;
+        let held = table.scan()?;
+        let routed = router.route(&held, began.partitions)?;
+        let keep: BooleanArray = routed.iter().map(|&p| Some(p == partition)).collect();
+        let routed_here = arrow_select::filter::filter_record_batch(&held, &keep)
+            .map_err(|e| ExecutorError::TaskPanicked(format!("rescale: {e}")))?;
+        rows.push(routed_here);
+    }
+    let rows = arrow_select::concat::concat_batches(&place.schema, &rows)
+        .map_err(|e| ExecutorError::TaskPanicked(format!("rescale: {e}")))?;
+    let rows = router.gathered(rows)?;
+    let mut table = states.empty(place.schema.clone(), place.keys)?;
+    table.rebuild(std::slice::from_ref(&rows), &[], start)?;
+    let frozen = table.freeze()?;
+    let encode = move || codec::encode_each(frozen.schema(), frozen.batches());
+    let bytes = tokio::task::spawn_blocking(encode)
+        .await
+        .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))??;
+    let file = StateFile::Snapshot(start);
+    place
+        .store
+        .write(place.operator, partition, file, bytes)
+        .await?;
+    info!(
+        operator = place.operator,
+        partition,
+        generation = began.generation,
+        from_partitions = began.previous_partitions,
+        version = start,
+        rows = table.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "state partition rebuilt from the partitions before a rescale"
+    );
+    Ok(())
+}
