@@ -1,9 +1,9 @@
 //! `sluice`: the one Sluice binary. It runs a cluster's nodes (`sluice
 //! driver`, `sluice executor`), is the command-line client of a cluster,
 //! and runs `sluice local` (a whole cluster in one process), `sluice verify`
-//! (the exactly-once checker) and `sluice bench`. This file owns the flags,
-//! the dispatch, and the one place where errors are printed (`error: ...`,
-//! exit code 1).
+//! (the exactly-once checker), `sluice state` (SQL over a query's state)
+//! and `sluice bench`. This file owns the flags, the dispatch, and the one
+//! place where errors are printed (`error: ...`, exit code 1).
 
 mod bench;
 mod certs;
@@ -20,6 +20,7 @@ mod output;
 mod progress;
 mod queries;
 mod retry;
+mod state;
 mod stats;
 mod verify;
 
@@ -124,6 +125,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run SQL over a query's latest committed state, read from the
+    /// checkpoint (no driver needed): `--sql "SELECT ... FROM state"`.
+    State(state::StateArgs),
     /// Write a CA, certificates and tokens for a secured development cluster.
     #[command(subcommand)]
     Certs(CertsCommand),
@@ -224,6 +228,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             total_rows,
             json,
         } => verify::command(&sink, total_rows, json).await,
+        Command::State(args) => state::command(&args).await,
         Command::Certs(CertsCommand::Init(args)) => certs::init(&args).map(|()| 0),
         Command::Token(TokenCommand::New { role, name }) => {
             certs::new(&role, name.as_deref()).map(|()| 0)

@@ -26,6 +26,7 @@ pub mod connection;
 mod counter;
 pub mod error;
 mod input;
+pub mod inspect;
 mod late;
 mod map;
 mod operator;

@@ -1,6 +1,8 @@
 //! `sluice-sql`: the one place that runs DataFusion. The driver plans a
 //! query's SQL at submit to check it ([`check`]); each executor plans the
 //! same SQL for every task and runs it over the task's input ([`run`]).
+//! `sluice state` runs a user's one-off SELECT over rows of a query's
+//! state ([`query_rows`]).
 //!
 //! ```text
 //!  driver, submit:  sql + stream schemas ─► check ─► output schema | SqlError (named construct)
@@ -19,6 +21,7 @@
 //! input: one partition per table, a fixed batch size, no repartitioning;
 //! the partitions of a `UNION` of streams are run in order.
 
+mod adhoc;
 mod bound;
 pub mod bounded;
 mod check;
@@ -36,6 +39,7 @@ mod support;
 mod top_n;
 mod window;
 
+pub use adhoc::{Answer, query_rows};
 pub use bound::Bound;
 pub use check::{Checked, OpInfo, check};
 pub use error::SqlError;

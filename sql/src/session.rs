@@ -85,6 +85,16 @@ pub async fn logical_plan(
     sql: &str,
     streams: &[String],
 ) -> Result<(LogicalPlan, Shape), SqlError> {
+    let plan = select_plan(ctx, sql).await?;
+    let shape = support::check(&plan, streams)?;
+    let plan = crate::window::expand_sliding(plan).map_err(SqlError::from_planning)?;
+    Ok((plan, shape))
+}
+
+/// Plans `sql` in `ctx` (unoptimized) and refuses anything but a SELECT,
+/// or one beyond the bounds of [`guard`]: any query over `ctx`'s tables,
+/// streaming or not. Runs on a planning thread.
+pub async fn select_plan(ctx: &SessionContext, sql: &str) -> Result<LogicalPlan, SqlError> {
     guard::check_tokens(sql)?;
     let state = ctx.state();
     let dialect = state.config().options().sql_parser.dialect;
@@ -105,9 +115,7 @@ pub async fn logical_plan(
             construct: "a statement other than SELECT".into(),
             reason: e.strip_backtrace(),
         })?;
-    let shape = support::check(&plan, streams)?;
-    let plan = crate::window::expand_sliding(plan).map_err(SqlError::from_planning)?;
-    Ok((plan, shape))
+    Ok(plan)
 }
 
 /// A parse error at the end of the query carries no position from the

@@ -86,6 +86,7 @@ mod session_windows;
 mod sink_compaction;
 mod sink_oracle;
 mod sql_oracle;
+mod state_cli;
 mod state_scale;
 mod stateful_chaos;
 mod stateful_failover;

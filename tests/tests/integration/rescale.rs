@@ -171,6 +171,21 @@ async fn rescaled_state_partitions_4_12_3_are_exact() {
         assert_eq!(generation_partitions(&ckpt, name, 1), 12, "{name}");
         assert_eq!(generation_partitions(&ckpt, name, 2), 3, "{name}");
     }
+    // `sluice state` reads the last generation's 3 partitions: every key.
+    let root = ckpt.to_str().unwrap();
+    let sql = "SELECT count(*) AS keys FROM state";
+    let args = [
+        "state",
+        "counts",
+        "--checkpoint-root",
+        root,
+        "--json",
+        "--sql",
+        sql,
+    ];
+    let out = cluster.cli("127.0.0.1:1", &args).await;
+    out.assert_success();
+    assert_eq!(out.json()[0]["keys"].as_u64(), Some(200), "{out}");
     let status = client
         .wait_state("join", QueryState::Finished, Duration::from_secs(120))
         .await;

@@ -1,0 +1,307 @@
+//! A query's state read from outside the query (`sluice state`): its
+//! state operators, each with its directory under `state/`, its state
+//! schema and key columns, planned from the query's spec and the input
+//! schemas its checkpoint fixed, as its reduce tasks plan them; and one
+//! operator's state at a committed version, rebuilt from the checkpoint
+//! as a reduce task rebuilds it.
+//!
+//! ```text
+//!  spec + input schemas ─► sluice_sql::check ─► operator names (as the driver's stages.rs)
+//!                       └► Graph::plan ─► Operator::plan ─► state_schema (as reduce.rs)
+//!  state/<op>/[g<G>/]<p>/… at version N ─► rescale::load, one partition at a time ─► scan ─► rows
+//! ```
+//!
+//! Reading is safe while the query runs: state files are create-only, and
+//! every partition's files of version N exist once `commits/N` does.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use sluice_common::checkpoint::{QueryCheckpoint, Record, SchemaRecord, TablesRecord};
+use sluice_common::spec::{OutputMode, QuerySpec, SourceSpec};
+use sluice_common::state::StateStore;
+use sluice_proto as pb;
+use sluice_sql::{Graph, Kind, OpInfo};
+
+use crate::error::ExecutorError;
+use crate::operator::{Aggregate, Dedup, Join, Operator, TopN};
+use crate::stage::Assigned;
+use crate::state::States;
+use crate::state::local::LocalConfig;
+use crate::state::rescale::{self, Place, Repartition};
+
+/// The state directory of a query's `dedup` (the name the driver's
+/// stages.rs gives its one operator).
+pub const DEDUP: &str = "dedup";
+
+/// The memory of the local store a state is rebuilt in: the rows read
+/// are in memory anyway, this is only the store's cache.
+const MEMORY_BYTES: u64 = 64 << 20;
+
+/// One state operator of a query.
+#[derive(Clone)]
+pub struct StateOperator {
+    /// Its directory under `state/`.
+    pub name: String,
+    /// A state row: the key columns, then the values.
+    pub schema: SchemaRef,
+    /// How many leading columns of a state row are its key.
+    pub keys: usize,
+    /// How its rows move between partitions, for a state generation
+    /// rebuilt from the one before (see `crate::state::rescale`).
+    router: Arc<dyn Repartition>,
+}
+
+impl std::fmt::Debug for StateOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateOperator")
+            .field("name", &self.name)
+            .field("schema", &self.schema)
+            .field("keys", &self.keys)
+            .finish()
+    }
+}
+
+/// A query's state partitions now, and how its state generations began.
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    pub partitions: u32,
+    pub rescales: Vec<pb::StateRescale>,
+}
+
+/// The lineage of `spec`'s query (the spec it runs with, as
+/// [`QueryCheckpoint::spec`] reads it) from its checkpoint.
+pub async fn lineage(qc: &QueryCheckpoint, spec: &QuerySpec) -> Result<Lineage, ExecutorError> {
+    let rescales = qc.rescales().await?;
+    Ok(Lineage {
+        partitions: spec.state_partitions(),
+        rescales: rescales
+            .iter()
+            .map(|r| {
+                let r = r.rescale();
+                pb::StateRescale {
+                    generation: r.generation,
+                    state_version: r.state_version,
+                    previous_partitions: r.previous_partitions,
+                    partitions: r.partitions,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// A query's input tables, by name and schema, as its tasks see them.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// The stream tables, in the spec's order.
+    pub streams: Vec<(String, SchemaRef)>,
+    /// The static tables.
+    pub tables: Vec<(String, SchemaRef)>,
+}
+
+/// The schemas of `spec`'s input tables: fixed by the source kind (rate,
+/// Nexmark, Kafka's spec), or at submit in the query's checkpoint `qc`
+/// (a file source's `sources/schema`, the static tables' `sources/tables`).
+pub async fn inputs(qc: &QueryCheckpoint, spec: &QuerySpec) -> Result<Inputs, ExecutorError> {
+    let mut streams = Vec::new();
+    for input in spec.inputs() {
+        let schema = match input.source {
+            SourceSpec::Rate(_) => sluice_common::rate::schema(),
+            SourceSpec::Nexmark(n) => sluice_common::nexmark::schema(n.table),
+            SourceSpec::Kafka(k) => k.schema()?,
+            SourceSpec::Files(_) => {
+                let scoped = match spec.source {
+                    Some(_) => qc.clone(),
+                    None => qc.input(input.name),
+                };
+                let record: SchemaRecord = scoped.require(Record::Schema).await?;
+                Arc::new(record.schema)
+            }
+        };
+        streams.push((input.name.to_string(), schema));
+    }
+    let mut tables = Vec::new();
+    if !spec.tables.is_empty() {
+        let record: TablesRecord = qc.require(Record::Tables).await?;
+        for (name, t) in record.tables {
+            tables.push((name, Arc::new(t.schema)));
+        }
+    }
+    Ok(Inputs { streams, tables })
+}
+
+/// The state operators of `spec`'s query over `inputs`, in the order they
+/// run; none for a query without state.
+pub async fn operators(
+    spec: &QuerySpec,
+    inputs: &Inputs,
+) -> Result<Vec<StateOperator>, ExecutorError> {
+    let budget = sluice_sql::guard::DEFAULT_BUDGET;
+    let checked = sluice_sql::check(spec.sql(), &inputs.streams, &inputs.tables, budget).await?;
+    if spec.dedup.is_none() && checked.ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let plan = pb::TaskPlan {
+        sql: spec.sql().to_string(),
+        ..Default::default()
+    };
+    let sink = pb::TaskSink::default();
+    let assigned = Assigned {
+        plan: &plan,
+        files: &sink,
+        streams: sluice_sql::Streams {
+            tables: inputs.streams.clone(),
+            reading: inputs
+                .streams
+                .first()
+                .map(|(n, _)| n.clone())
+                .unwrap_or_default(),
+        },
+        tables: inputs
+            .tables
+            .iter()
+            .map(|(name, schema)| sluice_sql::Table {
+                name: name.clone(),
+                schema: schema.clone(),
+                batches: Arc::default(),
+            })
+            .collect(),
+    };
+    let empty = Box::pin(futures::stream::empty());
+    let graph = Graph::plan(
+        spec.sql(),
+        assigned.streams.clone(),
+        empty,
+        &assigned.tables,
+        budget,
+    )
+    .await?;
+    let task = task(spec);
+    let mode = OutputMode::effective(spec.output_mode, true)
+        .to_proto()
+        .into();
+    if let Some(d) = &spec.dedup {
+        let work = pb::DedupWork {
+            state: None,
+            dedup: Some(pb::Dedup {
+                columns: d.columns.clone(),
+                within_ms: d.within_ms,
+            }),
+        };
+        let op = state_of::<Dedup>(DEDUP, &task, &work, &assigned, (&graph, 0)).await?;
+        return Ok(vec![op]);
+    }
+    let mut out = Vec::with_capacity(checked.ops.len());
+    for (i, op) in checked.ops.iter().enumerate() {
+        let at = (&graph, i);
+        let name = op.name.as_str();
+        let op = match op.kind {
+            Kind::Aggregate => {
+                let changes = match reads_changes(&checked.ops, i, spec.has_watermark()) {
+                    true => pb::Changes::Read,
+                    false => pb::Changes::None,
+                };
+                let work = pb::AggregateWork {
+                    state: None,
+                    output_mode: mode,
+                    changes: changes.into(),
+                };
+                state_of::<Aggregate>(name, &task, &work, &assigned, at).await?
+            }
+            Kind::Join => state_of::<Join>(name, &task, &Default::default(), &assigned, at).await?,
+            Kind::TopN => {
+                let work = pb::TopNWork {
+                    state: None,
+                    output_mode: mode,
+                };
+                state_of::<TopN>(name, &task, &work, &assigned, at).await?
+            }
+        };
+        out.push(op);
+    }
+    Ok(out)
+}
+
+/// Whether aggregation `i` of `ops` reads another aggregation's changes,
+/// which makes its state the multiset of its input rows: the driver's
+/// choice (`feed` in driver/src/query/check.rs) for a query that its
+/// submit accepted. An aggregation feeds the next one its changes unless
+/// it groups by an event-time window and the query has a watermark.
+fn reads_changes(ops: &[OpInfo], i: usize, watermark: bool) -> bool {
+    ops.iter().any(|o| {
+        o.consumer.is_some_and(|(c, _)| c == i)
+            && o.kind == Kind::Aggregate
+            && !(o.windowed && watermark)
+    })
+}
+
+/// A reduce task of `spec`'s query as far as planning its operators reads
+/// it: its names, and the event time column of its input.
+fn task(spec: &QuerySpec) -> pb::TaskAssignment {
+    let column = spec.watermark.as_ref().map(|w| w.column.clone());
+    pb::TaskAssignment {
+        task_id: format!("{}/state", spec.name),
+        query_name: spec.name.clone(),
+        event_time: spec.has_watermark().then(|| pb::EventTime {
+            column: column.unwrap_or_default(),
+            watermark_ms: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Operator `O`, named `name`, planned as its reduce task plans it.
+async fn state_of<O: Operator + 'static>(
+    name: &str,
+    task: &pb::TaskAssignment,
+    work: &O::Work,
+    assigned: &Assigned<'_>,
+    at: (&Graph, usize),
+) -> Result<StateOperator, ExecutorError> {
+    let op = O::plan(task, work, assigned, at).await?;
+    let (schema, keys) = op.state_schema();
+    Ok(StateOperator {
+        name: name.to_string(),
+        schema,
+        keys,
+        router: Arc::new(op),
+    })
+}
+
+/// Every row of `op`'s state at version `version` (what batch `version`
+/// left, committed), rebuilt from `store` partition by partition in the
+/// query's latest state generation. A generation that has no files at
+/// its start yet (a query rescaled and stopped before its first batch)
+/// is rebuilt from the one before, and its start snapshots written, as
+/// the first batch's reduce tasks would write them.
+pub async fn read(
+    store: &StateStore,
+    op: &StateOperator,
+    version: u64,
+    lineage: &Lineage,
+) -> Result<Vec<RecordBatch>, ExecutorError> {
+    let states = States::new(LocalConfig {
+        dir: None,
+        memory_bytes: MEMORY_BYTES,
+    });
+    let generation = lineage.rescales.last().map_or(0, |r| r.generation);
+    let store = store.in_generation(generation);
+    let place = Place {
+        store: &store,
+        operator: &op.name,
+        rescales: &lineage.rescales,
+        schema: op.schema.clone(),
+        keys: op.keys,
+    };
+    let mut rows = Vec::with_capacity(lineage.partitions as usize);
+    for p in 0..lineage.partitions {
+        let table = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
+        rows.push(table.scan()?);
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+#[path = "inspect_tests.rs"]
+mod tests;

@@ -1,0 +1,164 @@
+//! A query's state operators planned from its spec, and one operator's
+//! state read back from the files its reduce tasks write.
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Int64Array, RecordBatch};
+use sluice_common::checkpoint::Checkpoint;
+use sluice_common::state::{StateFile, StateStore};
+use sluice_common::storage::Stores;
+
+use super::*;
+use crate::state::codec;
+use crate::state::table::Change;
+
+const COUNTS: &str =
+    "SELECT value % 10 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY value % 10";
+
+fn spec(extra: &str) -> QuerySpec {
+    let yaml = format!(
+        "name: q\nsource:\n  rate:\n    partitions: 1\n    rows_per_second: 10\n\
+         sink:\n  files:\n    path: /tmp/out\n{extra}"
+    );
+    QuerySpec::parse(&yaml).unwrap()
+}
+
+async fn operators_of(spec: &QuerySpec) -> Vec<StateOperator> {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = Checkpoint::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
+    let inputs = inputs(&cp.query("q"), spec).await.unwrap();
+    operators(spec, &inputs).await.unwrap()
+}
+
+fn names(schema: &SchemaRef) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}
+
+#[tokio::test]
+async fn an_aggregation_is_one_operator_keyed_by_its_group() {
+    let spec = spec(&format!("sql: \"{COUNTS}\"\n"));
+    let ops = operators_of(&spec).await;
+    let streams = vec![("input".to_string(), sluice_common::rate::schema())];
+    let checked = sluice_sql::check(COUNTS, &streams, &[], sluice_sql::guard::DEFAULT_BUDGET)
+        .await
+        .unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].name, checked.ops[0].name, "the driver's name");
+    assert_eq!(ops[0].keys, 1);
+    assert_eq!(
+        ops[0].schema.fields().len(),
+        3,
+        "{:?}",
+        names(&ops[0].schema)
+    );
+}
+
+#[tokio::test]
+async fn an_aggregation_of_changes_keeps_its_input_rows_counted() {
+    let sql = "SELECT n, count(*) AS c FROM (SELECT value % 10 AS k, count(*) AS n FROM input GROUP BY value % 10) GROUP BY n";
+    let ops = operators_of(&spec(&format!("sql: \"{sql}\"\n"))).await;
+    assert_eq!(ops.len(), 2);
+    assert_ne!(ops[0].name, ops[1].name);
+    let last = &ops[1];
+    assert_eq!(last.keys, last.schema.fields().len() - 1, "{last:?}");
+}
+
+#[tokio::test]
+async fn dedup_keeps_its_key_and_expiry() {
+    let extra = "sql: SELECT value, timestamp_ms FROM input\n\
+                 watermark: {column: timestamp_ms, delay_ms: 0}\n\
+                 dedup: {columns: [value], within_ms: 1000}\n";
+    let ops = operators_of(&spec(extra)).await;
+    assert_eq!(ops.len(), 1);
+    assert_eq!((ops[0].name.as_str(), ops[0].keys), (DEDUP, 1));
+    assert_eq!(names(&ops[0].schema)[0], "value");
+}
+
+#[tokio::test]
+async fn a_stateless_query_has_no_operator() {
+    let ops = operators_of(&spec("sql: SELECT value FROM input WHERE value > 3\n")).await;
+    assert!(ops.is_empty());
+}
+
+#[tokio::test]
+async fn the_state_of_a_version_is_every_partitions_rows() {
+    let spec = spec(&format!("sql: \"{COUNTS}\"\n"));
+    let op = operators_of(&spec).await.remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let location = format!("{}/queries/q", dir.path().display());
+    let store = StateStore::open(&Stores::default(), &location).unwrap();
+    let two = Lineage {
+        partitions: 2,
+        rescales: Vec::new(),
+    };
+    let err = read(&store, &op, 0, &two).await.unwrap_err().to_string();
+    assert!(err.contains("is missing"), "{err}");
+
+    // Two partitions, each with one delta: keys 0..3 and 3..5.
+    let states = States::default();
+    for (p, keys) in [(0u32, 0..3u64), (1, 3..5)] {
+        let mut table = states.empty(op.schema.clone(), op.keys).unwrap();
+        let n = keys.clone().count();
+        let counts: Vec<i64> = keys.clone().map(|k| k as i64 + 1).collect();
+        let upserts = RecordBatch::try_new(
+            op.schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(keys.clone().map(|k| k as i64))),
+                Arc::new(Int64Array::from(counts)),
+                Arc::new(Int64Array::from(vec![7; n])),
+            ],
+        )
+        .unwrap();
+        let change = Change {
+            deletes: RecordBatch::new_empty(op.schema.clone()),
+            upserts,
+        };
+        table.apply(&change, 0).unwrap();
+        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change).unwrap()]);
+        let file = StateFile::Delta(0);
+        store
+            .write(&op.name, p, file, delta.unwrap())
+            .await
+            .unwrap();
+    }
+    let rows = read(&store, &op, 0, &two).await.unwrap();
+    let total: usize = rows.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(total, 5);
+    let err = read(&store, &op, 1, &two).await.unwrap_err().to_string();
+    assert!(err.contains("cannot be rebuilt"), "{err}");
+
+    // Rescaled to 3 partitions after version 0: the rows are the same,
+    // each in the partition the shuffle routes its key to, and each new
+    // partition's start is written as a snapshot of generation 1.
+    let three = Lineage {
+        partitions: 3,
+        rescales: vec![sluice_proto::StateRescale {
+            generation: 1,
+            state_version: Some(0),
+            previous_partitions: 2,
+            partitions: 3,
+        }],
+    };
+    let rows = read(&store, &op, 0, &three).await.unwrap();
+    let mut keys = Vec::new();
+    for (p, part) in rows.iter().enumerate() {
+        let column = part
+            .column(0)
+            .as_primitive::<arrow_array::types::Int64Type>();
+        for k in column.values() {
+            let routed =
+                crate::shuffle::buckets_of(&[part.column(0).clone()], part.num_rows(), 3).unwrap();
+            assert!(
+                routed.iter().all(|&b| b as usize == p),
+                "key {k} in partition {p}"
+            );
+            keys.push(*k);
+        }
+    }
+    keys.sort();
+    assert_eq!(keys, vec![0, 1, 2, 3, 4]);
+    let rescaled = store.in_generation(1);
+    for p in 0..3 {
+        let files = rescaled.files(&op.name, p).await.unwrap();
+        assert_eq!(files, vec![StateFile::Snapshot(0)], "partition {p}");
+    }
+}
