@@ -178,6 +178,9 @@ pub struct PreparedOutcome {
     pub rows_dropped_by_watermark: u64,
     pub state_rows_total: u64,
     pub state_bytes: u64,
+    /// The state keys that expired (`state_ttl_ms`; absent when none did).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_expired: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_event_time_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -192,6 +195,10 @@ pub struct PreparedOutcome {
     /// was kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_operators: Vec<OperatorState>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One transaction a task left open.

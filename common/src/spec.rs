@@ -33,7 +33,7 @@ pub use kafka_sink::{
 pub use nexmark::{DEFAULT_BASE_TIME_MS, NexmarkSpec, NexmarkTable};
 pub use state::{
     DEFAULT_MAX_STATE_BYTES, DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec,
-    MAX_STATE_PARTITIONS, OutputMode, WatermarkSpec,
+    MAX_STATE_PARTITIONS, MAX_STATE_TTL_MS, OutputMode, WatermarkSpec,
 };
 pub use tables::{TableSpec, validate_table, validate_table_name};
 
@@ -87,6 +87,11 @@ pub struct QuerySpec {
     /// The most bytes of a stateful query's state, over all its partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_state_bytes: Option<u64>,
+    /// How long a key of an aggregation without a window, or of a join
+    /// without a bound, stays in the state without an update: event time
+    /// with a watermark, else processing time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl_ms: Option<u64>,
     /// Event time and how late a row may be, for `source`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark: Option<WatermarkSpec>,
@@ -217,6 +222,7 @@ impl QuerySpec {
             self.snapshot_interval,
             self.max_state_bytes,
         )?;
+        state::validate_ttl(self.state_ttl_ms)?;
         if let Some(d) = &self.dedup {
             d.validate()?;
             if self.watermark.is_none() {
@@ -380,6 +386,7 @@ impl From<&QuerySpec> for pb::QuerySpec {
             state_partitions: s.state_partitions,
             snapshot_interval: s.snapshot_interval,
             max_state_bytes: s.max_state_bytes,
+            state_ttl_ms: s.state_ttl_ms,
             watermark: s.watermark.as_ref().map(WatermarkSpec::to_proto),
             dedup: s.dedup.as_ref().map(|d| pb::Dedup {
                 columns: d.columns.clone(),
@@ -545,6 +552,7 @@ impl TryFrom<&pb::QuerySpec> for QuerySpec {
             state_partitions: p.state_partitions,
             snapshot_interval: p.snapshot_interval,
             max_state_bytes: p.max_state_bytes,
+            state_ttl_ms: p.state_ttl_ms,
             watermark: p.watermark.as_ref().map(WatermarkSpec::from_proto),
             dedup: p.dedup.as_ref().map(|d| DedupSpec {
                 columns: d.columns.clone(),
@@ -615,6 +623,26 @@ mod tests {
         let s = QuerySpec::parse(GOOD).unwrap();
         let p = pb::QuerySpec::from(&s);
         assert_eq!(QuerySpec::try_from(&p).unwrap(), s);
+    }
+
+    #[test]
+    fn state_ttl_ms_is_checked_and_kept_and_absent_unless_set() {
+        let text = format!("{GOOD}state_ttl_ms: 60000\n");
+        let s = QuerySpec::parse(&text).unwrap();
+        assert_eq!(s.state_ttl_ms, Some(60_000));
+        let p = pb::QuerySpec::from(&s);
+        assert_eq!(p.state_ttl_ms, Some(60_000));
+        assert_eq!(QuerySpec::try_from(&p).unwrap(), s);
+        assert_eq!(field(&format!("{GOOD}state_ttl_ms: 0\n")), "state_ttl_ms");
+        let far = MAX_STATE_TTL_MS + 1;
+        assert_eq!(
+            field(&format!("{GOOD}state_ttl_ms: {far}\n")),
+            "state_ttl_ms"
+        );
+        // A spec without it serializes as before.
+        let plain = QuerySpec::parse(GOOD).unwrap();
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("state_ttl_ms"), "{json}");
     }
 
     #[test]

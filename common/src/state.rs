@@ -104,6 +104,21 @@ pub fn expired(files: &[StateFile], oldest: u64) -> Vec<StateFile> {
         .collect()
 }
 
+/// Whether a state generation that began at `start` (`None`: empty)
+/// needs the generation before it no more, when every version from
+/// `oldest` on must stay recoverable: each of its partitions (`files`,
+/// one list each) has a snapshot between `start` and `oldest`, which
+/// rebuilds those versions from its own files.
+pub fn standalone(files: &[Vec<StateFile>], start: Option<u64>, oldest: u64) -> bool {
+    let Some(start) = start else {
+        return true;
+    };
+    files.iter().all(|p| {
+        p.iter()
+            .any(|f| matches!(f, StateFile::Snapshot(v) if (start..=oldest).contains(v)))
+    })
+}
+
 /// How state generation `generation` began: at state version
 /// `state_version` (`None`: empty), from the `previous_partitions`
 /// partitions of the generation before it.
@@ -113,6 +128,17 @@ pub struct Rescale {
     pub state_version: Option<u64>,
     pub previous_partitions: u32,
     pub partitions: u32,
+}
+
+impl From<Rescale> for sluice_proto::StateRescale {
+    fn from(r: Rescale) -> Self {
+        sluice_proto::StateRescale {
+            generation: r.generation,
+            state_version: r.state_version,
+            previous_partitions: r.previous_partitions,
+            partitions: r.partitions,
+        }
+    }
 }
 
 /// A query's shuffle and state files, in one state generation.
@@ -290,6 +316,38 @@ impl StateStore {
         Ok(gone.len())
     }
 
+    /// After [`Self::retain`]: deletes every file of `operator` in the
+    /// generations before this store's once none of them is needed (see
+    /// [`standalone`]; `rescale` is how this generation began). Returns
+    /// how many files went.
+    pub async fn retain_generations(
+        &self,
+        operator: &str,
+        rescale: &Rescale,
+        oldest: u64,
+    ) -> Result<usize> {
+        let mut files = Vec::new();
+        for p in 0..rescale.partitions {
+            files.push(self.files(operator, p).await?);
+        }
+        if self.generation == 0 || !standalone(&files, rescale.state_version, oldest) {
+            return Ok(0);
+        }
+        let mut removed = 0;
+        for g in 0..self.generation {
+            let old = self.in_generation(g);
+            for p in old.partitions(operator).await? {
+                for f in old.files(operator, p).await? {
+                    old.storage
+                        .delete(&old.dir(operator, p).join(f.name()))
+                        .await?;
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// A human-readable location of a state file, for errors.
     pub fn describe(&self, operator: &str, partition: u32, file: StateFile) -> String {
         self.storage
@@ -366,6 +424,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_generation_stands_alone_once_each_partition_has_a_snapshot_of_its_own() {
+        let started = vec![vec![Snapshot(5), Delta(6)], vec![Snapshot(5)]];
+        assert!(standalone(&started, Some(5), 6));
+        assert!(!standalone(&started, Some(5), 4), "version 4 is older");
+        let one_missing = vec![vec![Snapshot(5), Delta(6)], vec![Delta(6)]];
+        assert!(!standalone(&one_missing, Some(5), 6));
+        assert!(standalone(&[vec![Delta(0)]], None, 0), "it began empty");
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! Reading is safe while the query runs: state files are create-only, and
-//! every partition's files of version N exist once `commits/N` does.
+//! every partition's files of version N exist once `commits/N` does. An
+//! operator whose keys expire (`state_ttl_ms`) stores each row with its
+//! stamp; the rows read are the operator's, without it.
 
 use std::sync::Arc;
 
@@ -48,6 +50,9 @@ pub struct StateOperator {
     pub schema: SchemaRef,
     /// How many leading columns of a state row are its key.
     pub keys: usize,
+    /// Whether its rows are stored with the time of their last upsert
+    /// (its keys expire: the driver's choice, see [`expires`]).
+    pub stamped: bool,
     /// How its rows move between partitions, for a state generation
     /// rebuilt from the one before (see `crate::state::rescale`).
     router: Arc<dyn Repartition>,
@@ -59,6 +64,7 @@ impl std::fmt::Debug for StateOperator {
             .field("name", &self.name)
             .field("schema", &self.schema)
             .field("keys", &self.keys)
+            .field("stamped", &self.stamped)
             .finish()
     }
 }
@@ -76,18 +82,7 @@ pub async fn lineage(qc: &QueryCheckpoint, spec: &QuerySpec) -> Result<Lineage, 
     let rescales = qc.rescales().await?;
     Ok(Lineage {
         partitions: spec.state_partitions(),
-        rescales: rescales
-            .iter()
-            .map(|r| {
-                let r = r.rescale();
-                pb::StateRescale {
-                    generation: r.generation,
-                    state_version: r.state_version,
-                    previous_partitions: r.previous_partitions,
-                    partitions: r.partitions,
-                }
-            })
-            .collect(),
+        rescales: rescales.iter().map(|r| r.rescale().into()).collect(),
     })
 }
 
@@ -193,10 +188,10 @@ pub async fn operators(
         return Ok(vec![op]);
     }
     let mut out = Vec::with_capacity(checked.ops.len());
-    for (i, op) in checked.ops.iter().enumerate() {
+    for (i, info) in checked.ops.iter().enumerate() {
         let at = (&graph, i);
-        let name = op.name.as_str();
-        let op = match op.kind {
+        let name = info.name.as_str();
+        let mut op = match info.kind {
             Kind::Aggregate => {
                 let changes = match reads_changes(&checked.ops, i, spec.has_watermark()) {
                     true => pb::Changes::Read,
@@ -218,9 +213,30 @@ pub async fn operators(
                 state_of::<TopN>(name, &task, &work, &assigned, at).await?
             }
         };
+        op.stamped = spec.state_ttl_ms.is_some() && expires(&checked.ops, i, spec.has_watermark());
         out.push(op);
     }
     Ok(out)
+}
+
+/// Whether operator `i` of `ops` keeps its keys with the time of their
+/// last upsert, so that they expire (the spec's `state_ttl_ms`): the
+/// driver's choice (`expires` in driver/src/query/check.rs) for a query
+/// that its submit accepted. An aggregation without a window that neither
+/// emits nor reads changes (it feeds no other operator: one that does,
+/// without a window, emits its changes), and a join without a bound.
+fn expires(ops: &[OpInfo], i: usize, watermark: bool) -> bool {
+    let op = &ops[i];
+    match op.kind {
+        Kind::Aggregate => {
+            !op.windowed
+                && !op.session
+                && op.consumer.is_none()
+                && !reads_changes(ops, i, watermark)
+        }
+        Kind::Join => op.join.as_ref().is_none_or(|j| j.bound.is_none()),
+        Kind::TopN => false,
+    }
 }
 
 /// Whether aggregation `i` of `ops` reads another aggregation's changes,
@@ -265,6 +281,7 @@ async fn state_of<O: Operator + 'static>(
         name: name.to_string(),
         schema,
         keys,
+        stamped: false,
         router: Arc::new(op),
     })
 }
@@ -293,6 +310,7 @@ pub async fn read(
         rescales: &lineage.rescales,
         schema: op.schema.clone(),
         keys: op.keys,
+        stamped: op.stamped,
     };
     let mut rows = Vec::with_capacity(lineage.partitions as usize);
     for p in 0..lineage.partitions {

@@ -162,3 +162,78 @@ async fn the_state_of_a_version_is_every_partitions_rows() {
         assert_eq!(files, vec![StateFile::Snapshot(0)], "partition {p}");
     }
 }
+
+/// With `state_ttl_ms`, an aggregation without a window keeps its rows
+/// stamped (a windowed one does not); its state reads back as the
+/// operator's rows, and a rescale moves each row with its stamp.
+#[tokio::test]
+async fn a_ttl_stamps_an_aggregation_and_a_rescale_keeps_its_stamps() {
+    let ttl = "state_ttl_ms: 1000\n";
+    let op = operators_of(&spec(&format!("sql: \"{COUNTS}\"\n{ttl}")))
+        .await
+        .remove(0);
+    assert!(op.stamped, "{op:?}");
+    let windowed = "sql: \"SELECT window(timestamp_ms, '1 second') AS w, count(*) AS n FROM input GROUP BY window(timestamp_ms, '1 second')\"\n";
+    let ops = operators_of(&spec(&format!("{windowed}{ttl}"))).await;
+    assert!(!ops[0].stamped, "{ops:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let location = format!("{}/queries/q", dir.path().display());
+    let store = StateStore::open(&Stores::default(), &location).unwrap();
+    let states = States::default();
+    let stored = states.table(op.schema.clone(), op.keys, true).unwrap();
+    let stored = stored.stored_schema().clone();
+    for (p, keys) in [(0u32, 0..3i64), (1, 3..5)] {
+        let mut table = states.table(op.schema.clone(), op.keys, true).unwrap();
+        table.set_now(100 + i64::from(p));
+        let n = keys.clone().count();
+        let upserts = RecordBatch::try_new(
+            op.schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(keys)),
+                Arc::new(Int64Array::from(vec![1; n])),
+                Arc::new(Int64Array::from(vec![7; n])),
+            ],
+        )
+        .unwrap();
+        let change = Change {
+            deletes: RecordBatch::new_empty(op.schema.clone()),
+            upserts,
+        };
+        table.apply(&change, 0).unwrap();
+        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change).unwrap()]);
+        let file = StateFile::Delta(0);
+        store
+            .write(&op.name, p, file, delta.unwrap())
+            .await
+            .unwrap();
+    }
+    let three = Lineage {
+        partitions: 3,
+        rescales: vec![sluice_proto::StateRescale {
+            generation: 1,
+            state_version: Some(0),
+            previous_partitions: 2,
+            partitions: 3,
+        }],
+    };
+    let rows = read(&store, &op, 0, &three).await.unwrap();
+    assert!(rows.iter().all(|r| r.schema() == op.schema), "no stamp");
+    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 5);
+    let mut stamps = Vec::new();
+    for p in 0..3 {
+        let file = StateFile::Snapshot(0);
+        let bytes = store
+            .in_generation(1)
+            .read(&op.name, p, file)
+            .await
+            .unwrap();
+        for b in codec::decode(bytes, &stored, "snapshot").unwrap() {
+            let column = |i: usize| b.column(i).as_primitive::<arrow_array::types::Int64Type>();
+            let (k, at) = (column(0), column(b.num_columns() - 1));
+            stamps.extend(k.values().iter().copied().zip(at.values().iter().copied()));
+        }
+    }
+    stamps.sort();
+    assert_eq!(stamps, [(0, 100), (1, 100), (2, 100), (3, 101), (4, 101)]);
+}

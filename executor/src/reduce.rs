@@ -6,6 +6,7 @@
 //! ```text
 //!  shuffle ranges (map tasks in map order, then the operator feeding this one) ─► input rows
 //!  state N-1 (held here, or loaded) ─► advance ─► upserts, deletes ─► evict(watermark)
+//!    ─► expire (keys idle for state_ttl_ms: deleted, emit nothing)
 //!    ─► state/<op>/<p>/<N>.delta (create-only)      state N kept here for batch N+1
 //!    ─► emit ─► sink part files (the last operator)
 //!            └► shuffle/<N>/<op + 1>-<p>.arrow, by the next operator's key (any other)
@@ -65,9 +66,9 @@ pub async fn run<O: Operator>(
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let evict = |state: &_| op.evict(state, watermark);
     let change = advanced.change();
-    let evicted = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
+    let left = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
     stage::bound(&caches, task, &table)?;
-    let output = op.emit(advanced, evicted, &table).await?;
+    let output = op.emit(advanced, left.evicted, &table).await?;
 
     let files = assigned.files;
     let next = match work_state.next_buckets {
@@ -104,6 +105,7 @@ pub async fn run<O: Operator>(
     };
     let mut out = stage::done(&caches, task, table, written, started);
     out.shuffle = shuffle;
+    out.state_expired = left.expired;
     Ok(out)
 }
 

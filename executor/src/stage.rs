@@ -1,6 +1,7 @@
 //! What the reduce stage's operators share: the shuffle rows of a state
 //! partition, its state (held, or rebuilt from storage), snapshots, the
-//! rows the watermark has passed, and writing the output.
+//! rows the watermark has passed, the keys that expired (`state_ttl_ms`),
+//! and writing the output.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use sluice_common::spec::OutputMode;
 use sluice_common::state::{StateFile, StateStore};
 use sluice_proto::{StateWork, TaskAssignment};
 use sluice_sql::WindowEnd;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::error::ExecutorError;
@@ -85,7 +86,8 @@ pub fn streams(
 }
 
 /// The state of the task's partition at the version it reads: the one
-/// this executor holds (affinity), or one rebuilt from storage.
+/// this executor holds (affinity), or one rebuilt from storage. It is
+/// stamped when the work's keys expire (`work.ttl`).
 pub async fn state(
     caches: &Caches,
     store: &StateStore,
@@ -95,11 +97,21 @@ pub async fn state(
     router: &dyn Repartition,
 ) -> Result<StateTable, ExecutorError> {
     let (owner, p, version) = (owner(task, work), task.partition, work.read_version);
+    let stamped = work.ttl.is_some();
     if let Some(held) = caches.states.take(&owner, p, version) {
-        return Ok(held);
+        // Invariant: a query's operator is stamped or not for its life
+        // (its spec's state_ttl_ms never changes); a held state of the
+        // other kind is not this operator's, and is rebuilt.
+        if held.is_stamped() == stamped {
+            return Ok(held);
+        }
+        warn!(
+            partition = p,
+            stamped, "a held state of another kind dropped; rebuilding it"
+        );
     }
     let Some(v) = version else {
-        return caches.states.empty(schema, keys);
+        return caches.states.table(schema, keys, stamped);
     };
     let started = std::time::Instant::now();
     let place = Place {
@@ -108,6 +120,7 @@ pub async fn state(
         rescales: &work.rescales,
         schema,
         keys,
+        stamped,
     };
     let table = rescale::load(&caches.states, &place, p, v, router).await?;
     info!(
@@ -120,12 +133,29 @@ pub async fn state(
     Ok(table)
 }
 
+/// What left a partition's state in a batch beside the operator's own
+/// deletes.
+#[derive(Debug)]
+pub struct Left {
+    /// The rows the watermark passed, which the operator emits from.
+    pub evicted: RecordBatch,
+    /// How many keys expired (idle for the spec's `state_ttl_ms`); they
+    /// emit nothing.
+    pub expired: u64,
+}
+
 /// Moves a partition's state to the batch's version: first the
 /// operator's `change` (its upserts, then its deletes, keys that none of
 /// the upserts has), then the deletes that `evict` picks from the state
-/// that results (the rows the watermark has passed). The delta file
-/// records the upserts and both deletes, and a reload applies them in the
-/// same order. Returns the rows evicted.
+/// that results (the rows the watermark has passed), then, when the
+/// work's keys expire, the keys idle for its ttl. The delta file records
+/// the upserts and all three deletes, and a reload applies them in the
+/// same order (the deletes name distinct keys, none of them upserted but
+/// the evicted ones, so one set of deletes after the upserts leaves the
+/// same state).
+///
+/// Invariant: a stamped state's upserts carry the batch's `now_ms`, so a
+/// key this batch upserted never expires in it.
 pub async fn advance(
     table: &mut StateTable,
     store: &StateStore,
@@ -133,18 +163,41 @@ pub async fn advance(
     work: &StateWork,
     change: Change,
     evict: impl FnOnce(&StateTable) -> Result<Option<RecordBatch>, ExecutorError>,
-) -> Result<RecordBatch, ExecutorError> {
+) -> Result<Left, ExecutorError> {
+    if let Some(ttl) = &work.ttl {
+        table.set_now(ttl.now_ms);
+    }
     table.apply(&change, task.batch_id)?;
     let none = RecordBatch::new_empty(change.upserts.schema());
     let evicted = evict(table)?.unwrap_or_else(|| none.clone());
     let evicting = Change {
-        upserts: none,
+        upserts: none.clone(),
         deletes: evicted.clone(),
     };
     table.apply(&evicting, task.batch_id)?;
-    let deletes =
-        arrow_select::concat::concat_batches(&evicted.schema(), [&change.deletes, &evicted])
-            .map_err(|e| ExecutorError::TaskPanicked(format!("state deletes: {e}")))?;
+    let expired = match &work.ttl {
+        Some(ttl) => table.expired(ttl.ttl_ms, ttl.now_ms)?,
+        None => none.clone(),
+    };
+    if expired.num_rows() > 0 {
+        let expiring = Change {
+            upserts: none,
+            deletes: expired.clone(),
+        };
+        table.apply(&expiring, task.batch_id)?;
+        debug!(
+            partition = task.partition,
+            expired = expired.num_rows(),
+            ttl_ms = work.ttl.as_ref().map_or(0, |t| t.ttl_ms),
+            now_ms = work.ttl.as_ref().map_or(0, |t| t.now_ms),
+            "idle state keys expired"
+        );
+    }
+    let deletes = arrow_select::concat::concat_batches(
+        &evicted.schema(),
+        [&change.deletes, &evicted, &expired],
+    )
+    .map_err(|e| ExecutorError::TaskPanicked(format!("state deletes: {e}")))?;
     let recorded = Change {
         upserts: change.upserts,
         deletes,
@@ -154,7 +207,10 @@ pub async fn advance(
     store
         .write(&work.operator, task.partition, file, delta)
         .await?;
-    Ok(evicted)
+    Ok(Left {
+        evicted,
+        expired: expired.num_rows() as u64,
+    })
 }
 
 /// A reduce task's result, once its output is written: the partition's

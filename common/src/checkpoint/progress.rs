@@ -41,6 +41,10 @@ pub struct ProgressRecord {
     pub state_rows_total: u64,
     #[serde(default)]
     pub state_bytes: u64,
+    /// A query with `state_ttl_ms`: the state keys that expired in the
+    /// batch (absent when none did, and in records before it was kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_expired: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermark_ms: Option<i64>,
     #[serde(default)]
@@ -177,6 +181,7 @@ impl ProgressRecord {
             bad_records: p.bad_records,
             state_rows_total: p.state_rows_total,
             state_bytes: p.state_bytes,
+            state_expired: p.state_expired,
             watermark_ms: p.watermark_ms,
             rows_dropped_by_watermark: p.rows_dropped_by_watermark,
             records_lost: p.records_lost,
@@ -226,6 +231,7 @@ impl ProgressRecord {
             bad_records: self.bad_records,
             state_rows_total: self.state_rows_total,
             state_bytes: self.state_bytes,
+            state_expired: self.state_expired,
             watermark_ms: self.watermark_ms,
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
             records_lost: self.records_lost,

@@ -28,6 +28,7 @@ fn a_record_gives_back_the_progress_it_was_made_from() {
         bad_records: 2,
         state_rows_total: 50,
         state_bytes: 4096,
+        state_expired: 3,
         watermark_ms: Some(1_699_999_990_000),
         rows_dropped_by_watermark: 6,
         records_lost: 9,

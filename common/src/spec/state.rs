@@ -1,5 +1,6 @@
 //! The spec's fields for stateful queries: the output mode, the state's
-//! partitions, how often it is snapshotted and how large it may grow.
+//! partitions, how often it is snapshotted, how large it may grow and how
+//! long an idle key stays.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,8 @@ pub const DEFAULT_SNAPSHOT_INTERVAL: u64 = 10;
 pub const MAX_SNAPSHOT_INTERVAL: u64 = 10_000;
 /// The most bytes of a query's state, over all its partitions, unless set.
 pub const DEFAULT_MAX_STATE_BYTES: u64 = 1 << 30;
+/// The longest `state_ttl_ms`: ten years (of 365 days).
+pub const MAX_STATE_TTL_MS: u64 = 10 * 365 * 86_400_000;
 
 /// Which rows each batch emits, with Spark's semantics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -192,4 +195,16 @@ pub fn validate(
         ));
     }
     Ok(())
+}
+
+/// Checks `state_ttl_ms`: in 1..=[`MAX_STATE_TTL_MS`]. Whether the query
+/// has an operator it applies to is the driver's check at submit.
+pub fn validate_ttl(ttl_ms: Option<u64>) -> Result<()> {
+    match ttl_ms {
+        Some(t) if !(1..=MAX_STATE_TTL_MS).contains(&t) => Err(Error::invalid(
+            "state_ttl_ms",
+            format!("must be in 1..={MAX_STATE_TTL_MS} (ten years), got {t}"),
+        )),
+        _ => Ok(()),
+    }
 }

@@ -255,6 +255,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                 bad_records: 1,
                 state_rows_total: 10,
                 state_bytes: 1024,
+                state_expired: 2,
                 watermark_ms: Some(1_699_999_000_000),
                 rows_dropped_by_watermark: 3,
                 records_lost: 15,

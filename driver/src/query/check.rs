@@ -1,8 +1,9 @@
 //! What a query's SQL must give at submit, beside its spec: it plans as
 //! every task will, its stateful operators can feed each other as they
-//! do, its watermarks name timestamp columns, its output mode fits it, and
-//! the sink's `partition_by` names output columns. A query that cannot
-//! run is refused, naming why.
+//! do, its watermarks name timestamp columns, its output mode fits it,
+//! `state_ttl_ms` has an operator to apply to, and the sink's
+//! `partition_by` names output columns. A query that cannot run is
+//! refused, naming why.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub(super) async fn check_sql(
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
     check_chain(spec, &checked)?;
+    check_ttl(spec, &checked)?;
     check_event_time(spec, streams, &checked)?;
     for op in &checked.ops {
         if let Some(join) = &op.join {
@@ -51,6 +53,74 @@ fn check_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), Dr
             .map_err(|why| DriverError::Invalid(format!("field `sql`: {why}")))?;
     }
     Ok(())
+}
+
+/// What operator `i` of `ops` does with changes (see [`Feed::Changes`]):
+/// emits them to the aggregation it feeds, reads them from the ones that
+/// feed it, or neither. An operator that feeds another as it cannot is
+/// `Invalid`; one that would both emit and read, which [`feed`] refuses
+/// for the query's check, is an internal error.
+pub(super) fn changes(
+    spec: &QuerySpec,
+    ops: &[sluice_sql::OpInfo],
+    i: usize,
+) -> Result<sluice_proto::Changes, DriverError> {
+    use sluice_proto::Changes;
+    let flow = |i| feed(spec, ops, i).map_err(DriverError::Invalid);
+    let emits = flow(i)? == Feed::Changes;
+    let mut reads = false;
+    for (j, o) in ops.iter().enumerate() {
+        if o.consumer.is_some_and(|(c, _)| c == i) && flow(j)? == Feed::Changes {
+            reads = true;
+        }
+    }
+    match (emits, reads) {
+        (false, false) => Ok(Changes::None),
+        (true, false) => Ok(Changes::Emit),
+        (false, true) => Ok(Changes::Read),
+        (true, true) => Err(DriverError::Internal(format!(
+            "operator `{}` both reads and emits changes, which the query's check refuses",
+            ops[i].name
+        ))),
+    }
+}
+
+/// Whether the keys of operator `op`, which does `changes` with changes,
+/// leave its state when idle for the spec's `state_ttl_ms`: an
+/// aggregation without a window that neither emits nor reads changes
+/// (each state row is one group, replaced whole when it changes), and a
+/// join of streams without an event-time bound (whose buffered rows the
+/// watermark never evicts). Every other operator's state is bounded by
+/// the watermark, or holds rows that changes are retracted from (a
+/// forgotten row would make a later retraction wrong).
+pub(super) fn expires(op: &sluice_sql::OpInfo, changes: sluice_proto::Changes) -> bool {
+    use sluice_sql::Kind;
+    match op.kind {
+        Kind::Aggregate => !op.windowed && !op.session && changes == sluice_proto::Changes::None,
+        Kind::Join => op.join.as_ref().is_none_or(|j| j.bound.is_none()),
+        Kind::TopN => false,
+    }
+}
+
+/// A spec with `state_ttl_ms` has an operator it applies to ([`expires`]).
+fn check_ttl(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
+    let Some(ttl) = spec.state_ttl_ms else {
+        return Ok(());
+    };
+    for (i, op) in checked.ops.iter().enumerate() {
+        if expires(op, changes(spec, &checked.ops, i)?) {
+            return Ok(());
+        }
+    }
+    let dedup = match spec.dedup {
+        Some(_) => " (dedup forgets a key by its own within_ms)",
+        None => "",
+    };
+    Err(DriverError::Invalid(format!(
+        "state_ttl_ms: {ttl} applies to aggregations without a window (that feed no other \
+         aggregation and read none's changes) and to joins of streams without an event-time \
+         bound; this query has none{dedup}"
+    )))
 }
 
 /// How an operator's output flows.

@@ -50,7 +50,7 @@ pub struct Stateful {
     pub store: sluice_common::state::StateStore,
     /// How each state generation after the first began (see
     /// `sluice_common::checkpoint::RescaleRecord`).
-    pub rescales: Vec<sluice_proto::StateRescale>,
+    pub rescales: Vec<sluice_common::state::Rescale>,
 }
 
 /// One operator of a stateful query.
@@ -63,6 +63,10 @@ pub struct StatefulOp {
     pub sources: Vec<sluice_sql::Source>,
     /// The operator and side its output feeds; `None`: the sink.
     pub consumer: Option<(usize, usize)>,
+    /// Whether its keys expire when idle for the spec's `state_ttl_ms`
+    /// (see `check::expires`): its tasks are told the ttl and the batch's
+    /// time.
+    pub ttl: bool,
 }
 
 impl Stateful {

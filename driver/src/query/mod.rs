@@ -221,18 +221,8 @@ async fn resubmit_failed(
 ) -> Result<Arc<QueryEntry>, DriverError> {
     let qc = driver.checkpoint.query(&failed.name);
     qc.clear_failure().await?;
-    let entry = Arc::new(QueryEntry::new(
-        failed.id.clone(),
-        failed.name.clone(),
-        failed.spec.clone(),
-        term.epoch,
-        QueryState::Running,
-        term.cancel.child_token(),
-    ));
+    let entry = restart::run_again(driver, term, failed, failed.spec.clone(), qc);
     info!(query = %entry.name, epoch = term.epoch, "FAILED query resubmitted");
-    term.queries.insert(entry.clone());
-    history::spawn_restore(term, entry.clone(), qc);
-    runner::spawn(driver.clone(), term.clone(), entry.clone());
     Ok(entry)
 }
 

@@ -84,19 +84,32 @@ pub async fn restart(
         sink.reopen(batch).await?;
     }
     qc.clear_stopped().await?;
+    let entry = run_again(driver, term, stopped, Some(spec), qc);
+    info!(query = %entry.name, epoch = term.epoch, "STOPPED query restarted");
+    Ok(entry)
+}
+
+/// A new RUNNING entry for the query `old` was, with `spec`, whose
+/// history is read back from `qc` while its runner starts.
+pub fn run_again(
+    driver: &Arc<Driver>,
+    term: &Arc<Term>,
+    old: &QueryEntry,
+    spec: Option<QuerySpec>,
+    qc: QueryCheckpoint,
+) -> Arc<QueryEntry> {
     let entry = Arc::new(QueryEntry::new(
-        stopped.id.clone(),
-        stopped.name.clone(),
-        Some(spec),
+        old.id.clone(),
+        old.name.clone(),
+        spec,
         term.epoch,
         QueryState::Running,
         term.cancel.child_token(),
     ));
-    info!(query = %entry.name, epoch = term.epoch, "STOPPED query restarted");
     term.queries.insert(entry.clone());
     history::spawn_restore(term, entry.clone(), qc);
     runner::spawn(driver.clone(), term.clone(), entry.clone());
-    Ok(entry)
+    entry
 }
 
 /// Refuses to rescale a query whose uncommitted batch had already written

@@ -4,7 +4,9 @@
 //! - `offsets/N` and `commits/N` older than the last `retain_batches`;
 //! - `progress/N` older than the last `PROGRESS_RETAINED` batches;
 //! - state files that no version from the oldest retained batch on needs
-//!   to be rebuilt (see `sluice_common::state::expired`);
+//!   to be rebuilt (see `sluice_common::state::expired`), and the files of
+//!   state generations before a rescale once the new one stands alone
+//!   (`sluice_common::state::standalone`);
 //! - shuffle files of committed batches that a crash left behind;
 //! - after each batch that writes a sink manifest segment: the per-batch
 //!   sink manifests that a segment lists and that are older than the last
@@ -50,9 +52,15 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
         let Some(stateful) = stateful else { return };
         let purged = async {
             let store = &stateful.store;
+            let began = stateful.rescales.last();
             for op in &stateful.ops {
                 for p in store.partitions(&op.name).await? {
                     store.retain(&op.name, p, keep_from).await?;
+                }
+                if let Some(rescale) = began {
+                    store
+                        .retain_generations(&op.name, rescale, keep_from)
+                        .await?;
                 }
             }
             for b in store.shuffled_batches().await? {

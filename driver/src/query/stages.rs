@@ -61,6 +61,7 @@ pub async fn plan(
                 streams.iter().map(|(n, _)| n.clone()).collect(),
             )],
             consumer: None,
+            ttl: false,
         }],
         None => (0..checked.ops.len())
             .map(|i| operator(ctx, &checked.ops, i))
@@ -79,18 +80,7 @@ pub async fn plan(
         .storage("read rescales", || async { ctx.qc.rescales().await })
         .await?;
     let generation = rescales.last().map_or(0, |r| r.generation);
-    let rescales = rescales
-        .iter()
-        .map(|r| {
-            let r = r.rescale();
-            pb::StateRescale {
-                generation: r.generation,
-                state_version: r.state_version,
-                previous_partitions: r.previous_partitions,
-                partitions: r.partitions,
-            }
-        })
-        .collect();
+    let rescales = rescales.iter().map(|r| r.rescale()).collect();
     Ok(Some(Stateful {
         store: store.in_generation(generation),
         checkpoint,
@@ -105,34 +95,16 @@ pub async fn plan(
 /// output goes to the sink emits as the query's mode says; one that feeds
 /// another emits each row once (append), or its changes to an aggregation
 /// that reads them ([`check::feed`], which the query's check passed).
+/// With the spec's `state_ttl_ms`, its keys expire when
+/// [`check::expires`] says so.
 fn operator(ctx: &Ctx, ops: &[sluice_sql::OpInfo], i: usize) -> Result<StatefulOp, DriverError> {
-    use sluice_proto::Changes;
     let op = &ops[i];
-    let feed = |i| check::feed(&ctx.spec, ops, i).map_err(DriverError::Invalid);
     let query_mode = OutputMode::effective(ctx.spec.output_mode, true);
-    let (mode, emits) = match feed(i)? {
-        Feed::Sink => (query_mode, false),
-        Feed::Final => (OutputMode::Append, false),
-        Feed::Changes => (query_mode, true),
+    let mode = match check::feed(&ctx.spec, ops, i).map_err(DriverError::Invalid)? {
+        Feed::Sink | Feed::Changes => query_mode,
+        Feed::Final => OutputMode::Append,
     };
-    let reads = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o.consumer.is_some_and(|(c, _)| c == i))
-        .map(|(j, _)| feed(j))
-        .collect::<Result<Vec<_>, _>>()?
-        .contains(&Feed::Changes);
-    let changes = match (emits, reads) {
-        (false, false) => Changes::None,
-        (true, false) => Changes::Emit,
-        (false, true) => Changes::Read,
-        (true, true) => {
-            return Err(DriverError::Internal(format!(
-                "operator `{}` both reads and emits changes, which the query's check refuses",
-                op.name
-            )));
-        }
-    };
+    let changes = check::changes(&ctx.spec, ops, i)?;
     let operator = match (op.kind, &op.join) {
         (sluice_sql::Kind::Join, Some(j)) => Operator::Join(evictable(ctx, j)),
         (sluice_sql::Kind::Join, None) => Operator::Join([false, false]),
@@ -144,6 +116,7 @@ fn operator(ctx: &Ctx, ops: &[sluice_sql::OpInfo], i: usize) -> Result<StatefulO
         name: op.name.clone(),
         sources: op.sources.clone(),
         consumer: op.consumer,
+        ttl: ctx.spec.state_ttl_ms.is_some() && check::expires(op, changes),
     })
 }
 
@@ -258,6 +231,10 @@ pub async fn run(
             ..r.clone()
         }));
     }
+    let ttl = ctx.spec.state_ttl_ms.map(|ttl_ms| pb::StateTtl {
+        ttl_ms,
+        now_ms: ttl_now(ctx, offsets, &map, &tables),
+    });
     let mut reduce = Vec::new();
     let (mut last, mut writer_retries) = (0, 0);
     for (index, op) in stateful.ops.iter().enumerate() {
@@ -271,7 +248,8 @@ pub async fn run(
                 index: index as u32,
                 next_buckets: op.consumer.map_or(0, |_| stateful.partitions),
                 generation: stateful.store.generation(),
-                rescales: stateful.rescales.clone(),
+                rescales: stateful.rescales.iter().map(|&r| r.into()).collect(),
+                ttl: ttl.as_ref().filter(|_| op.ttl).cloned(),
             });
             let mut task = attempts::task(ctx, offsets, work, b);
             task.event_time = event_time(ctx, offsets, None);
@@ -295,6 +273,52 @@ pub async fn run(
         reduce_time: t.elapsed(),
         writer_retries,
     })
+}
+
+/// The time that batch `offsets`' state keys expire by (`pb::StateTtl`):
+/// without a watermark, the batch's planned timestamp (processing time);
+/// with watermarks, the query's watermark after the batch: for each
+/// watermarked input, its planned watermark or the latest event time of
+/// the batch's rows of it (its map tasks' reports, `map` reading `tables`)
+/// less its delay, whichever is later; the least of those over the inputs.
+/// `i64::MIN` while an input has seen no event time: nothing expires, and
+/// a key stamped then expires at the first batch with a watermark unless
+/// that batch updates it.
+///
+/// Invariant: a function of the batch's plan and its map tasks' outputs,
+/// which a re-run batch reads again the same: its stamps and expiries are
+/// the same.
+fn ttl_now(ctx: &Ctx, offsets: &OffsetRecord, map: &[pb::TaskOutput], tables: &[String]) -> i64 {
+    if !ctx.spec.has_watermark() {
+        return offsets.batch_timestamp_ms;
+    }
+    let after = |planned: Option<i64>, table: Option<&str>, delay_ms: u64| {
+        let latest = map
+            .iter()
+            .zip(tables)
+            .filter(|(_, t)| table.is_none_or(|n| n == t.as_str()))
+            .filter_map(|(o, _)| o.max_event_time_ms)
+            .max();
+        let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
+        planned.max(latest.map(|l| l.saturating_sub(delay)))
+    };
+    let now = match &ctx.spec.watermark {
+        Some(w) => after(offsets.watermark_ms, None, w.delay_ms),
+        None => ctx
+            .spec
+            .watermarks
+            .iter()
+            .map(|(name, w)| {
+                after(
+                    offsets.watermarks.get(name).copied(),
+                    Some(name),
+                    w.delay_ms,
+                )
+            })
+            .collect::<Option<Vec<i64>>>()
+            .and_then(|each| each.into_iter().min()),
+    };
+    now.unwrap_or(i64::MIN)
 }
 
 /// What a map task reading stream `table` shuffles: the rows of each

@@ -57,7 +57,19 @@ impl States {
     /// An empty state for state rows of `schema` keyed by the first `keys`
     /// columns, in a keyspace of its own.
     pub fn empty(&self, schema: SchemaRef, keys: usize) -> Result<StateTable, ExecutorError> {
-        StateTable::new(self.local()?.space()?, schema, keys)
+        self.table(schema, keys, false)
+    }
+
+    /// An empty state as [`States::empty`]; `stamped`: its rows are
+    /// stored with the time of their key's last upsert (an operator whose
+    /// keys expire, see `table_stamp.rs`).
+    pub fn table(
+        &self,
+        schema: SchemaRef,
+        keys: usize,
+        stamped: bool,
+    ) -> Result<StateTable, ExecutorError> {
+        StateTable::new(self.local()?.space()?, schema, keys, stamped)
     }
 
     /// The local store, opened on first use (blocking, once).
@@ -110,7 +122,8 @@ impl States {
 
 /// State version `version` of one partition, rebuilt from storage: the
 /// latest snapshot at or below it, then the deltas after it, read at once
-/// and merged into one load.
+/// and merged into one load. Both hold stored rows (a stamped state's
+/// with their stamps): `empty` says which.
 pub async fn load(
     store: &StateStore,
     operator: &str,
@@ -131,7 +144,7 @@ pub async fn load(
         let what = store.describe(operator, partition, file);
         match file {
             StateFile::Snapshot(_) => {
-                snapshot = codec::decode(bytes, &table.schema().clone(), &what)?;
+                snapshot = codec::decode(bytes, &table.stored_schema().clone(), &what)?;
             }
             StateFile::Delta(_) => {
                 let rows = codec::decode(bytes, &table.delta_schema(), &what)?;
@@ -148,5 +161,13 @@ pub async fn load(
 pub fn test_table(schema: SchemaRef, keys: usize) -> StateTable {
     States::default()
         .empty(schema, keys)
+        .expect("a local state store")
+}
+
+/// An empty stamped state in a store of its own, for unit tests.
+#[cfg(test)]
+pub fn test_stamped(schema: SchemaRef, keys: usize) -> StateTable {
+    States::default()
+        .table(schema, keys, true)
         .expect("a local state store")
 }

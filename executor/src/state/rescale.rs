@@ -15,7 +15,9 @@
 //! shuffle sends to P ([`Repartition::route`] hashes them as
 //! `crate::shuffle::bucket` does), so later batches find them. The
 //! snapshot written is in key order, so two tasks that rebuild the same
-//! partition write the same bytes (create-only, same bytes accepted).
+//! partition write the same bytes (create-only, same bytes accepted). A
+//! stamped state's rows move with their stamps: they are routed (and
+//! renumbered) as the operator's rows, and written as stored.
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
@@ -35,7 +37,8 @@ pub trait Repartition: Send + Sync {
     fn route(&self, rows: &RecordBatch, partitions: u32) -> Result<Vec<u32>, ExecutorError>;
 
     /// State rows gathered from several partitions into one, made valid
-    /// for it (keys that were unique only within a partition renumbered).
+    /// for it (keys that were unique only within a partition renumbered):
+    /// the same rows, in the same order.
     fn gathered(&self, rows: RecordBatch) -> Result<RecordBatch, ExecutorError> {
         Ok(rows)
     }
@@ -48,6 +51,9 @@ pub struct Place<'a> {
     pub rescales: &'a [StateRescale],
     pub schema: SchemaRef,
     pub keys: usize,
+    /// Whether its rows are stored with their stamps (see
+    /// `super::table::TOUCHED`).
+    pub stamped: bool,
 }
 
 /// State version `version` of partition `partition` of `place`'s
@@ -82,7 +88,7 @@ pub fn load<'a>(
                 }
             }
         }
-        let empty = states.empty(place.schema.clone(), place.keys)?;
+        let empty = states.table(place.schema.clone(), place.keys, place.stamped)?;
         super::load(place.store, place.operator, partition, empty, version).await
     })
 }
@@ -106,21 +112,22 @@ async fn gather(
         rescales: place.rescales,
         schema: place.schema.clone(),
         keys: place.keys,
+        stamped: place.stamped,
     };
+    let fail = |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("rescale: {e}"));
     let mut rows = Vec::new();
     for q in 0..began.previous_partitions {
         let table = load(states, &before, q, start, router).await?;
-        let held = table.scan()?;
-        let routed = router.route(&held, began.partitions)?;
+        let held = table.scan_stored()?;
+        let routed = router.route(&table.view(&held)?, began.partitions)?;
         let keep: BooleanArray = routed.iter().map(|&p| Some(p == partition)).collect();
-        let routed_here = arrow_select::filter::filter_record_batch(&held, &keep)
-            .map_err(|e| ExecutorError::TaskPanicked(format!("rescale: {e}")))?;
+        let routed_here = arrow_select::filter::filter_record_batch(&held, &keep).map_err(fail)?;
         rows.push(routed_here);
     }
-    let rows = arrow_select::concat::concat_batches(&place.schema, &rows)
-        .map_err(|e| ExecutorError::TaskPanicked(format!("rescale: {e}")))?;
-    let rows = router.gathered(rows)?;
-    let mut table = states.empty(place.schema.clone(), place.keys)?;
+    let mut table = states.table(place.schema.clone(), place.keys, place.stamped)?;
+    let rows = arrow_select::concat::concat_batches(table.stored_schema(), &rows).map_err(fail)?;
+    let renumbered = router.gathered(table.view(&rows)?)?;
+    let rows = table.with_stamps_of(renumbered, &rows)?;
     table.rebuild(std::slice::from_ref(&rows), &[], start)?;
     let frozen = table.freeze()?;
     let encode = move || codec::encode_each(frozen.schema(), frozen.batches());

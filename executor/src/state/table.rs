@@ -8,12 +8,20 @@
 //! The rows' order is their keys' order, so a state rebuilt from a
 //! snapshot and deltas holds the same rows in the same order as the state
 //! that was kept, and writes the same snapshot bytes.
+//!
+//! A *stamped* state (an operator whose keys expire, `state_ttl_ms`)
+//! stores each row with one more column, [`TOUCHED`]: the time of the
+//! batch that last upserted its key (see `table_stamp.rs`). Operators
+//! never see it: [`StateTable::schema`], `find`, `lookup` and `scan` are
+//! the operator's rows; the deltas and snapshots hold the stored rows
+//! ([`StateTable::stored_schema`]), so a state rebuilt from the checkpoint
+//! has the same stamps.
 
 use foldhash::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-use arrow_array::{Array, BooleanArray, RecordBatch};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::concat::concat_batches;
 
 use super::local::{Frozen, Pair, Space, Stored};
@@ -22,6 +30,10 @@ use crate::error::ExecutorError;
 
 /// The column of a delta that marks a removed key.
 pub const DELETED: &str = "__sluice_deleted";
+
+/// The last column of a stamped state's stored rows: the `now` of the
+/// batch that last upserted the row's key (an Int64, never null).
+pub const TOUCHED: &str = "__sluice_touched";
 
 /// Key bytes, owned.
 type Key = Box<[u8]>;
@@ -52,7 +64,15 @@ pub struct Found {
 
 /// One partition's state.
 pub struct StateTable {
+    /// The codec of the stored rows: the operator's, and the stamp of a
+    /// stamped state.
     codec: RowCodec,
+    /// The operator's rows (the stored rows less the stamp).
+    schema: SchemaRef,
+    /// Whether the stored rows carry [`TOUCHED`].
+    stamped: bool,
+    /// The time this batch's upserts are stamped with (a stamped state).
+    now: Option<i64>,
     space: Space,
     len: u64,
     /// The bytes of every key and value.
@@ -70,6 +90,7 @@ impl std::fmt::Debug for StateTable {
             .field("len", &self.len)
             .field("bytes", &self.bytes)
             .field("version", &self.version)
+            .field("stamped", &self.stamped)
             .finish()
     }
 }
@@ -101,10 +122,23 @@ fn twice() -> ExecutorError {
 
 impl StateTable {
     /// An empty state in `space`, with state rows of `schema` whose first
-    /// `keys` columns are the key.
-    pub fn new(space: Space, schema: SchemaRef, keys: usize) -> Result<Self, ExecutorError> {
+    /// `keys` columns are the key; `stamped`: each row is stored with the
+    /// time of its key's last upsert (see the module's header).
+    pub fn new(
+        space: Space,
+        schema: SchemaRef,
+        keys: usize,
+        stamped: bool,
+    ) -> Result<Self, ExecutorError> {
+        let stored = match stamped {
+            true => stamp::stored_schema(&schema),
+            false => schema.clone(),
+        };
         Ok(StateTable {
-            codec: RowCodec::new(schema, keys)?,
+            codec: RowCodec::new(stored, keys)?,
+            schema,
+            stamped,
+            now: None,
             space,
             len: 0,
             bytes: 0,
@@ -113,8 +147,19 @@ impl StateTable {
         })
     }
 
+    /// The operator's state rows.
     pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The rows as stored, in deltas and snapshots: the operator's, then
+    /// [`TOUCHED`] for a stamped state.
+    pub fn stored_schema(&self) -> &SchemaRef {
         self.codec.schema()
+    }
+
+    pub fn is_stamped(&self) -> bool {
+        self.stamped
     }
 
     pub fn len(&self) -> usize {
@@ -128,28 +173,44 @@ impl StateTable {
 
     /// Every state row, in key order: a scan of the whole state.
     pub fn scan(&self) -> Result<RecordBatch, ExecutorError> {
-        blocking(|| self.scan_now())
+        self.view(&self.scan_stored()?)
     }
 
-    fn scan_now(&self) -> Result<RecordBatch, ExecutorError> {
-        let mut batches = Vec::new();
+    /// Every stored row (with its stamp, when stamped), in key order: a
+    /// scan of the whole state.
+    pub fn scan_stored(&self) -> Result<RecordBatch, ExecutorError> {
+        blocking(|| {
+            let mut batches = Vec::new();
+            self.each_chunk(|rows| {
+                batches.push(rows);
+                Ok(())
+            })?;
+            concat_batches(self.stored_schema(), &batches).map_err(fail)
+        })
+    }
+
+    /// Calls `f` with every stored row, in key order, in batches of at
+    /// most `SCAN_ROWS` rows (at least one batch, maybe empty).
+    fn each_chunk(
+        &self,
+        mut f: impl FnMut(RecordBatch) -> Result<(), ExecutorError>,
+    ) -> Result<(), ExecutorError> {
         let mut chunk: Vec<Pair> = Vec::with_capacity(SCAN_ROWS.min(self.len()));
         for pair in self.space.pairs() {
             chunk.push(pair?);
             if chunk.len() == SCAN_ROWS {
-                batches.push(self.codec.decode(&chunk)?);
+                f(self.codec.decode(&chunk)?)?;
                 chunk.clear();
             }
         }
-        batches.push(self.codec.decode(&chunk)?);
-        concat_batches(self.schema(), &batches).map_err(fail)
+        f(self.codec.decode(&chunk)?)
     }
 
     /// The state as it is now, for a snapshot written while batches go on.
     pub fn freeze(&self) -> Result<FrozenState, ExecutorError> {
         Ok(FrozenState {
             frozen: self.space.freeze(),
-            codec: RowCodec::new(self.schema().clone(), self.codec.keys())?,
+            codec: RowCodec::new(self.stored_schema().clone(), self.codec.keys())?,
         })
     }
 
@@ -189,7 +250,7 @@ impl StateTable {
             }));
         }
         Ok(Found {
-            rows: self.codec.decode(&found)?,
+            rows: self.view(&self.codec.decode(&found)?)?,
             at: of_row.iter().map(|&d| at_distinct[d as usize]).collect(),
             new: distinct.len() - found.len(),
         })
@@ -247,12 +308,15 @@ impl StateTable {
     /// Applies one batch's change, which makes this state version
     /// `version`: first its upserts (each replaces its key's row, or adds
     /// one), then its deletes. Only the keys it names are read or written.
+    /// A stamped state stamps upserts of the operator's rows with the
+    /// batch's time ([`StateTable::set_now`]) and keeps the stamps of
+    /// stored rows (a delta read back).
     pub fn apply(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
         blocking(|| self.apply_now(change, version))
     }
 
     fn apply_now(&mut self, change: &Change, version: u64) -> Result<(), ExecutorError> {
-        let (up, gone) = (&change.upserts, &change.deletes);
+        let (up, gone) = (&self.stored(&change.upserts)?, &change.deletes);
         let up_keys = self.codec.key_rows(up)?;
         let values = self.codec.value_rows(up)?;
         let gone_keys = self.codec.key_rows(gone)?;
@@ -300,44 +364,6 @@ impl StateTable {
         self.version = Some(version);
         Ok(())
     }
-
-    /// The schema of a delta: a state row and whether its key was removed.
-    pub fn delta_schema(&self) -> SchemaRef {
-        let mut fields: Vec<Arc<Field>> = self.schema().fields().iter().cloned().collect();
-        fields.push(Arc::new(Field::new(DELETED, DataType::Boolean, false)));
-        Arc::new(Schema::new(fields))
-    }
-
-    /// A change as one delta batch: its upserts, then its deletes.
-    pub fn to_delta(&self, change: &Change) -> Result<RecordBatch, ExecutorError> {
-        let mut parts = Vec::new();
-        for (b, deleted) in [(&change.upserts, false), (&change.deletes, true)] {
-            let mut columns: Vec<Arc<dyn Array>> = b.columns().to_vec();
-            columns.push(Arc::new(BooleanArray::from(vec![deleted; b.num_rows()])));
-            parts.push(RecordBatch::try_new(self.delta_schema(), columns).map_err(fail)?);
-        }
-        concat_batches(&self.delta_schema(), &parts).map_err(fail)
-    }
-
-    /// A delta batch back as a change.
-    pub fn read_delta(&self, delta: &[RecordBatch]) -> Result<Change, ExecutorError> {
-        let all = concat_batches(&self.delta_schema(), delta).map_err(fail)?;
-        let flags = all
-            .column(all.num_columns() - 1)
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| ExecutorError::TaskPanicked("delta flag is not boolean".into()))?
-            .clone();
-        let rows = all
-            .project(&(0..all.num_columns() - 1).collect::<Vec<_>>())
-            .map_err(fail)?;
-        let rows =
-            RecordBatch::try_new(self.schema().clone(), rows.columns().to_vec()).map_err(fail)?;
-        let kept: BooleanArray = flags.iter().map(|f| f.map(|f| !f)).collect();
-        let upserts = arrow_select::filter::filter_record_batch(&rows, &kept).map_err(fail)?;
-        let deletes = arrow_select::filter::filter_record_batch(&rows, &flags).map_err(fail)?;
-        Ok(Change { upserts, deletes })
-    }
 }
 
 /// A state version frozen for a snapshot: readable in the background while
@@ -348,11 +374,13 @@ pub struct FrozenState {
 }
 
 impl FrozenState {
+    /// The stored rows' schema (see [`StateTable::stored_schema`]).
     pub fn schema(&self) -> &SchemaRef {
         self.codec.schema()
     }
 
-    /// Every row, in key order, in batches of at most `SCAN_ROWS` rows.
+    /// Every stored row, in key order, in batches of at most `SCAN_ROWS`
+    /// rows.
     pub fn batches(&self) -> impl Iterator<Item = Result<RecordBatch, ExecutorError>> + '_ {
         let mut pairs = self.frozen.pairs().peekable();
         std::iter::from_fn(move || {
@@ -363,8 +391,14 @@ impl FrozenState {
     }
 }
 
+#[path = "table_delta.rs"]
+mod delta;
+
 #[path = "table_load.rs"]
 mod load;
+
+#[path = "table_stamp.rs"]
+mod stamp;
 
 #[cfg(test)]
 #[path = "table_tests.rs"]

@@ -1,5 +1,7 @@
 //! Rebuilding a partition's state from the checkpoint: a snapshot and the
-//! deltas after it, merged in key order into one sorted load.
+//! deltas after it, merged in key order into one sorted load. Both are
+//! stored rows (a stamped state's with their stamps), as the checkpoint
+//! holds them.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +15,8 @@ use crate::error::ExecutorError;
 type Ops = BTreeMap<Key, Option<Key>>;
 
 impl StateTable {
-    /// Fills the empty state with every row of a snapshot, which is
-    /// version `version`.
+    /// Fills the empty state with every row of a snapshot (stored rows),
+    /// which is version `version`.
     pub fn load(&mut self, rows: &[RecordBatch], version: u64) -> Result<(), ExecutorError> {
         self.rebuild(rows, &[], version)
     }
@@ -133,14 +135,22 @@ impl StateTable {
     }
 
     /// Calls `f` with the key before, and the (key, value) pair of each
-    /// of `rows` (state rows), in order.
+    /// of `rows` (stored rows: a stamped state's with their stamps), in
+    /// order.
     fn each_pair(
         &self,
         rows: &[RecordBatch],
         mut f: impl FnMut(Option<&[u8]>, &[u8], &[u8]) -> Result<(), ExecutorError>,
     ) -> Result<(), ExecutorError> {
         let mut last: Option<Box<[u8]>> = None;
+        let width = self.stored_schema().fields().len();
         for b in rows {
+            if b.num_columns() != width {
+                return Err(ExecutorError::TaskPanicked(format!(
+                    "state rows of {} columns loaded into a state that stores {width}",
+                    b.num_columns()
+                )));
+            }
             let keys = self.codec.key_rows(b)?;
             let values = self.codec.value_rows(b)?;
             for i in 0..keys.len() {

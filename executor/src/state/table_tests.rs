@@ -4,7 +4,7 @@ use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::*;
-use crate::state::test_table;
+use crate::state::{test_stamped, test_table};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -222,6 +222,92 @@ fn a_state_of_keys_alone_keeps_its_keys() {
     )
     .unwrap();
     assert_eq!(t.scan().unwrap(), keys(&["x", "y"]));
+}
+
+fn stamps(b: &RecordBatch) -> Vec<i64> {
+    let last = b.column(b.num_columns() - 1);
+    last.as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .values()
+        .to_vec()
+}
+
+fn encoded(schema: &SchemaRef, batches: &[RecordBatch], what: &str) -> Vec<RecordBatch> {
+    let bytes = crate::state::codec::encode(schema, batches).unwrap();
+    crate::state::codec::decode(bytes, schema, what).unwrap()
+}
+
+/// A stamped state: the operator sees its own rows; deltas and snapshots
+/// hold each key's stamp, and a state rebuilt from them has the same.
+#[test]
+fn a_stamped_state_keeps_its_stamps_through_deltas_and_snapshots() {
+    let changes = [
+        (100, change(&[("c", 3), ("a", 1), ("b", 2)], &[])),
+        (200, change(&[("a", 5)], &[])),
+        (300, change(&[("d", 1)], &[("c", 0)])),
+    ];
+    let (mut live, mut deltas) = (test_stamped(schema(), 1), Vec::new());
+    let reader = test_stamped(schema(), 1);
+    for (v, (now, c)) in changes.iter().enumerate() {
+        live.set_now(*now);
+        live.apply(c, v as u64).unwrap();
+        let back = encoded(&live.delta_schema(), &[live.to_delta(c).unwrap()], "delta");
+        deltas.push(reader.read_delta(&back).unwrap());
+    }
+    let stored = live.scan_stored().unwrap();
+    assert_eq!(live.stored_schema().field(2).name(), TOUCHED);
+    assert_eq!(stamps(&stored), [200, 100, 300]);
+    // The operator's view has no stamp.
+    assert_eq!(live.schema(), &schema());
+    let all = live.scan().unwrap();
+    assert_eq!(all.schema(), schema());
+    assert_eq!(pairs(&all), owned(&[("a", 5), ("b", 2), ("d", 1)]));
+    let (found, new) = live.lookup(&[rows(&[("b", 0), ("x", 0)])]).unwrap();
+    assert_eq!((found, new), (rows(&[("b", 2)]), 1));
+
+    let mut replayed = test_stamped(schema(), 1);
+    replayed.rebuild(&[], &deltas, 2).unwrap();
+    assert_eq!(replayed.scan_stored().unwrap(), stored);
+    let frozen = live.freeze().unwrap();
+    let batches: Vec<RecordBatch> = frozen.batches().collect::<Result<_, _>>().unwrap();
+    let snapshot = encoded(frozen.schema(), &batches, "snapshot");
+    let mut loaded = test_stamped(schema(), 1);
+    loaded.rebuild(&snapshot, &deltas[2..], 2).unwrap();
+    assert_eq!(loaded.scan_stored().unwrap(), stored);
+    assert_eq!((loaded.len(), loaded.bytes()), (live.len(), live.bytes()));
+    // Stored rows are kept as they are; operator rows need the batch's time.
+    let err = test_stamped(schema(), 1)
+        .apply(&changes[0].1, 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("batch's time"), "{err}");
+}
+
+/// `expired` picks the keys whose last upsert is at least the ttl old,
+/// no other; a key upserted at `now` never expires, not even at the end
+/// of time; a state without stamps expires nothing.
+#[test]
+fn expired_picks_exactly_the_keys_idle_for_the_ttl() {
+    let mut t = test_stamped(schema(), 1);
+    t.set_now(1_000);
+    t.apply(&change(&[("a", 1), ("b", 1), ("c", 1)], &[]), 0)
+        .unwrap();
+    t.set_now(1_400);
+    t.apply(&change(&[("b", 2)], &[]), 1).unwrap();
+    assert_eq!(t.expired(500, 1_499).unwrap().num_rows(), 0);
+    let gone = t.expired(500, 1_500).unwrap();
+    assert_eq!(gone.schema(), schema());
+    assert_eq!(pairs(&gone), owned(&[("a", 1), ("c", 1)]));
+    let idle = owned(&[("a", 1), ("b", 2), ("c", 1)]);
+    assert_eq!(pairs(&t.expired(500, 1_900).unwrap()), idle);
+    assert_eq!(t.expired(500, i64::MIN).unwrap().num_rows(), 0);
+    t.set_now(i64::MAX);
+    t.apply(&change(&[("c", 9)], &[]), 2).unwrap();
+    let left = owned(&[("a", 1), ("b", 2)]);
+    assert_eq!(pairs(&t.expired(1, i64::MAX).unwrap()), left);
+    let mut plain = table();
+    plain.apply(&change(&[("a", 1)], &[]), 0).unwrap();
+    assert_eq!(plain.expired(1, i64::MAX).unwrap().num_rows(), 0);
 }
 
 /// Many rows: scans cross the decoder's chunks, and len and bytes follow

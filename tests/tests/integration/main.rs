@@ -88,6 +88,7 @@ mod sink_oracle;
 mod sql_oracle;
 mod state_cli;
 mod state_scale;
+mod state_ttl;
 mod stateful_chaos;
 mod stateful_failover;
 mod stateful_oracle;

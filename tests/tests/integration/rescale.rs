@@ -11,7 +11,9 @@ use std::time::Duration;
 use sluice_tests::inputs::{self, SCHEMA_YAML};
 use sluice_tests::oracle::{committed, concat, expected_with, rate_input, rate_start_ms};
 use sluice_tests::stateful::{assert_matches, batches, oracle};
-use sluice_tests::{Client, Cluster, QueryState, READY_TIMEOUT, Spec, query_dir};
+use sluice_tests::{
+    Client, Cluster, DriverOpts, QueryState, READY_TIMEOUT, Spec, files_under, query_dir,
+};
 use tonic::Code;
 
 const RPS: u64 = 2_000;
@@ -28,7 +30,7 @@ fn rate(name: &str, cluster: &Cluster, sql: &str, partitions: u32) -> String {
         .partitions(4)
         .rows_per_second(RPS)
         .total_rows(TOTAL)
-        .max_rows_per_batch(2000)
+        .max_rows_per_batch(1000)
         .interval_ms(0)
         .sql(sql)
         .with(&format!("state_partitions: {partitions}"))
@@ -93,25 +95,40 @@ fn write(root: &Path, stream: &str, n: u64) {
     inputs::write(&root.join(stream), &format!("{n:02}.jsonl"), "jsonl", &rows);
 }
 
-/// The partitions of the latest state generation of `query`'s operator.
-fn generation_partitions(root: &Path, query: &str, generation: u64) -> usize {
+/// The directory of `query`'s one state operator.
+fn operator_dir(root: &Path, query: &str) -> std::path::PathBuf {
     let state = query_dir(root, query).join("state");
-    let op = std::fs::read_dir(&state)
+    std::fs::read_dir(&state)
         .unwrap()
         .flatten()
         .next()
         .expect("an operator's state")
-        .path();
-    let dir = op.join(format!("g{generation}"));
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .count()
+        .path()
+}
+
+/// `query`'s rescale records: (previous partitions, partitions) each.
+fn rescales(root: &Path, query: &str) -> Vec<(u64, u64)> {
+    (1..=2)
+        .map(|g| {
+            let path = query_dir(root, query).join(format!("rescales/{g:020}"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let n = |f: &str| r[f].as_u64().unwrap_or_else(|| panic!("{f} in {text}"));
+            (n("previous_partitions"), n("partitions"))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rescaled_state_partitions_4_12_3_are_exact() {
     let cluster = Cluster::new("rescale");
-    let driver = cluster.start_driver();
+    // Retention every 10 batches keeps 2: by batch 20 the last generation
+    // stands alone, and the older ones' files go.
+    let driver = cluster.start_driver_with(DriverOpts {
+        extra_args: vec!["--retain-batches".into(), "2".into()],
+        ..DriverOpts::default()
+    });
     driver.wait_ready(READY_TIMEOUT).await;
     let drivers = driver.addr().to_string();
     let _e1 = cluster.start_executor(&drivers);
@@ -168,8 +185,20 @@ async fn rescaled_state_partitions_4_12_3_are_exact() {
             keys,
             &want,
         );
-        assert_eq!(generation_partitions(&ckpt, name, 1), 12, "{name}");
-        assert_eq!(generation_partitions(&ckpt, name, 2), 3, "{name}");
+        assert_eq!(rescales(&ckpt, name), vec![(4, 12), (12, 3)], "{name}");
+        // Generation 2 holds its 3 partitions; retention removed the
+        // files of generations 0 and 1 once it stood alone.
+        let op = operator_dir(&ckpt, name);
+        let partitions = std::fs::read_dir(op.join("g2")).unwrap().count();
+        assert_eq!(partitions, 3, "{name}");
+        let older: Vec<_> = files_under(&op)
+            .into_iter()
+            .filter(|f| !f.starts_with(op.join("g2")))
+            .collect();
+        assert!(
+            older.is_empty(),
+            "{name}: files of older generations: {older:?}"
+        );
     }
     // `sluice state` reads the last generation's 3 partitions: every key.
     let root = ckpt.to_str().unwrap();
