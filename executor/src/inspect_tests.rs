@@ -94,31 +94,8 @@ async fn the_state_of_a_version_is_every_partitions_rows() {
     assert!(err.contains("is missing"), "{err}");
 
     // Two partitions, each with one delta: keys 0..3 and 3..5.
-    let states = States::default();
-    for (p, keys) in [(0u32, 0..3u64), (1, 3..5)] {
-        let mut table = states.empty(op.schema.clone(), op.keys).unwrap();
-        let n = keys.clone().count();
-        let counts: Vec<i64> = keys.clone().map(|k| k as i64 + 1).collect();
-        let upserts = RecordBatch::try_new(
-            op.schema.clone(),
-            vec![
-                Arc::new(Int64Array::from_iter_values(keys.clone().map(|k| k as i64))),
-                Arc::new(Int64Array::from(counts)),
-                Arc::new(Int64Array::from(vec![7; n])),
-            ],
-        )
-        .unwrap();
-        let change = Change {
-            deletes: RecordBatch::new_empty(op.schema.clone()),
-            upserts,
-        };
-        table.apply(&change, 0).unwrap();
-        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change).unwrap()]);
-        let file = StateFile::Delta(0);
-        store
-            .write(&op.name, p, file, delta.unwrap())
-            .await
-            .unwrap();
+    for (p, keys) in [(0u32, 0..3i64), (1, 3..5)] {
+        write_first_delta(&store, &op, p, keys, |k| k + 1, None).await;
     }
     let rows = read(&store, &op, 0, &two).await.unwrap();
     let total: usize = rows.iter().map(RecordBatch::num_rows).sum();
@@ -184,29 +161,7 @@ async fn a_ttl_stamps_an_aggregation_and_a_rescale_keeps_its_stamps() {
     let stored = states.table(op.schema.clone(), op.keys, true).unwrap();
     let stored = stored.stored_schema().clone();
     for (p, keys) in [(0u32, 0..3i64), (1, 3..5)] {
-        let mut table = states.table(op.schema.clone(), op.keys, true).unwrap();
-        table.set_now(100 + i64::from(p));
-        let n = keys.clone().count();
-        let upserts = RecordBatch::try_new(
-            op.schema.clone(),
-            vec![
-                Arc::new(Int64Array::from_iter_values(keys)),
-                Arc::new(Int64Array::from(vec![1; n])),
-                Arc::new(Int64Array::from(vec![7; n])),
-            ],
-        )
-        .unwrap();
-        let change = Change {
-            deletes: RecordBatch::new_empty(op.schema.clone()),
-            upserts,
-        };
-        table.apply(&change, 0).unwrap();
-        let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change).unwrap()]);
-        let file = StateFile::Delta(0);
-        store
-            .write(&op.name, p, file, delta.unwrap())
-            .await
-            .unwrap();
+        write_first_delta(&store, &op, p, keys, |_| 1, Some(100 + i64::from(p))).await;
     }
     let three = Lineage {
         partitions: 3,
@@ -236,4 +191,44 @@ async fn a_ttl_stamps_an_aggregation_and_a_rescale_keeps_its_stamps() {
     }
     stamps.sort();
     assert_eq!(stamps, [(0, 100), (1, 100), (2, 100), (3, 101), (4, 101)]);
+}
+
+/// Writes `op`'s delta of batch 0 in partition `p`: a row per key of
+/// `keys`, whose count is `count(key)`, stamped `stamp` in a table with
+/// stamps (`None`: without).
+async fn write_first_delta(
+    store: &StateStore,
+    op: &StateOperator,
+    p: u32,
+    keys: std::ops::Range<i64>,
+    count: impl Fn(i64) -> i64,
+    stamp: Option<i64>,
+) {
+    let states = States::default();
+    let mut table = states
+        .table(op.schema.clone(), op.keys, stamp.is_some())
+        .unwrap();
+    if let Some(now) = stamp {
+        table.set_now(now);
+    }
+    let n = keys.clone().count();
+    let upserts = RecordBatch::try_new(
+        op.schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(keys.clone())),
+            Arc::new(Int64Array::from_iter_values(keys.map(count))),
+            Arc::new(Int64Array::from(vec![7; n])),
+        ],
+    )
+    .unwrap();
+    let change = Change {
+        deletes: RecordBatch::new_empty(op.schema.clone()),
+        upserts,
+    };
+    table.apply(&change, 0).unwrap();
+    let delta = codec::encode(&table.delta_schema(), &[table.to_delta(&change).unwrap()]);
+    store
+        .write(&op.name, p, StateFile::Delta(0), delta.unwrap())
+        .await
+        .unwrap();
 }
