@@ -31,6 +31,7 @@ mod late;
 mod map;
 mod operator;
 mod output;
+mod partition;
 mod reduce;
 mod runner;
 pub mod session;

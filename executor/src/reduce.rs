@@ -26,6 +26,7 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::operator::Operator;
 use crate::output;
+use crate::partition;
 use crate::shuffle::{self, Keyer};
 use crate::stage;
 
@@ -58,16 +59,17 @@ pub async fn run<O: Operator>(
         .in_generation(work_state.generation);
     let schema_of = |side: u32| op.input_schema(side);
     let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
-    let mut table = stage::state(&caches, &store, task, work_state, op.state_schema(), &op).await?;
-    let due = stage::due(work_state, &table)?;
-    stage::snapshot(&caches, &store, work_state, task.partition, due);
+    let mut table =
+        partition::state(&caches, &store, task, work_state, op.state_schema(), &op).await?;
+    let due = partition::due(work_state, &table)?;
+    partition::snapshot(&caches, &store, work_state, task.partition, due);
 
     let advanced = op.advance(&table, rows).await?;
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let evict = |state: &_| op.evict(state, watermark);
     let change = advanced.change();
-    let left = stage::advance(&mut table, &store, task, work_state, change, evict).await?;
-    stage::bound(&caches, task, &table)?;
+    let left = partition::advance(&mut table, &store, task, work_state, change, evict).await?;
+    partition::bound(&caches, task, &table)?;
     let output = op.emit(advanced, left.evicted, &table).await?;
 
     let files = assigned.files;
@@ -103,7 +105,7 @@ pub async fn run<O: Operator>(
             )));
         }
     };
-    let mut out = stage::done(&caches, task, table, written, started);
+    let mut out = partition::done(&caches, task, table, written, started);
     out.shuffle = shuffle;
     out.state_expired = left.expired;
     Ok(out)
