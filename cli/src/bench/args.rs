@@ -226,3 +226,22 @@ pub fn workdir() -> anyhow::Result<(tempfile::TempDir, String, String)> {
     let root = paths.pop().unwrap_or_default();
     Ok((dir, root, out))
 }
+
+/// A run's result and its directory back; a run that failed (other than
+/// by an interrupt) keeps the directory, which holds its logs, and names
+/// it in the error.
+pub fn kept_on_failure<T>(
+    measured: anyhow::Result<T>,
+    interrupted: bool,
+    dir: tempfile::TempDir,
+    what: &str,
+) -> anyhow::Result<(T, tempfile::TempDir)> {
+    match measured {
+        Ok(m) => Ok((m, dir)),
+        Err(e) if interrupted => Err(e),
+        Err(e) => {
+            let kept = dir.keep();
+            Err(e.context(format!("{what} failed (logs kept in {})", kept.display())))
+        }
+    }
+}

@@ -186,16 +186,8 @@ async fn measure(
         _ = shutdown.cancelled() => Err(anyhow::anyhow!("interrupted")),
         r = rounds((kills, handovers), &q, &addrs, tls.as_ref(), &mut drivers, &commits) => r,
     };
-    let (kills, terms) = match measured {
-        Ok(m) => m,
-        Err(e) => {
-            let kept = dir.keep();
-            return Err(e.context(format!(
-                "failover benchmark failed (logs kept in {})",
-                kept.display()
-            )));
-        }
-    };
+    let ((kills, terms), _dir) =
+        super::args::kept_on_failure(measured, false, dir, "failover benchmark")?;
     executor.kill()?;
     for d in &mut drivers {
         d.process.kill()?;

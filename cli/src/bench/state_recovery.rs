@@ -30,7 +30,7 @@ use sluice_common::storage::Stores;
 use sluice_proto::{BatchProgress, QueryState};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, workdir};
+use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, kept_on_failure, workdir};
 use super::child::{self, ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
 use crate::client::Client;
@@ -83,17 +83,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     };
     executor.kill()?;
     driver.kill()?;
-    let m = match measured {
-        Ok(m) => m,
-        Err(e) if shutdown.is_cancelled() => return Err(e),
-        Err(e) => {
-            let kept = dir.keep();
-            return Err(e.context(format!(
-                "state recovery failed (logs kept in {})",
-                kept.display()
-            )));
-        }
-    };
+    let (m, _dir) = kept_on_failure(measured, shutdown.is_cancelled(), dir, "state recovery")?;
     let (check, exact) = check_latest(&out, keys, &["n"], |k| {
         vec![i128::from(count_below(total, keys, k))]
     })

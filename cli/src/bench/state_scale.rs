@@ -66,7 +66,7 @@ use sluice_common::storage::Stores;
 use sluice_proto::{BatchProgress, QueryState};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, workdir};
+use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, kept_on_failure, workdir};
 use super::child::{self, ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
 use crate::client::Client;
@@ -280,17 +280,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     }
     executor.kill()?;
     driver.kill()?;
-    let m = match measured {
-        Ok(m) => m,
-        Err(e) if shutdown.is_cancelled() => return Err(e),
-        Err(e) => {
-            let kept = dir.keep();
-            return Err(e.context(format!(
-                "state scale failed (logs kept in {})",
-                kept.display()
-            )));
-        }
-    };
+    let (m, _dir) = kept_on_failure(measured, shutdown.is_cancelled(), dir, "state scale")?;
     let t_check = Instant::now();
     let (check, exact) = check_latest(&out, keys, &["n"], |k| {
         vec![i128::from(count_below(plan.total, keys, k))]
@@ -389,6 +379,27 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     Ok((figures, u8::from(!exact)))
 }
 
+/// Starts `child` again after its SIGKILL, once the query is still
+/// running past `before` (of `total` rows): how long until a commit after
+/// `before`. Its RSS is sampled from then on.
+async fn restart(
+    commits: &QueryCheckpoint,
+    (before, total): (u64, u64),
+    child: &mut ChildProcess,
+    slot: &AtomicU32,
+) -> anyhow::Result<Restart> {
+    ensure_running(commits, before, total).await?;
+    let t0 = Instant::now();
+    child.start()?;
+    RssProbe::track(slot, child);
+    let after = commit_above(commits, Some(before)).await?;
+    Ok(Restart {
+        before,
+        after,
+        ms: t0.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
 /// Starts both children, submits the query, kills and restarts the
 /// driver and then the executor at their points (see the module's
 /// header), follows the query to FINISHED and reads its progress.
@@ -421,16 +432,7 @@ async fn measure(
     let before = highest_commit(commits)
         .await?
         .context("no commit before the driver's kill")?;
-    ensure_running(commits, before, plan.total).await?;
-    let t0 = Instant::now();
-    driver.start()?;
-    RssProbe::track(&probe.driver, driver);
-    let after = commit_above(commits, Some(before)).await?;
-    let driver_restart = Restart {
-        before,
-        after,
-        ms: t0.elapsed().as_secs_f64() * 1000.0,
-    };
+    let driver_restart = restart(commits, (before, plan.total), driver, &probe.driver).await?;
     tracing::info!(?driver_restart, "driver restarted");
 
     // The executor alone.
@@ -439,16 +441,8 @@ async fn measure(
     probe.executor.store(0, Ordering::SeqCst);
     executor.kill()?;
     let before = settled_commit(commits).await?;
-    ensure_running(commits, before, plan.total).await?;
-    let t0 = Instant::now();
-    executor.start()?;
-    RssProbe::track(&probe.executor, executor);
-    let after = commit_above(commits, Some(before)).await?;
-    let executor_restart = Restart {
-        before,
-        after,
-        ms: t0.elapsed().as_secs_f64() * 1000.0,
-    };
+    let executor_restart =
+        restart(commits, (before, plan.total), executor, &probe.executor).await?;
     tracing::info!(?executor_restart, "executor restarted");
 
     let mut client = Client::new(vec![addr.to_string()])?;

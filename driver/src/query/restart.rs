@@ -4,8 +4,9 @@
 //! state by the reduce tasks of its first batch.
 //!
 //! ```text
-//!  submit(stopped) ─► only state_partitions differ? ─► rescales/<G> ─► shuffle of the uncommitted batch removed
-//!    ─► its abandoned sink manifest removed ─► `stopped` removed ─► runner (recovery re-runs the batch)
+//!  submit(stopped) ─► the uncommitted batch's abandoned sink manifest removed
+//!    ─► only state_partitions differ? ─► rescales/<G> ─► that batch's shuffle files removed
+//!    ─► `stopped` removed ─► runner (recovery re-runs the batch)
 //! ```
 //!
 //! Every step is idempotent, and `stopped` goes last: a restart cut short
@@ -54,12 +55,17 @@ pub async fn restart(
         .latest(Log::Offsets)
         .await?
         .filter(|&n| Some(n) != committed);
-    let sink = match spec.sink_path() {
-        Some(path) => Some(FileSink::open(&driver.config.stores, path)?),
-        None => None,
+    // The batch the stop abandoned may commit after all: its abandoned
+    // sink manifest goes; a real one (its commit had written it) stays.
+    let written = match (spec.sink_path(), uncommitted) {
+        (Some(path), Some(batch)) => FileSink::open(&driver.config.stores, path)?
+            .reopen(batch)
+            .await?
+            .is_some(),
+        _ => false,
     };
     if let Some((from, to)) = rescale {
-        refuse_written(&qc, sink.as_ref(), uncommitted).await?;
+        refuse_written(&qc, written, uncommitted).await?;
         let generation = qc.rescales().await?.last().map_or(0, |r| r.generation) + 1;
         let record = RescaleRecord {
             version: RECORD_VERSION,
@@ -79,9 +85,6 @@ pub async fn restart(
                 .await?;
         }
         info!(query = %stopped.name, from, to, generation, state_version = committed, "state partitions rescaled");
-    }
-    if let (Some(sink), Some(batch)) = (&sink, uncommitted) {
-        sink.reopen(batch).await?;
     }
     qc.clear_stopped().await?;
     let entry = run_again(driver, term, stopped, Some(spec), qc);
@@ -113,21 +116,18 @@ pub fn run_again(
 }
 
 /// Refuses to rescale a query whose uncommitted batch had already written
-/// its output (its sink manifest, or its Kafka transactions): that batch
+/// its output (its sink manifest, `manifest_written`, or its Kafka
+/// transactions): that batch
 /// commits as it ran, with the partitions it ran with.
 async fn refuse_written(
     qc: &QueryCheckpoint,
-    sink: Option<&FileSink>,
+    manifest_written: bool,
     uncommitted: Option<u64>,
 ) -> Result<(), DriverError> {
     let Some(batch) = uncommitted else {
         return Ok(());
     };
-    let manifest = match sink {
-        Some(sink) => sink.reopen(batch).await?,
-        None => None,
-    };
-    if manifest.is_some() || qc.transactions(batch).await?.is_some() {
+    if manifest_written || qc.transactions(batch).await?.is_some() {
         return Err(DriverError::FailedPrecondition(format!(
             "query {:?}: batch {batch} wrote its output but had not committed when the query \
              stopped; submit it with its state_partitions unchanged to commit that batch, stop \

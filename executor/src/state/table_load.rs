@@ -16,7 +16,8 @@ type Ops = BTreeMap<Key, Option<Key>>;
 
 impl StateTable {
     /// Fills the empty state with every row of a snapshot (stored rows),
-    /// which is version `version`.
+    /// which is version `version` (unit tests build states so).
+    #[cfg(test)]
     pub fn load(&mut self, rows: &[RecordBatch], version: u64) -> Result<(), ExecutorError> {
         self.rebuild(rows, &[], version)
     }
