@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     /// One permit per slot.
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) sinks: Arc<crate::cache::Caches>,
+    /// Where tasks run: threads of their own (see [`runner::TaskRuntime`]).
+    pub(crate) tasks: runner::TaskRuntime,
 }
 
 /// Runs one executor until `shutdown` is cancelled, then drains (up to
@@ -97,6 +99,7 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
     let incarnation = new_incarnation();
     tracing::info!(executor = %config.id, incarnation, "incarnation");
     let shared = Arc::new(Shared {
+        tasks: runner::TaskRuntime::new(config.slots)?,
         incarnation,
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         max_epoch: AtomicU64::new(0),

@@ -48,7 +48,7 @@ pub async fn run<O: Operator>(
         assigned.streams.clone(),
         Box::pin(futures::stream::empty()),
         &assigned.tables,
-        sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms),
+        caches.task_limits(sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms)),
     )
     .await?;
     let index = work_state.index as usize;

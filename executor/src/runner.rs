@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Tasks start strictly in assignment order: a task takes a slot only when
-//! every task assigned before it has one. Dropping the runner (or
-//! [`Runner::shutdown`]) aborts everything it owns.
+//! every task assigned before it has one. They run on the executor's
+//! [`TaskRuntime`], never on the session's threads. Dropping the runner
+//! (or [`Runner::shutdown`]) aborts everything it owns.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -25,10 +26,66 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::task::{self, error_result};
 
+/// The most worker threads of the tasks' runtime: more slots share them.
+const MAX_TASK_THREADS: u32 = 64;
+
+/// The threads that run tasks: a runtime of their own, apart from the
+/// one that heartbeats and talks to the driver.
+///
+/// Invariant: a task never delays a heartbeat. A task's query can keep
+/// its thread busy for a long while between yields (one operator's step
+/// over many rows); on a shared runtime, tasks filling every worker
+/// thread would hold the session's heartbeats until the driver declared
+/// the executor lost, failing every query on it.
+pub(crate) struct TaskRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl TaskRuntime {
+    /// A runtime with one worker thread per slot, up to [`MAX_TASK_THREADS`].
+    pub(crate) fn new(slots: u32) -> Result<Self, ExecutorError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(slots.clamp(1, MAX_TASK_THREADS) as usize)
+            .thread_name("sluice-task")
+            .thread_stack_size(crate::THREAD_STACK_BYTES)
+            .enable_all()
+            .build()
+            .map_err(|e| ExecutorError::Config(format!("cannot start the tasks' runtime: {e}")))?;
+        Ok(TaskRuntime {
+            runtime: Some(runtime),
+        })
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the tasks' runtime lives until dropped")
+            .handle()
+    }
+}
+
+impl Drop for TaskRuntime {
+    /// Ends whatever still runs there without waiting for it: the last
+    /// owner may be on an async thread, where a runtime must not block.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for TaskRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskRuntime")
+    }
+}
+
 /// Queued and running tasks, owned by one session.
 pub(crate) struct Runner {
     slots: Arc<Semaphore>,
     sinks: Arc<Caches>,
+    /// Where the tasks run.
+    on: tokio::runtime::Handle,
     set: JoinSet<TaskResult>,
     queue: VecDeque<TaskAssignment>,
     /// Running tasks by task id.
@@ -38,10 +95,15 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    pub(crate) fn new(slots: Arc<Semaphore>, sinks: Arc<Caches>) -> Self {
+    pub(crate) fn new(
+        slots: Arc<Semaphore>,
+        sinks: Arc<Caches>,
+        on: tokio::runtime::Handle,
+    ) -> Self {
         Runner {
             slots,
             sinks,
+            on,
             set: JoinSet::new(),
             queue: VecDeque::new(),
             running: HashMap::new(),
@@ -116,7 +178,7 @@ impl Runner {
                 batch = t.batch_id, partition = t.partition, attempt = t.attempt, epoch = t.epoch);
             let (task_id, epoch) = (t.task_id.clone(), t.epoch);
             let run = task::execute(t, permit, self.sinks.clone());
-            let handle = self.set.spawn(run.instrument(span));
+            let handle = self.set.spawn_on(run.instrument(span), &self.on);
             self.ids.insert(handle.id(), (task_id.clone(), epoch));
             self.running.insert(task_id, handle);
         }

@@ -90,7 +90,11 @@ pub(crate) async fn run(
         shared,
         addr,
         outbox,
-        tasks: Runner::new(shared.slots.clone(), shared.sinks.clone()),
+        tasks: Runner::new(
+            shared.slots.clone(),
+            shared.sinks.clone(),
+            shared.tasks.handle().clone(),
+        ),
         welcomed: false,
         draining: false,
     };

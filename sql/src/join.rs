@@ -24,8 +24,9 @@ use arrow_array::{Array, ArrayRef, RecordBatch, UInt64Array, new_null_array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::JoinType;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::joins::{HashJoinExec, HashJoinExecBuilder, PartitionMode};
-use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
 
 use crate::bound::{Bound, bound_of};
@@ -111,6 +112,9 @@ pub struct Matches {
     /// The id of each pair's left row, and of its right row.
     pub left_ids: Vec<u64>,
     pub right_ids: Vec<u64>,
+    /// The joined rows' bytes, reserved in the task's memory pool while
+    /// these are held.
+    _held: MemoryReservation,
 }
 
 impl StreamJoin {
@@ -228,10 +232,11 @@ impl StreamJoin {
         let join = hash_join(&self.node);
         let with_id = |side: usize| with_id(&self.side_schema(side));
         let (left_rows, right_rows) = (left.clone(), right.clone());
-        let l = MemorySourceConfig::try_new_exec(&[left], with_id(0), None)
-            .map_err(SqlError::from_planning)?;
-        let r = MemorySourceConfig::try_new_exec(&[right], with_id(1), None)
-            .map_err(SqlError::from_planning)?;
+        // Each side is read a slice at a time, yielding between slices: a
+        // probe that matches many rows per key is cancellable and leaves
+        // the executor's threads to other tasks (collect.rs).
+        let l = crate::collect::yielding_input(with_id(0), left)?;
+        let r = crate::collect::yielding_input(with_id(1), right)?;
         let built = HashJoinExecBuilder::new(l, r, join.on().to_vec(), JoinType::Inner)
             .with_filter(join.filter().cloned())
             .with_null_equality(join.null_equality())
@@ -249,17 +254,18 @@ impl StreamJoin {
         } else {
             Arc::new(built)
         };
-        let pairs = collect(inner, self.ctx.task_ctx())
-            .await
-            .map_err(SqlError::from_execution)?;
+        let pairs =
+            crate::collect::collect_within(inner, self.ctx.task_ctx(), "stream join output")
+                .await?;
         let width = self.side_schema(0).fields().len();
         let schema = self.join_schema();
         let mut out = Matches {
-            joined: Vec::with_capacity(pairs.len()),
+            joined: Vec::with_capacity(pairs.batches.len()),
             left_ids: Vec::new(),
             right_ids: Vec::new(),
+            _held: pairs.reservation,
         };
-        for p in pairs {
+        for p in pairs.batches {
             let ids = |i: usize| -> Result<Vec<u64>, SqlError> {
                 let a = p.column(i).as_any().downcast_ref::<UInt64Array>();
                 let a = a.ok_or_else(|| unexpected("an id column that is not UInt64"))?;

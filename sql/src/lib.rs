@@ -25,6 +25,7 @@ mod adhoc;
 mod bound;
 pub mod bounded;
 mod check;
+mod collect;
 mod error;
 pub mod graph;
 pub mod guard;
@@ -240,9 +241,8 @@ pub(crate) async fn run_above(
         })
         .map_err(SqlError::from_planning)?
         .data;
-    datafusion::physical_plan::collect(plan, ctx.task_ctx())
-        .await
-        .map_err(SqlError::from_execution)
+    let out = collect::collect_within(plan, ctx.task_ctx(), "query output").await?;
+    Ok(out.batches)
 }
 
 /// A physical plan, with the session that runs it, the input it reads,

@@ -87,7 +87,8 @@ pub async fn logical_plan(
 ) -> Result<(LogicalPlan, Shape), SqlError> {
     let plan = select_plan(ctx, sql).await?;
     let shape = support::check(&plan, streams)?;
-    let plan = crate::window::expand_sliding(plan).map_err(SqlError::from_planning)?;
+    let pool = ctx.runtime_env().memory_pool.clone();
+    let plan = crate::window::expand_sliding(plan, pool).map_err(SqlError::from_planning)?;
     Ok((plan, shape))
 }
 

@@ -31,7 +31,7 @@ use arrow_schema::SchemaRef;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
-use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr, collect};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
 use datafusion::prelude::SessionContext;
 
 use crate::graph::{Graph, Kind, partial_beneath};
@@ -195,9 +195,9 @@ impl Aggregation {
     /// into one state row per key, in the order the keys first appear.
     pub async fn merge(&self, rows: Vec<RecordBatch>) -> Result<Vec<RecordBatch>, SqlError> {
         let merge = self.over_partials(AggregateMode::PartialReduce, rows)?;
-        collect(merge, self.ctx.task_ctx())
-            .await
-            .map_err(SqlError::from_execution)
+        let merged =
+            crate::collect::collect_within(merge, self.ctx.task_ctx(), "aggregation state").await?;
+        Ok(merged.batches)
     }
 
     /// The output rows of the groups in `state` (state rows): their

@@ -17,6 +17,7 @@ use arrow_array::{Array, ArrayRef, ListArray, StructArray, TimestampMillisecondA
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
     Aggregate, ColumnarValue, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF,
@@ -49,6 +50,9 @@ struct Window {
     signature: Signature,
     /// Every window of a row (a list), rather than the one tumbling window.
     all: bool,
+    /// The task's memory pool, which each call's windows are reserved in
+    /// (when `all`).
+    pool: Option<Pool>,
 }
 
 impl Window {
@@ -57,15 +61,84 @@ impl Window {
             name,
             signature: Signature::variadic_any(Volatility::Immutable),
             all: false,
+            pool: None,
         }
     }
 
-    fn expanding() -> Self {
+    fn expanding(pool: Arc<dyn MemoryPool>) -> Self {
         Window {
             all: true,
+            pool: Some(Pool(pool)),
             ..Window::new("__sluice_windows")
         }
     }
+
+    /// Reserves the bytes of `ts`'s sliding windows in the task's pool,
+    /// before they are built: a slide far shorter than the size fails the
+    /// task at its pool, naming the limit, instead of taking the
+    /// executor's memory. The reservation ends with the call; the rows
+    /// after it count in the pool of the aggregation they feed.
+    fn reserve(
+        &self,
+        ts: &TimestampMillisecondArray,
+        size: i64,
+        slide: i64,
+    ) -> Result<Option<MemoryReservation>> {
+        let Some(Pool(pool)) = &self.pool else {
+            return Ok(None);
+        };
+        let count = window_count(ts, size, slide);
+        let bytes = usize::try_from(count.saturating_mul(WINDOW_BYTES)).unwrap_or(usize::MAX);
+        let reservation = MemoryConsumer::new(format!(
+            "{}: {count} sliding windows of {} rows",
+            self.name,
+            ts.len()
+        ))
+        .register(pool);
+        reservation.try_grow(bytes)?;
+        Ok(Some(reservation))
+    }
+}
+
+/// The task's memory pool, in a UDF that must compare and hash: one
+/// pool is equal only to itself.
+#[derive(Clone)]
+struct Pool(Arc<dyn MemoryPool>);
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
+}
+
+impl PartialEq for Pool {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.0), Arc::as_ptr(&other.0))
+    }
+}
+
+impl Eq for Pool {}
+
+impl std::hash::Hash for Pool {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (Arc::as_ptr(&self.0) as *const () as usize).hash(state);
+    }
+}
+
+/// The bytes of one window as built: its start and end, 8 bytes each.
+const WINDOW_BYTES: u64 = 16;
+
+/// How many sliding windows the rows of `ts` are in: for each time `t`,
+/// the starts `k * slide` in `(t - size, t]`.
+pub(crate) fn window_count(ts: &TimestampMillisecondArray, size: i64, slide: i64) -> u64 {
+    ts.iter()
+        .flatten()
+        .map(|t| {
+            let last = t.div_euclid(slide);
+            let before = t.saturating_sub(size).div_euclid(slide);
+            u64::try_from(last - before).unwrap_or(0)
+        })
+        .sum()
 }
 
 impl ScalarUDFImpl for Window {
@@ -114,6 +187,7 @@ impl ScalarUDFImpl for Window {
         let ts = arrow_cast::cast(&ts, &DataType::Timestamp(TimeUnit::Millisecond, None))?;
         let ts = ts.as_primitive::<TimestampMillisecondType>();
         let out: ArrayRef = if self.all {
+            let _reserved = self.reserve(ts, size, slide)?;
             Arc::new(all_windows(ts, size, slide)?)
         } else {
             let starts: TimestampMillisecondArray = ts
@@ -205,7 +279,7 @@ pub(crate) fn millis(arg: &ColumnarValue, name: &str) -> Result<i64> {
 /// gains a column of the row's windows, unnested (one row per window),
 /// and the aggregation groups by that column under the window call's
 /// name, so the rest of the plan reads it unchanged.
-pub fn expand_sliding(plan: LogicalPlan) -> Result<LogicalPlan> {
+pub fn expand_sliding(plan: LogicalPlan, pool: Arc<dyn MemoryPool>) -> Result<LogicalPlan> {
     plan.transform_up(|node| {
         let LogicalPlan::Aggregate(agg) = &node else {
             return Ok(Transformed::no(node));
@@ -220,7 +294,8 @@ pub fn expand_sliding(plan: LogicalPlan) -> Result<LogicalPlan> {
             .into_iter()
             .map(Expr::Column)
             .collect();
-        let expand = ScalarUDF::new_from_impl(Window::expanding()).call(call.args.clone());
+        let expand =
+            ScalarUDF::new_from_impl(Window::expanding(pool.clone())).call(call.args.clone());
         columns.push(expand.alias(EXPANDED));
         let expanded = LogicalPlanBuilder::from(input)
             .project(columns)?

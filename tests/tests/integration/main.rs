@@ -72,6 +72,7 @@ mod robust_standalone;
 mod robust_state_budget;
 mod robust_state_identity;
 mod robust_submit;
+mod robust_task_memory;
 mod robust_temp_files;
 mod robust_web_origin;
 mod s3_chaos;

@@ -1,0 +1,214 @@
+//! Running a plan to its end inside a task: every output batch counts
+//! against the task's memory pool (`--max-task-memory-bytes`) as it
+//! arrives, and the task yields its thread after each one.
+//!
+//! ```text
+//!  plan ─► execute_in_order ─► batch ─► reserve its bytes in the pool ─► yield ─► next
+//!                                           └─ past the pool ─► SqlError::Resources (names the flag)
+//! ```
+//!
+//! DataFusion counts what its operators hold (a hash join's build side, an
+//! aggregation's groups) but not the batches a caller collects: a join
+//! whose keys match most pairs emits far more than it holds. Reserving
+//! the collected output makes such a task fail at its pool, naming the
+//! limit, rather than take the executor's memory.
+//!
+//! Invariant: a collecting loop never runs a whole plan in one poll. A
+//! plan whose stream is always ready (rows already in memory) would
+//! otherwise hold its runtime thread until the plan ends, so a cancelled
+//! task (a stopped query) would run on, and heartbeats sharing the thread
+//! would wait. Yielding between output batches is not enough where an
+//! operator works long between them (a hash join whose filter drops most
+//! pairs loops over its whole probe side in one poll): such operators read
+//! their rows through [`yielding_input`], which hands them a slice at a
+//! time and yields before each.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use futures::StreamExt;
+
+use crate::SqlError;
+
+/// A plan's output, with its bytes reserved in the task's pool until
+/// this is dropped.
+#[derive(Debug)]
+pub struct Collected {
+    pub batches: Vec<RecordBatch>,
+    pub reservation: MemoryReservation,
+}
+
+/// Runs `plan` to its end in `ctx`, reserving each output batch in the
+/// task's pool under the name `consumer` (shown in the error of a task
+/// past its pool).
+pub async fn collect_within(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<TaskContext>,
+    consumer: &str,
+) -> Result<Collected, SqlError> {
+    let reservation = MemoryConsumer::new(consumer).register(ctx.memory_pool());
+    let mut stream = crate::execute_in_order(plan, ctx)?;
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(SqlError::from_execution)?;
+        reservation
+            .try_grow(batch.get_array_memory_size())
+            .map_err(SqlError::from_execution)?;
+        batches.push(batch);
+        tokio::task::yield_now().await;
+    }
+    Ok(Collected {
+        batches,
+        reservation,
+    })
+}
+
+/// The most rows [`yielding_input`] hands an operator per poll: a join
+/// probing this many rows against a large build side still returns to
+/// the runtime within a fraction of a second.
+const SLICE_ROWS: usize = 1024;
+
+/// `batches` as a plan's input that hands out at most [`SLICE_ROWS`]
+/// rows at a time and yields the thread before each slice, so that an
+/// operator doing much work per input row returns to the runtime between
+/// slices: its task can then be cancelled, and other tasks run.
+pub(crate) fn yielding_input(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Arc<dyn ExecutionPlan>, SqlError> {
+    let slices = Arc::new(Slices { schema, batches });
+    let exec = StreamingTableExec::try_new(
+        slices.schema.clone(),
+        vec![slices as Arc<dyn PartitionStream>],
+        None,
+        [],
+        false,
+        None,
+    )
+    .map_err(SqlError::from_planning)?;
+    Ok(Arc::new(exec))
+}
+
+/// Rows in memory, read a slice at a time: [`yielding_input`].
+#[derive(Debug)]
+struct Slices {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+}
+
+impl PartitionStream for Slices {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let slices: Vec<RecordBatch> = self
+            .batches
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows())
+                    .step_by(SLICE_ROWS)
+                    .map(move |at| b.slice(at, SLICE_ROWS.min(b.num_rows() - at)))
+            })
+            .collect();
+        let stream = futures::stream::iter(slices).then(|slice| async move {
+            tokio::task::yield_now().await;
+            Ok(slice)
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_schema::{DataType, Field, Schema};
+    use datafusion::datasource::memory::MemorySourceConfig;
+
+    fn plan(batches: usize, rows: usize) -> Arc<dyn ExecutionPlan> {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))],
+        )
+        .unwrap();
+        MemorySourceConfig::try_new_exec(&[vec![batch; batches]], schema, None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn output_past_the_pool_fails_naming_the_consumer() {
+        let ctx = crate::session::context(Some(1 << 20)).unwrap();
+        // 64 batches of 8 KiB of values each: 512 KiB, within 1 MiB.
+        let ok = collect_within(plan(64, 1024), ctx.task_ctx(), "join output")
+            .await
+            .unwrap();
+        assert_eq!(ok.batches.len(), 64);
+        assert!(ok.reservation.size() >= 64 * 8 * 1024);
+        // With those held, another 1 MiB does not fit.
+        let e = collect_within(plan(128, 1024), ctx.task_ctx(), "join output")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SqlError::Resources(_)), "{e}");
+        let text = e.to_string();
+        for w in ["join output", "--max-task-memory-bytes"] {
+            assert!(text.contains(w), "no {w:?} in {text}");
+        }
+        drop(ok);
+        collect_within(plan(64, 1024), ctx.task_ctx(), "join output")
+            .await
+            .expect("the pool is free again once the first output is dropped");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_collecting_task_lets_others_run_between_batches() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let ran = Arc::new(AtomicBool::new(false));
+        let other = tokio::spawn({
+            let ran = ran.clone();
+            async move { ran.store(true, Ordering::SeqCst) }
+        });
+        // On one thread, the spawned task runs before the collecting one
+        // ends only if collecting yields (four ready batches never exhaust
+        // tokio's cooperative budget on their own).
+        let ctx = crate::session::context(None).unwrap();
+        let out = collect_within(plan(4, 10), ctx.task_ctx(), "output")
+            .await
+            .unwrap();
+        assert!(ran.load(Ordering::SeqCst), "collecting never yielded");
+        assert_eq!(out.batches.len(), 4);
+        other.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_yielding_input_hands_out_slices_and_yields_before_each() {
+        let batch = |rows: i64| {
+            let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+            RecordBatch::try_new(
+                schema,
+                vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+            )
+            .unwrap()
+        };
+        let (a, b) = (batch(2500), batch(10));
+        let input = yielding_input(a.schema(), vec![a, b]).unwrap();
+        let ctx = crate::session::context(None).unwrap();
+        let mut stream = input.execute(0, ctx.task_ctx()).unwrap();
+        let (mut sizes, mut pending) = (Vec::new(), 0);
+        loop {
+            match futures::poll!(stream.next()) {
+                std::task::Poll::Pending => pending += 1,
+                std::task::Poll::Ready(Some(b)) => sizes.push(b.unwrap().num_rows()),
+                std::task::Poll::Ready(None) => break,
+            }
+        }
+        assert_eq!(sizes, [1024, 1024, 452, 10]);
+        assert!(pending >= sizes.len(), "{pending} yields for {sizes:?}");
+    }
+}
