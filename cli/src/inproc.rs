@@ -146,6 +146,7 @@ impl InProcess {
             tls: self.executor_tls.clone(),
             token: Default::default(),
             allowed_paths: self.allowed.clone(),
+            secrets: Default::default(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

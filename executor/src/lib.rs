@@ -106,6 +106,7 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
                 config.stores.clone(),
                 config.allowed_paths.clone(),
             )
+            .with_secrets(config.secrets.clone())
             .with_local_state(config.state.clone())
             .with_task_memory(config.max_task_memory_bytes),
         ),

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use ring::digest::{SHA256, digest};
 use serde::Deserialize;
+use sluice_common::small_file::{self, Limits};
 
 use super::{Role, TokenCheck};
 use crate::error::DriverError;
@@ -40,10 +41,12 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Reads and checks a token file; every error names the file and entry.
+    /// Reads and checks a token file (a regular file of at most
+    /// [`Limits::DOCUMENT`]); every error names the file and entry.
     pub fn load(path: &Path) -> Result<Self, DriverError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| DriverError::Config(format!("--auth-tokens {}: {e}", path.display())))?;
+        let text = small_file::read_text(path, Limits::DOCUMENT).map_err(|why| {
+            DriverError::Config(format!("--auth-tokens {}: {why}", path.display()))
+        })?;
         Tokens::parse(&text)
             .map_err(|e| DriverError::Config(format!("--auth-tokens {}: {e}", path.display())))
     }
