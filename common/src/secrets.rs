@@ -171,7 +171,11 @@ impl Secrets {
                 ),
             ));
         }
-        if !self.env_prefixes.iter().any(|p| var.starts_with(p.as_str())) {
+        if !self
+            .env_prefixes
+            .iter()
+            .any(|p| var.starts_with(p.as_str()))
+        {
             return Err(Error::invalid(
                 field,
                 format!(

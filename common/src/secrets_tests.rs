@@ -122,11 +122,17 @@ fn pipes_devices_and_large_files_in_the_directory_are_refused_promptly() {
     big.set_len(64 << 30).unwrap();
     let started = Instant::now();
     let e = err(in_dir(dir.path()).read_file(FIELD, "fifo"));
-    assert!(e.contains("is a named pipe (FIFO), not a regular file"), "{e}");
+    assert!(
+        e.contains("is a named pipe (FIFO), not a regular file"),
+        "{e}"
+    );
     let e = err(in_dir(dir.path()).read_file(FIELD, "big"));
     assert!(e.contains("is larger than 1 MiB"), "{e}");
     let e = err(in_dir(Path::new("/dev")).read_file(FIELD, "zero"));
-    assert!(e.contains(FIELD) && e.contains("zero is a character device"), "{e}");
+    assert!(
+        e.contains(FIELD) && e.contains("zero is a character device"),
+        "{e}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -154,7 +160,10 @@ fn a_variable_needs_an_allowed_prefix() {
 #[test]
 fn bad_flags_are_named() {
     let e = Secrets::new::<&str>(Some(Path::new("rel/dir")), &[]).unwrap_err();
-    assert!(e.contains("--secrets-dir rel/dir") && e.contains("absolute"), "{e}");
+    assert!(
+        e.contains("--secrets-dir rel/dir") && e.contains("absolute"),
+        "{e}"
+    );
     let e = Secrets::new::<&str>(Some(Path::new("/no/such/secrets")), &[]).unwrap_err();
     assert!(e.contains("--secrets-dir /no/such/secrets"), "{e}");
     let e = Secrets::new::<&str>(Some(Path::new("/etc/hostname")), &[]).unwrap_err();

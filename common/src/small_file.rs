@@ -141,7 +141,10 @@ fn regular(t: FileType) -> Result<(), String> {
 }
 
 fn too_large(max_bytes: u64) -> String {
-    format!("is larger than {}, the most such a file may hold", size(max_bytes))
+    format!(
+        "is larger than {}, the most such a file may hold",
+        size(max_bytes)
+    )
 }
 
 /// `bytes` in the largest binary unit that divides it.

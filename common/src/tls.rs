@@ -226,7 +226,8 @@ mod tests {
         let started = std::time::Instant::now();
         let e = read_pem("--tls-ca", Path::new("/dev/zero")).unwrap_err();
         assert!(
-            e.to_string().contains("--tls-ca /dev/zero: is a character device"),
+            e.to_string()
+                .contains("--tls-ca /dev/zero: is a character device"),
             "{e}"
         );
         assert!(started.elapsed() < std::time::Duration::from_secs(2));

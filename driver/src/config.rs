@@ -348,7 +348,10 @@ impl TryFrom<Cli> for DriverConfig {
             let user = match (cli.etcd_user.clone(), &cli.etcd_password_file) {
                 (Some(user), Some(file)) => {
                     let password = small_file::read_text(file, Limits::SECRET).map_err(|why| {
-                        DriverError::Config(format!("--etcd-password-file {}: {why}", file.display()))
+                        DriverError::Config(format!(
+                            "--etcd-password-file {}: {why}",
+                            file.display()
+                        ))
                     })?;
                     let password = password.trim_end_matches(['\r', '\n']).to_string();
                     if password.is_empty() {
@@ -509,6 +512,23 @@ mod tests {
         assert!(err.contains("--secrets-dir /no/such/dir"), "{err}");
         let err = parse(&["--secret-env-prefix", "SLUICE_"]).unwrap_err();
         assert!(err.contains("--secret-env-prefix SLUICE_"), "{err}");
+    }
+
+    #[test]
+    fn a_password_file_that_is_a_device_is_refused_naming_the_flag() {
+        let err = parse(&[
+            "--etcd",
+            "http://etcd:2379",
+            "--etcd-user",
+            "u",
+            "--etcd-password-file",
+            "/dev/zero",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--etcd-password-file /dev/zero: is a character device"),
+            "{err}"
+        );
     }
 
     #[test]

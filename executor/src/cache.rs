@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
+use sluice_common::secrets::Secrets;
 use sluice_common::sink::FileSink;
 use sluice_common::state::StateStore;
-use sluice_common::secrets::Secrets;
 use sluice_common::storage::{AllowedPaths, Stores};
 use sluice_proto::TablePlan;
 use sluice_sql::Table;

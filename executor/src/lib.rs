@@ -94,6 +94,13 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
              the driver's --allowed-paths still applies to every submitted query"
         ),
     }
+    tracing::info!(
+        executor = %config.id,
+        secrets_dir = ?config.secrets.dir(),
+        secret_env_prefixes = ?config.secrets.env_prefixes(),
+        "tasks' Kafka security files are read only from --secrets-dir, variables only with a \
+         prefix of --secret-env-prefix"
+    );
     let incarnation = new_incarnation();
     tracing::info!(executor = %config.id, incarnation, "incarnation");
     let shared = Arc::new(Shared {

@@ -64,9 +64,13 @@ pub fn plan(task: &TaskAssignment, caches: &Caches) -> Result<TaskPlan, Executor
     let input_schema = streams
         .reading_schema()
         .ok_or_else(|| malformed(format!("no schema of stream {table:?}")))?;
-    let source =
-        source::open(source, input_schema.clone(), &caches.storage, &caches.secrets)
-            .map_err(|e| malformed(e.to_string()))?;
+    let source = source::open(
+        source,
+        input_schema.clone(),
+        &caches.storage,
+        &caches.secrets,
+    )
+    .map_err(|e| malformed(e.to_string()))?;
     if input_schema != source.schema() {
         return Err(malformed(
             "the plan's input schema is not the source's".into(),

@@ -208,13 +208,15 @@ fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
 pub async fn write(sink: &Sink, mut rx: mpsc::Receiver<Piece>) -> Result<Written, ExecutorError> {
     match sink {
         Sink::Files(files) => write_files(files, rx).await,
-        Sink::Kafka(k, partition, secrets) => Ok(match kafka::deliver(k, *partition, secrets, rx).await? {
-            Some(w) => Written::Done(Delivered {
-                kafka: Some(w),
-                ..Default::default()
-            }),
-            None => Written::Unfinished("the Kafka sink's records".into()),
-        }),
+        Sink::Kafka(k, partition, secrets) => {
+            Ok(match kafka::deliver(k, *partition, secrets, rx).await? {
+                Some(w) => Written::Done(Delivered {
+                    kafka: Some(w),
+                    ..Default::default()
+                }),
+                None => Written::Unfinished("the Kafka sink's records".into()),
+            })
+        }
         Sink::Discard => match rx.recv().await {
             None => Ok(Written::Done(Delivered::default())),
             Some(_) => Err(ExecutorError::TaskPanicked(

@@ -209,7 +209,11 @@ impl KafkaSecurity {
     /// The SASL password, from its file or environment variable as
     /// `secrets` allows; an error names the field and the file or the
     /// variable, never the password.
-    pub fn sasl_password(&self, field: &str, secrets: &Secrets) -> Result<Option<Zeroizing<String>>> {
+    pub fn sasl_password(
+        &self,
+        field: &str,
+        secrets: &Secrets,
+    ) -> Result<Option<Zeroizing<String>>> {
         if let Some(path) = &self.sasl_password_file {
             let f = format!("{field}.sasl_password_file");
             let bytes = secrets.read_file(&f, path)?;
@@ -332,7 +336,10 @@ mod tests {
             .sasl_password("f", &Secrets::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("f.sasl_password_file") && e.contains("--secrets-dir"), "{e}");
+        assert!(
+            e.contains("f.sasl_password_file") && e.contains("--secrets-dir"),
+            "{e}"
+        );
         let s = KafkaSecurity {
             sasl_password_env: Some("TEST_KAFKA_NO_SUCH_VARIABLE_X".into()),
             ..Default::default()
@@ -352,7 +359,9 @@ mod tests {
             "{protocol: sasl_ssl, ssl_ca: ca.pem, ssl_certificate: c.pem, ssl_key: k.pem, \
              sasl_mechanism: PLAIN, sasl_username: u, sasl_password_env: KAFKA_PW}",
         );
-        inside.check_secrets("sink.kafka.security", &secrets).unwrap();
+        inside
+            .check_secrets("sink.kafka.security", &secrets)
+            .unwrap();
         let field_of = |s: &KafkaSecurity| match s.check_secrets("source.kafka.security", &secrets)
         {
             Err(Error::InvalidSpec { field, .. }) => field,

@@ -184,7 +184,11 @@ mod tests {
             .collect();
         assert_eq!(
             listed,
-            [("a.jsonl".into(), 8), ("fifo".into(), 0), ("zero".into(), 0)]
+            [
+                ("a.jsonl".into(), 8),
+                ("fifo".into(), 0),
+                ("zero".into(), 0)
+            ]
         );
         for (path, size) in &listed {
             let read = storage.get_range(path, 0..*size).await.unwrap();

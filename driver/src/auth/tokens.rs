@@ -186,4 +186,28 @@ mod tests {
                 .contains("no tokens")
         );
     }
+    /// A flag's file is read only when it is a regular file: a device or
+    /// a named pipe is refused at once, naming the flag.
+    #[test]
+    fn a_device_or_a_pipe_is_no_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("tokens.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let started = std::time::Instant::now();
+        for (path, what) in [
+            (Path::new("/dev/zero"), "is a character device"),
+            (fifo.as_path(), "is a named pipe (FIFO)"),
+        ] {
+            let e = Tokens::load(path).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--auth-tokens {}: {what}", path.display())),
+                "{e}"
+            );
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
 }

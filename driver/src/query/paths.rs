@@ -149,7 +149,8 @@ mod tests {
         }
         let err = check_secrets(&Secrets::default(), &ok).unwrap_err();
         assert!(
-            err.to_string().contains("sources.clicks.kafka.security.sasl_password_file")
+            err.to_string()
+                .contains("sources.clicks.kafka.security.sasl_password_file")
                 && err.to_string().contains("--secrets-dir"),
             "{err}"
         );

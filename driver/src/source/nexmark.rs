@@ -10,8 +10,8 @@ use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{OffsetRecord, QueryCheckpoint, Record, SourceOffsets};
 use sluice_common::nexmark;
-use sluice_common::spec::NexmarkSpec;
 use sluice_common::secrets::Secrets;
+use sluice_common::spec::NexmarkSpec;
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
 

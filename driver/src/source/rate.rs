@@ -13,8 +13,8 @@ use sluice_common::checkpoint::{
     OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, Record, SourceOffsets,
 };
 use sluice_common::rate;
-use sluice_common::spec::RateSpec;
 use sluice_common::secrets::Secrets;
+use sluice_common::spec::RateSpec;
 use sluice_common::storage::Stores;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;

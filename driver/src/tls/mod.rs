@@ -165,3 +165,26 @@ fn read_certs(
 fn bad(flag: &str, path: &std::path::Path, why: &str) -> DriverError {
     DriverError::Config(format!("{flag} {}: {why}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/dev/zero` as the certificate is refused at once, naming the flag:
+    /// the driver never reads a device or waits on a pipe.
+    #[test]
+    fn a_device_is_no_certificate() {
+        let started = std::time::Instant::now();
+        let files = TlsFiles {
+            cert: "/dev/zero".into(),
+            key: "/dev/null".into(),
+            client_ca: None,
+        };
+        let e = files.load().err().expect("refused").to_string();
+        assert!(
+            e.contains("--tls-cert /dev/zero: is a character device"),
+            "{e}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

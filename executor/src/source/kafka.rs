@@ -49,7 +49,11 @@ pub struct KafkaReader {
 impl KafkaReader {
     /// The reader of `task`, whose settings' files and variable are read
     /// as `secrets` allows.
-    pub fn new(task: KafkaTask, schema: SchemaRef, secrets: Secrets) -> Result<Self, ExecutorError> {
+    pub fn new(
+        task: KafkaTask,
+        schema: SchemaRef,
+        secrets: Secrets,
+    ) -> Result<Self, ExecutorError> {
         let bad = |m: String| Err(ExecutorError::MalformedTask(format!("kafka source: {m}")));
         let Some(format) = KafkaFormat::parse(&task.format) else {
             return bad(format!("unknown format {:?}", task.format));
@@ -216,9 +220,14 @@ impl State {
         let t = &self.task;
         let field = "source.kafka.security";
         let security = KafkaSecurity::from_proto(t.security.as_ref(), field)?;
-        let kafka =
-            Kafka::connect_secure(&t.bootstrap_servers, &security, &self.secrets, field, DEADLINE)
-                .await?;
+        let kafka = Kafka::connect_secure(
+            &t.bootstrap_servers,
+            &security,
+            &self.secrets,
+            field,
+            DEADLINE,
+        )
+        .await?;
         match kafka.partition(&t.topic, t.partition, false).await {
             Ok(c) => Ok(Some(c.committed_only(!t.read_uncommitted))),
             Err(e) if !e.is_retryable() => {

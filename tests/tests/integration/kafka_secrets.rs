@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_common::spec::SaslMechanism;
+use sluice_tests::Client;
 use sluice_tests::cluster::{Cluster, DriverOpts, ExecutorOpts};
 use sluice_tests::kafka::{self, Broker, SCHEMA, ScramUser, login, secrets_args, secrets_dir};
-use sluice_tests::Client;
 use sluice_tests::node::{Driver, READY_TIMEOUT};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -201,7 +201,8 @@ async fn files_and_variables_outside_the_operators_secrets_are_refused_at_submit
     .await;
     assert!(
         message.contains("sink.kafka.security.sasl_password_env")
-            && message.contains("SLUICE_DRIVER does not start with a prefix of --secret-env-prefix"),
+            && message
+                .contains("SLUICE_DRIVER does not start with a prefix of --secret-env-prefix"),
         "{message}"
     );
     assert_eq!(
@@ -257,7 +258,10 @@ async fn devices_pipes_and_huge_files_are_refused_promptly_and_unread() {
     ] {
         let spec = sink_spec("q", &servers, &security);
         let message = refused(&driver, &spec, Duration::from_secs(3)).await;
-        assert!(message.contains(field) && message.contains(why), "{message}");
+        assert!(
+            message.contains(field) && message.contains(why),
+            "{message}"
+        );
     }
     assert_unread(pid, before);
     driver.process().kill();
@@ -322,7 +326,11 @@ async fn an_executor_without_the_secrets_dir_refuses_its_task() {
         .await
         .expect("the driver may read the password");
     let status = client
-        .wait_state("q", sluice_proto::QueryState::Failed, Duration::from_secs(60))
+        .wait_state(
+            "q",
+            sluice_proto::QueryState::Failed,
+            Duration::from_secs(60),
+        )
         .await;
     let error = status.error;
     assert!(

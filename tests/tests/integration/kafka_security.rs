@@ -118,9 +118,15 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
     let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), false).await;
     let servers = broker.servers();
-    let kafka = Kafka::connect_secure(&servers, broker.security(), broker.secrets(), FIELD, DEADLINE)
-        .await
-        .unwrap();
+    let kafka = Kafka::connect_secure(
+        &servers,
+        broker.security(),
+        broker.secrets(),
+        FIELD,
+        DEADLINE,
+    )
+    .await
+    .unwrap();
     assert_eq!(kafka.security(), broker.security());
     write_and_read(&kafka, "over-tls", 25).await;
 
@@ -159,7 +165,10 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
     // directory: the setting is named, nothing is tried.
     for (ca, why) in [
         ("pki/no-such-ca.pem", "pki/no-such-ca.pem cannot be read"),
-        ("/no/such/ca.pem", "/no/such/ca.pem is outside --secrets-dir"),
+        (
+            "/no/such/ca.pem",
+            "/no/such/ca.pem is outside --secrets-dir",
+        ),
     ] {
         let missing = KafkaSecurity {
             ssl_ca: Some(ca.into()),
@@ -199,9 +208,15 @@ async fn mutual_tls_presents_the_client_certificate() {
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), true).await;
     let servers = broker.servers();
     assert!(broker.security().ssl_certificate.is_some());
-    let kafka = Kafka::connect_secure(&servers, broker.security(), broker.secrets(), FIELD, DEADLINE)
-        .await
-        .unwrap();
+    let kafka = Kafka::connect_secure(
+        &servers,
+        broker.security(),
+        broker.secrets(),
+        FIELD,
+        DEADLINE,
+    )
+    .await
+    .unwrap();
     write_and_read(&kafka, "over-mtls", 5).await;
     let text = end_refused(&broker, broker.security(), &[]).await;
     assert!(
@@ -328,7 +343,9 @@ async fn a_refused_login_names_user_and_mechanism_and_no_password() {
     assert!(
         err.to_string()
             .contains("sink.kafka.security.sasl_password_env")
-            && err.to_string().contains("KAFKA_TEST_NO_SUCH_PASSWORD is not set"),
+            && err
+                .to_string()
+                .contains("KAFKA_TEST_NO_SUCH_PASSWORD is not set"),
         "{err}"
     );
 }

@@ -186,9 +186,16 @@ mod sink {
     }
 
     async fn end(servers: &str, txn: &TxnId) -> TxnEnd {
-        end_transaction(servers, &KafkaSecurity::default(), &Secrets::default(), txn, true, DEADLINE)
-            .await
-            .unwrap_or_else(|e| panic!("commit {txn}: {e}"))
+        end_transaction(
+            servers,
+            &KafkaSecurity::default(),
+            &Secrets::default(),
+            txn,
+            true,
+            DEADLINE,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("commit {txn}: {e}"))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
