@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
+use sluice_common::small_file::{self, Limits};
 use sluice_proto::{ClusterRequest, ListQueriesRequest, QueryRef, QueryStatus, WaitRequest};
 use tokio::time::Instant;
 use tonic::Code;
@@ -21,8 +21,8 @@ pub const EXIT_TIMEOUT: u8 = 2;
 const WAIT_CHUNK: Duration = Duration::from_secs(30);
 
 pub async fn submit(client: &mut Client, file: &Path) -> anyhow::Result<u8> {
-    let spec_text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read spec file {}", file.display()))?;
+    let spec_text = small_file::read_text(file, Limits::DOCUMENT)
+        .map_err(|why| anyhow::anyhow!("spec file {} {why}", file.display()))?;
     let resp = crate::queries::submit(client, &spec_text).await?;
     println!("{}", resp.id);
     Ok(0)

@@ -77,6 +77,10 @@ pub struct InProcess {
     executor_tls: sluice_common::tls::ClientTls,
     /// The state each executor may hold (`--max-state-bytes`).
     executor_state_bytes: u64,
+    /// The Kafka secrets the executors may read: the last driver's
+    /// (`--secrets-dir`, `--secret-env-prefix`, from its flags or
+    /// environment).
+    secrets: sluice_common::secrets::Secrets,
 }
 
 impl InProcess {
@@ -94,6 +98,7 @@ impl InProcess {
             allowed: None,
             executor_tls: Default::default(),
             executor_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+            secrets: Default::default(),
         }
     }
 
@@ -115,6 +120,7 @@ impl InProcess {
         let mut config = sluice_driver::DriverConfig::try_from(cli)
             .map_err(|e| anyhow::anyhow!("driver configuration: {e}"))?;
         config.stores = self.stores.clone();
+        self.secrets = config.secrets.clone();
         let name = format!("driver {}", config.id);
         let token = self.shutdown.clone();
         self.spawn(name, async move { sluice_driver::run(config, token).await });
@@ -146,6 +152,7 @@ impl InProcess {
             tls: self.executor_tls.clone(),
             token: Default::default(),
             allowed_paths: self.allowed.clone(),
+            secrets: self.secrets.clone(),
         };
         let token = self.shutdown.clone();
         self.spawn(format!("executor {id}"), async move {

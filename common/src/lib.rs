@@ -1,6 +1,7 @@
 //! Shared building blocks of Sluice: the query spec, storage through
 //! `object_store`, the checkpoint logs, the Kafka client, the rate source, the file sink, the
-//! exactly-once checker, errors and telemetry.
+//! exactly-once checker, errors and telemetry; the reading of small files
+//! that specs and flags name, and where a spec's secrets may come from.
 
 pub mod backoff;
 pub mod checkpoint;
@@ -10,8 +11,10 @@ pub mod kafka;
 pub mod nexmark;
 pub mod parquet_meta;
 pub mod rate;
+pub mod secrets;
 pub mod shutdown;
 pub mod sink;
+pub mod small_file;
 pub mod spec;
 pub mod state;
 pub mod storage;

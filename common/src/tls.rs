@@ -18,6 +18,7 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{Error, Result};
+use crate::small_file::{self, Limits};
 
 /// TLS settings of a client: the CA that signs the driver's certificate and,
 /// for mutual TLS, this client's own certificate and key.
@@ -129,10 +130,11 @@ impl ClientTls {
     }
 }
 
-/// Reads a PEM file, refusing one that holds no PEM block, naming the flag.
+/// Reads a PEM file (a regular file of at most [`Limits::SECRET`]),
+/// refusing one that holds no PEM block, naming the flag.
 pub fn read_pem(flag: &str, path: &Path) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
+    let bytes = small_file::read(path, Limits::SECRET)
+        .map_err(|why| Error::Config(format!("{flag} {}: {why}", path.display())))?;
     if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
         return Err(Error::Config(format!(
             "{flag} {}: not a PEM file (no -----BEGIN line)",
@@ -217,6 +219,18 @@ mod tests {
             ClientTls::from_flags(None, None, None).unwrap().scheme(),
             "http"
         );
+    }
+
+    #[test]
+    fn a_device_or_a_pipe_is_refused_at_once() {
+        let started = std::time::Instant::now();
+        let e = read_pem("--tls-ca", Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--tls-ca /dev/zero: is a character device"),
+            "{e}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[test]

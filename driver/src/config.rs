@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use sluice_common::secrets::Secrets;
+use sluice_common::small_file::{self, Limits};
 use sluice_common::storage::{AllowedPaths, StoreOptions, Stores};
 use sluice_common::tls::ClientTls;
 
@@ -149,6 +151,19 @@ pub struct Cli {
     /// another query's sink, whatever this allows.
     #[arg(long, env = "SLUICE_ALLOWED_PATHS", value_delimiter = ',')]
     pub allowed_paths: Vec<String>,
+    /// The directory of the files a spec's Kafka security settings may
+    /// name (`ssl_ca`, `ssl_certificate`, `ssl_key`,
+    /// `sasl_password_file`): relative to it, or absolute inside it, its
+    /// symbolic links followed only within it. Give the executors the
+    /// same. Default: none, and a spec that names such a file is refused.
+    #[arg(long, env = "SLUICE_SECRETS_DIR")]
+    pub secrets_dir: Option<PathBuf>,
+    /// The prefixes (PREFIX[,PREFIX...]) of the environment variables a
+    /// spec's `sasl_password_env` may name; never one of Sluice's own
+    /// (`SLUICE_`). Give the executors the same. Default: none, and a spec
+    /// that names a variable is refused.
+    #[arg(long, env = "SLUICE_SECRET_ENV_PREFIX", value_delimiter = ',')]
+    pub secret_env_prefix: Vec<String>,
 }
 
 /// A password, never shown by `Debug`.
@@ -203,6 +218,8 @@ pub struct DriverConfig {
     /// True when `allowed_paths` is the data directory, for want of
     /// `--allowed-paths`.
     pub allowed_paths_default: bool,
+    /// Which files and variables a spec's Kafka settings may name.
+    pub secrets: Secrets,
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
     pub security: SecurityConfig,
@@ -247,6 +264,8 @@ impl TryFrom<Cli> for DriverConfig {
             .map_err(|r| DriverError::Config(format!("--checkpoint-root: {r}")))?;
         let (allowed_paths, allowed_paths_default) =
             allowed_paths(&cli.allowed_paths, &cli.checkpoint_root)?;
+        let secrets = Secrets::new(cli.secrets_dir.as_deref(), &cli.secret_env_prefix)
+            .map_err(DriverError::Config)?;
         let counts = [
             ("--executor-timeout-ms", cli.executor_timeout_ms),
             ("--max-task-attempts", u64::from(cli.max_task_attempts)),
@@ -328,8 +347,11 @@ impl TryFrom<Cli> for DriverConfig {
             }
             let user = match (cli.etcd_user.clone(), &cli.etcd_password_file) {
                 (Some(user), Some(file)) => {
-                    let password = std::fs::read_to_string(file).map_err(|e| {
-                        DriverError::Config(format!("--etcd-password-file {}: {e}", file.display()))
+                    let password = small_file::read_text(file, Limits::SECRET).map_err(|why| {
+                        DriverError::Config(format!(
+                            "--etcd-password-file {}: {why}",
+                            file.display()
+                        ))
                     })?;
                     let password = password.trim_end_matches(['\r', '\n']).to_string();
                     if password.is_empty() {
@@ -388,6 +410,7 @@ impl TryFrom<Cli> for DriverConfig {
             stores: Stores::new(StoreOptions::from_env()),
             allowed_paths,
             allowed_paths_default,
+            secrets,
             test_hold_dir: cli.test_hold_dir,
         })
     }
@@ -475,6 +498,37 @@ mod tests {
             let err = parse(&["--allowed-paths", bad]).unwrap_err();
             assert!(err.contains("--allowed-paths"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_secrets_policy_comes_from_its_flags() {
+        assert_eq!(parse(&[]).unwrap().secrets, Secrets::default());
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let c = parse(&["--secrets-dir", d, "--secret-env-prefix", "KAFKA_,APP_"]).unwrap();
+        assert_eq!(c.secrets.dir(), Some(dir.path()));
+        assert_eq!(c.secrets.env_prefixes(), ["KAFKA_", "APP_"]);
+        let err = parse(&["--secrets-dir", "/no/such/dir"]).unwrap_err();
+        assert!(err.contains("--secrets-dir /no/such/dir"), "{err}");
+        let err = parse(&["--secret-env-prefix", "SLUICE_"]).unwrap_err();
+        assert!(err.contains("--secret-env-prefix SLUICE_"), "{err}");
+    }
+
+    #[test]
+    fn a_password_file_that_is_a_device_is_refused_naming_the_flag() {
+        let err = parse(&[
+            "--etcd",
+            "http://etcd:2379",
+            "--etcd-user",
+            "u",
+            "--etcd-password-file",
+            "/dev/zero",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--etcd-password-file /dev/zero: is a character device"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub async fn run(config: DriverConfig, shutdown: CancellationToken) -> Result<()
             "queries' sources, tables and sinks must be under --allowed-paths"
         );
     }
+    info!(
+        secrets_dir = ?config.secrets.dir(),
+        secret_env_prefixes = ?config.secrets.env_prefixes(),
+        "Kafka security files are read only from --secrets-dir, variables only with a prefix \
+         of --secret-env-prefix (none: a spec that names one is refused)"
+    );
     let checkpoint = Checkpoint::open(&config.stores, &config.checkpoint_root)?;
     checkpoint.probe().await?;
     let driver = Arc::new(Driver::new(config, checkpoint, metrics::Metrics::new()?));

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use sluice_common::small_file::{self, Limits};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -116,8 +117,14 @@ pub async fn watch(
     }
 }
 
+/// Each file's bytes; `None` for one that cannot be read, or is not a
+/// regular file of at most [`Limits::DOCUMENT`] (a rotation that swaps in
+/// a named pipe or a device neither blocks nor fills the driver).
 fn read_all(files: &[PathBuf]) -> Seen {
-    files.iter().map(|f| std::fs::read(f).ok()).collect()
+    files
+        .iter()
+        .map(|f| small_file::read(f, Limits::DOCUMENT).ok())
+        .collect()
 }
 
 #[cfg(test)]

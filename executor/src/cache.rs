@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
+use sluice_common::secrets::Secrets;
 use sluice_common::sink::FileSink;
 use sluice_common::state::StateStore;
 use sluice_common::storage::{AllowedPaths, Stores};
@@ -46,6 +47,9 @@ pub struct Caches {
     /// Where tasks may read and write (`--allowed-paths`); `None` does not
     /// confine.
     pub allowed: Option<AllowedPaths>,
+    /// Which files and variables tasks' Kafka settings may name
+    /// (`--secrets-dir`, `--secret-env-prefix`); by default none.
+    pub secrets: Secrets,
 }
 
 impl Default for Caches {
@@ -61,6 +65,7 @@ impl Default for Caches {
             task_memory: None,
             storage: Default::default(),
             allowed: None,
+            secrets: Default::default(),
         }
     }
 }
@@ -80,6 +85,12 @@ impl Caches {
             allowed,
             ..Default::default()
         }
+    }
+
+    /// With tasks' Kafka secrets read as `secrets` allows.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// With states kept in a local store configured by `config`.

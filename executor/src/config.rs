@@ -13,6 +13,7 @@ use std::time::Duration;
 use std::path::PathBuf;
 
 use clap::Parser;
+use sluice_common::secrets::Secrets;
 use sluice_common::storage::{AllowedPaths, StoreOptions, Stores};
 use sluice_common::tls::{Bearer, ClientTls};
 
@@ -85,6 +86,16 @@ pub struct Cli {
     /// submit).
     #[arg(long, env = "SLUICE_ALLOWED_PATHS", value_delimiter = ',')]
     pub allowed_paths: Vec<String>,
+    /// The directory of the files a task's Kafka security settings may
+    /// name, as the driver's --secrets-dir: a task that names another file
+    /// fails its query. Default: none, and no such file is read.
+    #[arg(long, env = "SLUICE_SECRETS_DIR")]
+    pub secrets_dir: Option<PathBuf>,
+    /// The prefixes (PREFIX[,PREFIX...]) of the environment variables a
+    /// task's `sasl_password_env` may name, as the driver's
+    /// --secret-env-prefix. Default: none, and no variable is read.
+    #[arg(long, env = "SLUICE_SECRET_ENV_PREFIX", value_delimiter = ',')]
+    pub secret_env_prefix: Vec<String>,
 }
 
 /// `--max-state-bytes` unless set: 2 GiB.
@@ -118,6 +129,8 @@ pub struct ExecutorConfig {
     pub token: Bearer,
     /// Where tasks may read and write; `None` does not confine.
     pub allowed_paths: Option<AllowedPaths>,
+    /// Which files and variables a task's Kafka settings may name.
+    pub secrets: Secrets,
 }
 
 impl TryFrom<Cli> for ExecutorConfig {
@@ -137,8 +150,11 @@ impl TryFrom<Cli> for ExecutorConfig {
                     .map_err(|r| ExecutorError::Config(format!("--allowed-paths: {r}")))?,
             ),
         };
+        let secrets = Secrets::new(cli.secrets_dir.as_deref(), &cli.secret_env_prefix)
+            .map_err(ExecutorError::Config)?;
         let config = ExecutorConfig {
             allowed_paths,
+            secrets,
             drivers: cli.driver,
             slots: cli.slots.unwrap_or_else(default_slots),
             heartbeat: Duration::from_millis(cli.heartbeat_ms),

@@ -96,6 +96,13 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
              the driver's --allowed-paths still applies to every submitted query"
         ),
     }
+    tracing::info!(
+        executor = %config.id,
+        secrets_dir = ?config.secrets.dir(),
+        secret_env_prefixes = ?config.secrets.env_prefixes(),
+        "tasks' Kafka security files are read only from --secrets-dir, variables only with a \
+         prefix of --secret-env-prefix"
+    );
     let incarnation = new_incarnation();
     tracing::info!(executor = %config.id, incarnation, "incarnation");
     let shared = Arc::new(Shared {
@@ -109,6 +116,7 @@ pub async fn run(config: ExecutorConfig, shutdown: CancellationToken) -> Result<
                 config.stores.clone(),
                 config.allowed_paths.clone(),
             )
+            .with_secrets(config.secrets.clone())
             .with_local_state(config.state.clone())
             .with_task_memory(config.max_task_memory_bytes),
         ),

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_schema::SchemaRef;
-use sluice_common::storage::Stores;
 use sluice_proto::{TaskAssignment, TaskOutput};
 
 use crate::cache::Caches;
@@ -45,9 +44,9 @@ pub struct TaskPlan {
     pub late: Option<LateFilter>,
 }
 
-/// Validates a map task's assignment into a plan; anything missing is
-/// fatal.
-pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, ExecutorError> {
+/// Validates a map task's assignment into a plan, its source read through
+/// `caches`' stores with the secrets they allow; anything missing is fatal.
+pub fn plan(task: &TaskAssignment, caches: &Caches) -> Result<TaskPlan, ExecutorError> {
     let malformed = |m: String| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
     let query = task
         .plan
@@ -65,8 +64,13 @@ pub fn plan(task: &TaskAssignment, stores: &Stores) -> Result<TaskPlan, Executor
     let input_schema = streams
         .reading_schema()
         .ok_or_else(|| malformed(format!("no schema of stream {table:?}")))?;
-    let source =
-        source::open(source, input_schema.clone(), stores).map_err(|e| malformed(e.to_string()))?;
+    let source = source::open(
+        source,
+        input_schema.clone(),
+        &caches.storage,
+        &caches.secrets,
+    )
+    .map_err(|e| malformed(e.to_string()))?;
     if input_schema != source.schema() {
         return Err(malformed(
             "the plan's input schema is not the source's".into(),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use sluice_common::secrets::Secrets;
 use sluice_common::sink::FileSink;
 use sluice_common::storage::VisibleWriter;
 use sluice_proto::{KafkaTaskSink, KafkaWritten, SinkFile, TaskSink};
@@ -38,8 +39,9 @@ pub fn channel() -> (mpsc::Sender<Piece>, mpsc::Receiver<Piece>) {
 pub enum Sink {
     Discard,
     Files(FileSink),
-    /// The Kafka sink, written by the task of this partition.
-    Kafka(Box<KafkaTaskSink>, u32),
+    /// The Kafka sink, written by the task of this partition, with the
+    /// secrets its settings may name.
+    Kafka(Box<KafkaTaskSink>, u32, Secrets),
 }
 
 /// The sink `sink` names (a file sink opened on first use), for the task
@@ -50,7 +52,8 @@ pub async fn open_sink(
     partition: u32,
 ) -> Result<Sink, ExecutorError> {
     if let Some(k) = &sink.kafka {
-        return Ok(Sink::Kafka(Box::new(k.clone()), partition));
+        let secrets = caches.secrets.clone();
+        return Ok(Sink::Kafka(Box::new(k.clone()), partition, secrets));
     }
     if sink.discard {
         return Ok(Sink::Discard);
@@ -205,13 +208,15 @@ fn send(tx: &mpsc::Sender<Piece>, pieces: &mut Vec<Piece>) -> bool {
 pub async fn write(sink: &Sink, mut rx: mpsc::Receiver<Piece>) -> Result<Written, ExecutorError> {
     match sink {
         Sink::Files(files) => write_files(files, rx).await,
-        Sink::Kafka(k, partition) => Ok(match kafka::deliver(k, *partition, rx).await? {
-            Some(w) => Written::Done(Delivered {
-                kafka: Some(w),
-                ..Default::default()
-            }),
-            None => Written::Unfinished("the Kafka sink's records".into()),
-        }),
+        Sink::Kafka(k, partition, secrets) => {
+            Ok(match kafka::deliver(k, *partition, secrets, rx).await? {
+                Some(w) => Written::Done(Delivered {
+                    kafka: Some(w),
+                    ..Default::default()
+                }),
+                None => Written::Unfinished("the Kafka sink's records".into()),
+            })
+        }
         Sink::Discard => match rx.recv().await {
             None => Ok(Written::Done(Delivered::default())),
             Some(_) => Err(ExecutorError::TaskPanicked(

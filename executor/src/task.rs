@@ -130,9 +130,9 @@ async fn run(
         return Err(ExecutorError::MalformedTask(m));
     };
     match work {
-        Work::Map(_) => map::run(map::plan(task, &caches.storage)?, caches, started).await,
+        Work::Map(_) => map::run(map::plan(task, &caches)?, caches, started).await,
         Work::ShuffleMap(w) => {
-            let plan = map::plan(task, &caches.storage)?;
+            let plan = map::plan(task, &caches)?;
             crate::shuffle::run(plan, w, caches, started).await
         }
         Work::Aggregate(w) => {

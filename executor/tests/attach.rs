@@ -46,6 +46,7 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
         tls: Default::default(),
         token: Default::default(),
         allowed_paths: None,
+        secrets: Default::default(),
     };
     let executor = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
 
@@ -147,6 +148,7 @@ async fn run_returns_promptly_when_no_driver_is_up() {
         tls: Default::default(),
         token: Default::default(),
         allowed_paths: None,
+        secrets: Default::default(),
     };
     let run = tokio::spawn(sluice_executor::run(config, shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -173,6 +175,7 @@ async fn an_invalid_config_is_refused() {
         tls: Default::default(),
         token: Default::default(),
         allowed_paths: None,
+        secrets: Default::default(),
     };
     let err = sluice_executor::run(config, CancellationToken::new())
         .await

@@ -15,11 +15,17 @@
 //! and SCRAM-SHA-512 users; tansu 0.6.0 has no PLAIN) and, with a
 //! [`KafkaPki`], TLS in front of it ([`crate::kafka_tls`]: tansu 0.6.0 has no
 //! TLS of its own).
+//!
+//! Secrets (password files, the PKI) are in the cluster's secrets
+//! directory ([`secrets_dir`]): drivers and executors that read them are
+//! started with [`secrets_args`], and the tests' own clients read them as
+//! [`secrets`] allows, as Sluice's processes do.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sluice_common::kafka::{Kafka, KafkaRecord, NewRecord};
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 use sluice_proto::{PartitionProgress, QueryState, QueryStatus};
 
@@ -35,6 +41,34 @@ use crate::process::Process;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a test waits for a query to read what it expects.
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The prefix of the environment variables the tests' specs may name.
+pub const SECRET_ENV_PREFIX: &str = "KAFKA_TEST_";
+
+/// The cluster's secrets directory (created): where [`login`] writes
+/// password files, and where a test puts its [`KafkaPki`].
+pub fn secrets_dir(cluster: &Cluster) -> PathBuf {
+    let dir = cluster.root().join("kafka-secrets");
+    std::fs::create_dir_all(&dir).expect("create the secrets directory");
+    dir
+}
+
+/// The flags that let a driver or an executor read the cluster's secrets
+/// (`--secrets-dir`) and variables starting with [`SECRET_ENV_PREFIX`].
+pub fn secrets_args(cluster: &Cluster) -> Vec<String> {
+    vec![
+        "--secrets-dir".into(),
+        secrets_dir(cluster).display().to_string(),
+        "--secret-env-prefix".into(),
+        SECRET_ENV_PREFIX.into(),
+    ]
+}
+
+/// What [`secrets_args`] allows, for the tests' own clients.
+pub fn secrets(cluster: &Cluster) -> Secrets {
+    Secrets::new(Some(&secrets_dir(cluster)), &[SECRET_ENV_PREFIX])
+        .expect("the secrets directory exists")
+}
 
 /// The `tansu` binary. Panics with the fix when there is none.
 pub fn tansu_bin() -> PathBuf {
@@ -83,8 +117,10 @@ pub struct Broker {
     pub process: Process,
     /// Where clients connect: the broker's port, or its TLS front's.
     port: u16,
-    /// How the broker's own clients ([`Broker::client`]) connect.
+    /// How the broker's own clients ([`Broker::client`]) connect, with
+    /// the secrets they may read.
     security: KafkaSecurity,
+    secrets: Secrets,
     /// TLS in front of the broker, when it has TLS.
     _front: Option<TlsFront>,
 }
@@ -147,6 +183,7 @@ impl Broker {
             process,
             port: advertised,
             security,
+            secrets: secrets(cluster),
             _front: front,
         };
         broker.wait_ready().await;
@@ -230,6 +267,7 @@ impl Broker {
             process,
             port,
             security: KafkaSecurity::default(),
+            secrets: Secrets::default(),
             _front: None,
         };
         broker.wait_ready().await;
@@ -244,6 +282,7 @@ impl Broker {
                 let k = Kafka::connect_secure(
                     &self.servers(),
                     &self.security,
+                    &self.secrets,
                     "broker",
                     Duration::from_secs(2),
                 )
@@ -272,11 +311,17 @@ impl Broker {
         &self.security
     }
 
+    /// The secrets the broker's own clients may read: the cluster's.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
     /// A client of the broker.
     pub async fn client(&self) -> Kafka {
         Kafka::connect_secure(
             &self.servers(),
             &self.security,
+            &self.secrets,
             "broker",
             Duration::from_secs(10),
         )
@@ -322,7 +367,8 @@ async fn create_user(port: u16, user: &ScramUser) {
 }
 
 /// `tls` (a broker's TLS settings, or plaintext) with a SASL login as
-/// `user`, the password written to a file in the cluster directory.
+/// `user`, the password written to a file in the cluster's secrets
+/// directory ([`secrets_dir`]).
 pub fn login(
     cluster: &Cluster,
     tls: &KafkaSecurity,
@@ -330,9 +376,7 @@ pub fn login(
     password: &str,
     mechanism: SaslMechanism,
 ) -> KafkaSecurity {
-    let dir = cluster.root().join("kafka-secrets");
-    std::fs::create_dir_all(&dir).expect("create the secrets directory");
-    let file = dir.join(format!("{user}-{}.password", free_port()));
+    let file = secrets_dir(cluster).join(format!("{user}-{}.password", free_port()));
     std::fs::write(&file, format!("{password}\n")).expect("write a password file");
     KafkaSecurity {
         protocol: match tls.protocol.tls() {
@@ -483,9 +527,10 @@ pub fn produce_while(
     chunk: u64,
 ) -> tokio::task::JoinHandle<()> {
     let servers = broker.servers();
-    let security = broker.security().clone();
+    let (security, secrets) = (broker.security().clone(), broker.secrets().clone());
     tokio::spawn(async move {
-        let k = Kafka::connect_secure(&servers, &security, "broker", Duration::from_secs(10))
+        let deadline = Duration::from_secs(10);
+        let k = Kafka::connect_secure(&servers, &security, &secrets, "broker", deadline)
             .await
             .expect("producer connects");
         for start in (0..total).step_by(chunk as usize) {

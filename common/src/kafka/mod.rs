@@ -5,12 +5,12 @@
 //! the benchmark produce.
 //!
 //! ```text
-//!  Kafka::connect_secure(servers, security, field) ─► topics() / partition(topic, p)
+//!  Kafka::connect_secure(servers, security, secrets, field) ─► topics() / partition(topic, p)
 //!                 │                         │
 //!                 │         earliest() · latest() · fetch(from, max_bytes) · produce(records)
 //!                 └─► partition_count(topic) · writer(topic, delivery)      (writer.rs)
 //!                                              send(..)* · finish() → TxnId
-//!  end_transaction(servers, security, txn, commit)   EndTxn on a raw connection
+//!  end_transaction(servers, security, secrets, txn, commit)   EndTxn on a raw connection
 //!                                                    (txn.rs, wire.rs, sasl.rs)
 //! ```
 //!
@@ -63,6 +63,7 @@ use tokio::sync::OnceCell;
 
 use self::security::Secured;
 use crate::error::{Error, Result, chain};
+use crate::secrets::Secrets;
 use crate::spec::KafkaSecurity;
 
 /// The deadline of one call when none is given.
@@ -158,24 +159,26 @@ impl Kafka {
     /// Connects to `servers` in plaintext and reads the cluster's metadata,
     /// within `deadline`.
     pub async fn connect(servers: &str, deadline: Duration) -> Result<Kafka> {
-        Kafka::connect_secure(servers, &KafkaSecurity::default(), "kafka", deadline).await
+        let plaintext = KafkaSecurity::default();
+        Kafka::connect_secure(servers, &plaintext, &Secrets::default(), "kafka", deadline).await
     }
 
     /// Connects to `servers` with TLS and SASL as `security` says, and
     /// reads the cluster's metadata, within `deadline`. `field` is where
-    /// the settings are (`sink.kafka.security`): a CA file that cannot be
-    /// read or a password variable that is not set is an invalid-spec
-    /// error naming it. Every client made from the connection (admin
-    /// calls, consumers, producers) is secured alike; the password is read
-    /// now, once.
+    /// the settings are (`sink.kafka.security`): a file outside `secrets`'
+    /// directory, a CA file that cannot be read or a password variable
+    /// that is not set is an invalid-spec error naming it. Every client
+    /// made from the connection (admin calls, consumers, producers) is
+    /// secured alike; the password is read now, once.
     pub async fn connect_secure(
         servers: &str,
         security: &KafkaSecurity,
+        secrets: &Secrets,
         field: &str,
         deadline: Duration,
     ) -> Result<Kafka> {
         let list = parse_servers(servers).map_err(|r| Error::Config(format!("kafka: {r}")))?;
-        let secured = Secured::load_async(security, field).await?;
+        let secured = Secured::load_async(security, secrets, field).await?;
         let mut builder = krafka::Kafka::builder(list.join(","))
             .client_id("sluice")
             .request_timeout(deadline)

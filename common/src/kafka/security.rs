@@ -3,8 +3,8 @@
 //! a refused login or certificate.
 //!
 //! ```text
-//!  KafkaSecurity, field ─► Secured::load: check the settings; read the CA,
-//!                          the client certificate and key, the password, now
+//!  KafkaSecurity, Secrets, field ─► Secured::load: check the settings; read the
+//!                          CA, the client certificate and key, the password, now
 //!     ├─ krafka() ─► AuthConfig (ssl, sasl_*, .with_tls)   every krafka connection
 //!     ├─ tls()    ─► rustls ClientConfig on ring            the raw connection (wire)
 //!     └─ login()  ─► mechanism, user, password              the raw connection (wire)
@@ -16,7 +16,9 @@
 //! librdkafka do); without, the system's roots. A file that cannot be read
 //! or parsed, or a password variable that is not set, is an invalid-spec
 //! error naming the field (`sink.kafka.security.ssl_ca`), found before any
-//! connection is tried.
+//! connection is tried. Files and variables are read only as the process's
+//! [`Secrets`] allow (`--secrets-dir`, `--secret-env-prefix`): a file is a
+//! regular file of at most 1 MiB inside the secrets directory.
 //!
 //! Secrets: the password is read when connecting, kept zeroized and never
 //! printed; a key file's bytes likewise. Every error text made here passes
@@ -35,6 +37,7 @@ use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
+use crate::secrets::Secrets;
 use crate::spec::{KafkaSecurity, SaslMechanism};
 
 /// Where the sink's settings are: `EndTxn` is only sent for the sink.
@@ -99,18 +102,17 @@ impl Secured {
     }
 
     /// Checks `settings` (at `field`) and reads the files and the variable
-    /// they name. Blocks on file reads: small files, but see
-    /// [`Secured::load_async`].
-    pub fn load(settings: &KafkaSecurity, field: &str) -> Result<Secured> {
+    /// they name, as `secrets` allows. Blocks on file reads (small files,
+    /// each within a deadline): see [`Secured::load_async`].
+    pub fn load(settings: &KafkaSecurity, secrets: &Secrets, field: &str) -> Result<Secured> {
         if settings.is_plaintext() {
             return Ok(Secured::plaintext());
         }
         settings.validate(field)?;
-        let password = settings
-            .sasl_password(field)?
-            .map(|p| Secret(Zeroizing::new(p)));
+        settings.check_secrets(field, secrets)?;
+        let password = settings.sasl_password(field, secrets)?.map(Secret);
         let tls = match settings.protocol.tls() {
-            true => Some(load_tls(settings, field)?),
+            true => Some(load_tls(settings, secrets, field)?),
             false => None,
         };
         Ok(Secured {
@@ -123,12 +125,16 @@ impl Secured {
 
     /// [`Secured::load`] off the async threads (the first use of the
     /// system's roots reads a directory of certificates).
-    pub async fn load_async(settings: &KafkaSecurity, field: &str) -> Result<Secured> {
+    pub async fn load_async(
+        settings: &KafkaSecurity,
+        secrets: &Secrets,
+        field: &str,
+    ) -> Result<Secured> {
         if settings.is_plaintext() {
             return Ok(Secured::plaintext());
         }
-        let (settings, field) = (settings.clone(), field.to_string());
-        tokio::task::spawn_blocking(move || Secured::load(&settings, &field))
+        let (settings, secrets, field) = (settings.clone(), secrets.clone(), field.to_string());
+        tokio::task::spawn_blocking(move || Secured::load(&settings, &secrets, &field))
             .await
             .map_err(|e| Error::Config(format!("reading the Kafka security settings: {e}")))?
     }
@@ -326,14 +332,12 @@ pub(super) fn rustls_error<'a>(
 }
 
 /// Reads and checks the CA, the client certificate and its key.
-fn load_tls(s: &KafkaSecurity, field: &str) -> Result<Tls> {
+fn load_tls(s: &KafkaSecurity, secrets: &Secrets, field: &str) -> Result<Tls> {
     let bad = |f: &str, why: String| Error::invalid(format!("{field}.{f}"), why);
-    let read = |f: &str, path: &str| {
-        std::fs::read(path).map_err(|e| bad(f, format!("cannot read {path}: {e}")))
-    };
+    let read = |f: &str, path: &str| secrets.read_file(&format!("{field}.{f}"), path);
     let (roots, ca_pem) = match &s.ssl_ca {
         Some(path) => {
-            let pem = read("ssl_ca", path)?;
+            let pem = read("ssl_ca", path)?.to_vec();
             let mut roots = RootCertStore::empty();
             for cert in certificates(&pem).map_err(|why| bad("ssl_ca", format!("{path} {why}")))? {
                 roots.add(cert).map_err(|e| {
@@ -354,8 +358,8 @@ fn load_tls(s: &KafkaSecurity, field: &str) -> Result<Tls> {
             .with_root_certificates(roots);
     let (config, identity) = match (&s.ssl_certificate, &s.ssl_key) {
         (Some(cert), Some(key)) => {
-            let cert_pem = read("ssl_certificate", cert)?;
-            let key_pem = Zeroizing::new(read("ssl_key", key)?);
+            let cert_pem = read("ssl_certificate", cert)?.to_vec();
+            let key_pem = read("ssl_key", key)?;
             let chain = certificates(&cert_pem)
                 .map_err(|why| bad("ssl_certificate", format!("{cert} {why}")))?;
             // The key's own parse error is not shown: it could quote the key.

@@ -12,6 +12,7 @@ use rustls::{AlertDescription, CertificateError};
 
 use super::Target;
 use super::security::{Secured, rustls_error};
+use crate::secrets::Secrets;
 use crate::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 
 const FIELD: &str = "sink.kafka.security";
@@ -44,6 +45,15 @@ impl Files {
         self.dir.path().join(name).display().to_string()
     }
 
+    /// Files from this directory, variables starting with `TEST_KAFKA_`.
+    fn secrets(&self) -> Secrets {
+        Secrets::new(Some(self.dir.path()), &["TEST_KAFKA_"]).unwrap()
+    }
+
+    fn load(&self, s: &KafkaSecurity) -> crate::Result<Secured> {
+        Secured::load(s, &self.secrets(), FIELD)
+    }
+
     /// SASL_SSL with SCRAM-SHA-512, this CA and this password file.
     fn sasl_ssl(&self) -> KafkaSecurity {
         KafkaSecurity {
@@ -57,8 +67,8 @@ impl Files {
     }
 }
 
-fn load_err(s: &KafkaSecurity) -> String {
-    let e = Secured::load(s, FIELD).unwrap_err();
+fn load_err(f: &Files, s: &KafkaSecurity) -> String {
+    let e = f.load(s).unwrap_err();
     assert!(!e.is_retryable(), "{e}");
     e.to_string()
 }
@@ -67,14 +77,15 @@ fn load_err(s: &KafkaSecurity) -> String {
 fn files_and_variables_are_named_before_any_connection() {
     let f = Files::new();
     let ok = f.sasl_ssl();
-    Secured::load(&ok, FIELD).unwrap();
+    f.load(&ok).unwrap();
+    let load_err = |s: &KafkaSecurity| load_err(&f, s);
 
     let e = load_err(&KafkaSecurity {
-        ssl_ca: Some("/no/such/ca.pem".into()),
+        ssl_ca: Some("no-such-ca.pem".into()),
         ..ok.clone()
     });
     assert!(
-        e.contains("sink.kafka.security.ssl_ca") && e.contains("/no/such/ca.pem"),
+        e.contains("sink.kafka.security.ssl_ca") && e.contains("no-such-ca.pem cannot be read"),
         "{e}"
     );
     let e = load_err(&KafkaSecurity {
@@ -88,12 +99,12 @@ fn files_and_variables_are_named_before_any_connection() {
 
     let e = load_err(&KafkaSecurity {
         sasl_password_file: None,
-        sasl_password_env: Some("SLUICE_NO_SUCH_KAFKA_PASSWORD".into()),
+        sasl_password_env: Some("TEST_KAFKA_NO_SUCH_PASSWORD".into()),
         ..ok.clone()
     });
     assert!(
         e.contains("sink.kafka.security.sasl_password_env")
-            && e.contains("SLUICE_NO_SUCH_KAFKA_PASSWORD"),
+            && e.contains("TEST_KAFKA_NO_SUCH_PASSWORD is not set"),
         "{e}"
     );
 
@@ -102,7 +113,7 @@ fn files_and_variables_are_named_before_any_connection() {
         ssl_key: Some(f.path(key)),
         ..ok.clone()
     };
-    Secured::load(&mtls("key.pem"), FIELD).unwrap();
+    f.load(&mtls("key.pem")).unwrap();
     let e = load_err(&mtls("other-key.pem"));
     assert!(
         e.contains("sink.kafka.security.ssl_key") && e.contains("does not go with"),
@@ -123,10 +134,70 @@ fn files_and_variables_are_named_before_any_connection() {
     assert!(e.contains("sink.kafka.security.protocol"), "{e}");
 }
 
+/// A spec names where its secrets are; the process reads only what the
+/// operator's `--secrets-dir` and `--secret-env-prefix` allow, and only
+/// regular files of at most 1 MiB.
+#[test]
+fn only_the_operators_secrets_are_read() {
+    let f = Files::new();
+    let ok = f.sasl_ssl();
+    let e = Secured::load(&ok, &Secrets::default(), FIELD).unwrap_err();
+    assert!(
+        e.to_string().contains("sink.kafka.security.ssl_ca")
+            && e.to_string().contains("no --secrets-dir"),
+        "{e}"
+    );
+    for (settings, field) in [
+        (
+            KafkaSecurity {
+                sasl_password_file: Some("/etc/hostname".into()),
+                ..ok.clone()
+            },
+            "sasl_password_file",
+        ),
+        (
+            KafkaSecurity {
+                ssl_ca: Some("/etc/ssl/certs/ca-certificates.crt".into()),
+                ..ok.clone()
+            },
+            "ssl_ca",
+        ),
+        (
+            KafkaSecurity {
+                sasl_password_file: None,
+                sasl_password_env: Some("SLUICE_DRIVER".into()),
+                ..ok.clone()
+            },
+            "sasl_password_env",
+        ),
+    ] {
+        let e = load_err(&f, &settings);
+        assert!(e.contains(&format!("{FIELD}.{field}")), "{e}");
+        assert!(
+            e.contains("is outside --secrets-dir") || e.contains("--secret-env-prefix"),
+            "{e}"
+        );
+    }
+    // A device inside the directory is refused at once, unread.
+    let dev = Secrets::new::<&str>(Some(std::path::Path::new("/dev")), &[]).unwrap();
+    let zero = KafkaSecurity {
+        protocol: SecurityProtocol::Ssl,
+        ssl_ca: Some("/dev/zero".into()),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let e = Secured::load(&zero, &dev, FIELD).unwrap_err().to_string();
+    assert!(
+        e.contains("sink.kafka.security.ssl_ca") && e.contains("is a character device"),
+        "{e}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
+
 #[test]
 fn settings_become_krafkas_configuration() {
     let f = Files::new();
-    let s = Secured::load(&f.sasl_ssl(), FIELD).unwrap();
+    let s = f.load(&f.sasl_ssl()).unwrap();
     let auth = s.krafka().unwrap();
     assert_eq!(auth.security_protocol(), &KrafkaProtocol::SaslSsl);
     assert_eq!(
@@ -146,7 +217,7 @@ fn settings_become_krafkas_configuration() {
         ssl_ca: Some(f.path("cert.pem")),
         ..Default::default()
     };
-    let s = Secured::load(&tls_only, FIELD).unwrap();
+    let s = f.load(&tls_only).unwrap();
     assert_eq!(
         s.krafka().unwrap().security_protocol(),
         &KrafkaProtocol::Ssl
@@ -160,19 +231,19 @@ fn settings_become_krafkas_configuration() {
         sasl_password_file: Some(f.path("password")),
         ..Default::default()
     };
-    let s = Secured::load(&plain, FIELD).unwrap();
+    let s = f.load(&plain).unwrap();
     let auth = s.krafka().unwrap();
     assert_eq!(auth.security_protocol(), &KrafkaProtocol::SaslPlaintext);
     assert!(auth.tls_config().is_none() && s.tls().is_none());
 
-    let none = Secured::load(&KafkaSecurity::default(), FIELD).unwrap();
+    let none = Secured::load(&KafkaSecurity::default(), &Secrets::default(), FIELD).unwrap();
     assert!(none.krafka().is_none() && none.tls().is_none() && none.login().is_none());
 }
 
 #[test]
 fn a_refused_login_names_user_and_mechanism_and_never_the_password() {
     let f = Files::new();
-    let s = Secured::load(&f.sasl_ssl(), FIELD).unwrap();
+    let s = f.load(&f.sasl_ssl()).unwrap();
     assert!(!format!("{s:?}").contains(PASSWORD));
 
     let text = s.sasl_refused("the broker answered 58 SASL_AUTHENTICATION_FAILED");
@@ -223,7 +294,7 @@ fn a_refused_login_names_user_and_mechanism_and_never_the_password() {
 #[test]
 fn a_refused_certificate_says_which_and_what_to_fix() {
     let f = Files::new();
-    let pinned = Secured::load(&f.sasl_ssl(), FIELD).unwrap();
+    let pinned = f.load(&f.sasl_ssl()).unwrap();
     let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
     let text = pinned.tls_refused(&unknown);
     assert_eq!(
@@ -234,13 +305,10 @@ fn a_refused_certificate_says_which_and_what_to_fix() {
             f.path("cert.pem")
         )
     );
-    let system = Secured::load(
-        &KafkaSecurity {
-            ssl_ca: None,
-            ..f.sasl_ssl()
-        },
-        FIELD,
-    );
+    let system = f.load(&KafkaSecurity {
+        ssl_ca: None,
+        ..f.sasl_ssl()
+    });
     // A machine without CA certificates cannot load this; the error names
     // ssl_ca then.
     match system {

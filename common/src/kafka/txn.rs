@@ -4,7 +4,7 @@
 //! id's coordinator over a connection of its own (`wire`).
 //!
 //! ```text
-//!  end_transaction(servers, security, txn, commit, deadline)
+//!  end_transaction(servers, security, secrets, txn, commit, deadline)
 //!    └─ attempt: a bootstrap server ─ [TLS] ─ ApiVersions ─ [SASL] ─ FindCoordinator(txn id)
 //!                the coordinator (the same connection when it is that server,
 //!                else a new one, secured alike)
@@ -30,6 +30,7 @@ use super::parse_servers;
 use super::security::{SINK_FIELD, Secured};
 use super::wire::{self, Conn, Failure, Stream, Versions, code_name};
 use crate::error::{Error, Result};
+use crate::secrets::Secrets;
 use crate::spec::KafkaSecurity;
 
 /// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
@@ -108,8 +109,9 @@ enum Attempt {
 /// Sends `EndTxn(commit or abort)` for `txn` to its transaction coordinator
 /// (`FindCoordinator` via one of `servers`, then a connection to the
 /// coordinator), within `deadline` in all. Every connection is secured as
-/// `security` says (the sink's settings: errors about them name
-/// `sink.kafka.security`); the password is read once per call.
+/// `security` says, with the files and variable `secrets` allows (the
+/// sink's settings: errors about them name `sink.kafka.security`); the
+/// password is read once per call.
 ///
 /// A broker that does not answer, and the coordinator errors that pass
 /// (moved, loading, not available, `CONCURRENT_TRANSACTIONS`), are tried
@@ -123,12 +125,13 @@ enum Attempt {
 pub async fn end_transaction(
     servers: &str,
     security: &KafkaSecurity,
+    secrets: &Secrets,
     txn: &TxnId,
     commit: bool,
     deadline: Duration,
 ) -> Result<TxnEnd> {
     let list = parse_servers(servers).map_err(|r| Error::Config(format!("kafka: {r}")))?;
-    let secured = Arc::new(Secured::load_async(security, SINK_FIELD).await?);
+    let secured = Arc::new(Secured::load_async(security, secrets, SINK_FIELD).await?);
     let started = Instant::now();
     let until = started + deadline;
     let verb = if commit { "commit" } else { "abort" };
@@ -350,6 +353,7 @@ mod tests {
         let err = end_transaction(
             &servers,
             &KafkaSecurity::default(),
+            &Secrets::default(),
             &txn,
             true,
             Duration::from_millis(300),

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::txn::{TxnEnd, TxnId, end_transaction};
 use super::wire_tests::{end_txn_v3, find_coordinator_v3, response_header_v1};
 use crate::error::Error;
+use crate::secrets::Secrets;
 use crate::spec::KafkaSecurity;
 
 /// What a fake broker answers, and what it was asked.
@@ -126,7 +127,15 @@ async fn transient_answers_are_tried_again_until_the_transaction_ends() {
     let script = Script::codes(&[15], &[16, 51]);
     let port = fake_broker(Arc::clone(&script)).await;
     let servers = format!("127.0.0.1:{port}");
-    let end = end_transaction(&servers, &KafkaSecurity::default(), &txn(), true, DEADLINE).await;
+    let end = end_transaction(
+        &servers,
+        &KafkaSecurity::default(),
+        &Secrets::default(),
+        &txn(),
+        true,
+        DEADLINE,
+    )
+    .await;
     assert_eq!(end.unwrap(), TxnEnd::Ended);
     let ended = script.ended.lock().unwrap().clone();
     assert_eq!(ended, vec![("q/sink-3".to_string(), 12, 4, true); 3]);
@@ -146,7 +155,15 @@ async fn the_coordinator_may_be_another_broker() {
         .unwrap()
         .port();
     let servers = format!("127.0.0.1:{down},127.0.0.1:{port}");
-    let end = end_transaction(&servers, &KafkaSecurity::default(), &txn(), false, DEADLINE).await;
+    let end = end_transaction(
+        &servers,
+        &KafkaSecurity::default(),
+        &Secrets::default(),
+        &txn(),
+        false,
+        DEADLINE,
+    )
+    .await;
     assert_eq!(end.unwrap(), TxnEnd::Ended);
     assert!(bootstrap.ended.lock().unwrap().is_empty());
     assert!(!coordinator.ended.lock().unwrap()[0].3, "an abort");
@@ -162,6 +179,7 @@ async fn a_server_that_accepts_but_never_answers_costs_one_attempt() {
     let end = end_transaction(
         &servers,
         &KafkaSecurity::default(),
+        &Secrets::default(),
         &txn(),
         true,
         Duration::from_secs(2),
@@ -177,8 +195,15 @@ async fn a_newer_epoch_or_no_transaction_is_fenced() {
     for code in [47, 48, 90] {
         let port = fake_broker(Script::codes(&[], &[code])).await;
         let servers = format!("127.0.0.1:{port}");
-        let end =
-            end_transaction(&servers, &KafkaSecurity::default(), &txn(), true, DEADLINE).await;
+        let end = end_transaction(
+            &servers,
+            &KafkaSecurity::default(),
+            &Secrets::default(),
+            &txn(),
+            true,
+            DEADLINE,
+        )
+        .await;
         assert_eq!(end.unwrap(), TxnEnd::Fenced { code });
     }
 }
@@ -188,9 +213,16 @@ async fn other_codes_fail_at_once_naming_the_code_the_id_and_the_servers() {
     let port = fake_broker(Script::codes(&[], &[49])).await;
     let servers = format!("127.0.0.1:{port}");
     let started = std::time::Instant::now();
-    let err = end_transaction(&servers, &KafkaSecurity::default(), &txn(), true, DEADLINE)
-        .await
-        .unwrap_err();
+    let err = end_transaction(
+        &servers,
+        &KafkaSecurity::default(),
+        &Secrets::default(),
+        &txn(),
+        true,
+        DEADLINE,
+    )
+    .await
+    .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(1), "not retried");
     assert!(!err.is_retryable(), "{err}");
     let text = err.to_string();
@@ -212,6 +244,7 @@ async fn a_coordinator_that_stays_away_is_retryable_at_the_deadline() {
     let err = end_transaction(
         &servers,
         &KafkaSecurity::default(),
+        &Secrets::default(),
         &txn(),
         true,
         Duration::from_millis(400),
@@ -232,9 +265,16 @@ async fn a_broker_without_end_txn_is_not_retried() {
     });
     let port = fake_broker(script).await;
     let servers = format!("127.0.0.1:{port}");
-    let err = end_transaction(&servers, &KafkaSecurity::default(), &txn(), true, DEADLINE)
-        .await
-        .unwrap_err();
+    let err = end_transaction(
+        &servers,
+        &KafkaSecurity::default(),
+        &Secrets::default(),
+        &txn(),
+        true,
+        DEADLINE,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(&err, Error::Kafka { retryable: false, reason, .. } if reason.contains("EndTxn")),
         "{err}"

@@ -261,10 +261,12 @@ fn plain_conn(
         protocol: SecurityProtocol::SaslPlaintext,
         sasl_mechanism: Some(SaslMechanism::Plain),
         sasl_username: Some("alice".into()),
-        sasl_password_file: Some(password.display().to_string()),
+        sasl_password_file: Some("pw".into()),
         ..Default::default()
     };
-    let secured = super::security::Secured::load(&settings, "sink.kafka.security").unwrap();
+    let secrets = crate::secrets::Secrets::new::<&str>(Some(dir.path()), &[]).unwrap();
+    let secured =
+        super::security::Secured::load(&settings, &secrets, "sink.kafka.security").unwrap();
     Conn::secured(client, "fake:1", &std::sync::Arc::new(secured))
 }
 

@@ -6,12 +6,17 @@
 //! is read from a file or an environment variable by each process that
 //! connects (the driver and every executor), when it connects. So the spec
 //! as stored in the checkpoint, shown by `sluice get` and logged holds no
-//! secret. Certificates and keys are files too.
+//! secret. Certificates and keys are files too. Which files and variables
+//! a spec may name is the operator's [`Secrets`] (`--secrets-dir`,
+//! `--secret-env-prefix`): the driver checks them at submit, and every
+//! process checks them again when it reads them.
 
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
+use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
+use crate::secrets::Secrets;
 
 /// Kafka's `security.protocol`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,26 +181,51 @@ impl KafkaSecurity {
         Ok(())
     }
 
-    /// The SASL password, from its file or environment variable; an error
-    /// names the file or the variable, never the password.
-    pub fn sasl_password(&self, field: &str) -> Result<Option<String>> {
-        if let Some(path) = &self.sasl_password_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                Error::invalid(
-                    format!("{field}.sasl_password_file"),
-                    format!("cannot read {path}: {e}"),
-                )
-            })?;
-            return Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()));
+    /// Checks that the files and the variable the settings name are ones
+    /// `secrets` lets a spec name (by their words: see
+    /// [`Secrets::check_file`]). Pure.
+    pub fn check_secrets(&self, field: &str, secrets: &Secrets) -> Result<()> {
+        for (f, path) in self.files() {
+            secrets.check_file(&format!("{field}.{f}"), path)?;
         }
         if let Some(var) = &self.sasl_password_env {
-            let value = std::env::var(var).map_err(|_| {
-                Error::invalid(
-                    format!("{field}.sasl_password_env"),
-                    format!("the environment variable {var} is not set in this process"),
-                )
-            })?;
-            return Ok(Some(value));
+            secrets.check_env(&format!("{field}.sasl_password_env"), var)?;
+        }
+        Ok(())
+    }
+
+    /// The files the settings name, by field.
+    fn files(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("ssl_ca", &self.ssl_ca),
+            ("ssl_certificate", &self.ssl_certificate),
+            ("ssl_key", &self.ssl_key),
+            ("sasl_password_file", &self.sasl_password_file),
+        ]
+        .into_iter()
+        .filter_map(|(f, v)| Some((f, v.as_deref()?)))
+    }
+
+    /// The SASL password, from its file or environment variable as
+    /// `secrets` allows; an error names the field and the file or the
+    /// variable, never the password.
+    pub fn sasl_password(
+        &self,
+        field: &str,
+        secrets: &Secrets,
+    ) -> Result<Option<Zeroizing<String>>> {
+        if let Some(path) = &self.sasl_password_file {
+            let f = format!("{field}.sasl_password_file");
+            let bytes = secrets.read_file(&f, path)?;
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|_| Error::invalid(&f, format!("{path} is not UTF-8 text")))?;
+            return Ok(Some(Zeroizing::new(
+                text.trim_end_matches(['\r', '\n']).to_string(),
+            )));
+        }
+        if let Some(var) = &self.sasl_password_env {
+            let f = format!("{field}.sasl_password_env");
+            return secrets.read_env(&f, var).map(Some);
         }
         Ok(None)
     }
@@ -294,21 +324,69 @@ mod tests {
     #[test]
     fn the_password_comes_from_its_file_or_variable_and_errors_name_them() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("pw");
-        std::fs::write(&file, "s3cret\n").unwrap();
+        std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
+        let secrets = Secrets::new(Some(dir.path()), &["TEST_KAFKA_"]).unwrap();
         let s = KafkaSecurity {
-            sasl_password_file: Some(file.display().to_string()),
+            sasl_password_file: Some("pw".into()),
             ..Default::default()
         };
-        assert_eq!(s.sasl_password("f").unwrap().as_deref(), Some("s3cret"));
-        let s = KafkaSecurity {
-            sasl_password_env: Some("SLUICE_NO_SUCH_VARIABLE_X".into()),
-            ..Default::default()
-        };
-        let e = s.sasl_password("f").unwrap_err().to_string();
+        let pw = s.sasl_password("f", &secrets).unwrap().unwrap();
+        assert_eq!(pw.as_str(), "s3cret");
+        let e = s
+            .sasl_password("f", &Secrets::default())
+            .unwrap_err()
+            .to_string();
         assert!(
-            e.contains("SLUICE_NO_SUCH_VARIABLE_X") && e.contains("f.sasl_password_env"),
+            e.contains("f.sasl_password_file") && e.contains("--secrets-dir"),
             "{e}"
         );
+        let s = KafkaSecurity {
+            sasl_password_env: Some("TEST_KAFKA_NO_SUCH_VARIABLE_X".into()),
+            ..Default::default()
+        };
+        let e = s.sasl_password("f", &secrets).unwrap_err().to_string();
+        assert!(
+            e.contains("TEST_KAFKA_NO_SUCH_VARIABLE_X") && e.contains("f.sasl_password_env"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_file_and_the_variable_are_checked_against_the_secrets_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = Secrets::new(Some(dir.path()), &["KAFKA_"]).unwrap();
+        let inside = parse(
+            "{protocol: sasl_ssl, ssl_ca: ca.pem, ssl_certificate: c.pem, ssl_key: k.pem, \
+             sasl_mechanism: PLAIN, sasl_username: u, sasl_password_env: KAFKA_PW}",
+        );
+        inside
+            .check_secrets("sink.kafka.security", &secrets)
+            .unwrap();
+        let field_of = |s: &KafkaSecurity| match s.check_secrets("source.kafka.security", &secrets)
+        {
+            Err(Error::InvalidSpec { field, .. }) => field,
+            other => panic!("not refused: {other:?}"),
+        };
+        for (f, bad) in [
+            ("ssl_ca", "/etc/ssl/certs/ca-certificates.crt"),
+            ("ssl_certificate", "../c.pem"),
+            ("ssl_key", "/etc/shadow"),
+            ("sasl_password_file", "/etc/hostname"),
+        ] {
+            let mut s = inside.clone();
+            let slot = match f {
+                "ssl_ca" => &mut s.ssl_ca,
+                "ssl_certificate" => &mut s.ssl_certificate,
+                "ssl_key" => &mut s.ssl_key,
+                _ => &mut s.sasl_password_file,
+            };
+            *slot = Some(bad.into());
+            assert_eq!(field_of(&s), format!("source.kafka.security.{f}"));
+        }
+        let s = KafkaSecurity {
+            sasl_password_env: Some("SLUICE_DRIVER".into()),
+            ..inside
+        };
+        assert_eq!(field_of(&s), "source.kafka.security.sasl_password_env");
     }
 }

@@ -150,3 +150,50 @@ impl super::Stores {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::Stores;
+
+    /// A named pipe or a device among a source's files is listed as a file
+    /// of 0 bytes, and what a task reads of it (its whole size) comes back
+    /// at once: nothing opens it, so nothing blocks on it or reads it
+    /// without end. Empty files are in no task (`driver/src/source/split.rs`).
+    #[tokio::test]
+    async fn pipes_and_devices_in_an_input_directory_are_empty_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.jsonl"), "{\"v\":1}\n").unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("fifo"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero")).unwrap();
+        let storage = Stores::default()
+            .open(dir.path().to_str().unwrap())
+            .unwrap();
+        let started = Instant::now();
+        let listed: Vec<(String, u64)> = storage
+            .list_inputs()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.path, f.size))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a.jsonl".into(), 8),
+                ("fifo".into(), 0),
+                ("zero".into(), 0)
+            ]
+        );
+        for (path, size) in &listed {
+            let read = storage.get_range(path, 0..*size).await.unwrap();
+            assert_eq!(read.len() as u64, *size);
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

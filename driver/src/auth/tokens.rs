@@ -15,6 +15,7 @@ use std::path::Path;
 
 use ring::digest::{SHA256, digest};
 use serde::Deserialize;
+use sluice_common::small_file::{self, Limits};
 
 use super::{Role, TokenCheck};
 use crate::error::DriverError;
@@ -40,10 +41,12 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Reads and checks a token file; every error names the file and entry.
+    /// Reads and checks a token file (a regular file of at most
+    /// [`Limits::DOCUMENT`]); every error names the file and entry.
     pub fn load(path: &Path) -> Result<Self, DriverError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| DriverError::Config(format!("--auth-tokens {}: {e}", path.display())))?;
+        let text = small_file::read_text(path, Limits::DOCUMENT).map_err(|why| {
+            DriverError::Config(format!("--auth-tokens {}: {why}", path.display()))
+        })?;
         Tokens::parse(&text)
             .map_err(|e| DriverError::Config(format!("--auth-tokens {}: {e}", path.display())))
     }
@@ -182,5 +185,29 @@ mod tests {
                 .unwrap_err()
                 .contains("no tokens")
         );
+    }
+    /// A flag's file is read only when it is a regular file: a device or
+    /// a named pipe is refused at once, naming the flag.
+    #[test]
+    fn a_device_or_a_pipe_is_no_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("tokens.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let started = std::time::Instant::now();
+        for (path, what) in [
+            (Path::new("/dev/zero"), "is a character device"),
+            (fifo.as_path(), "is a named pipe (FIFO)"),
+        ] {
+            let e = Tokens::load(path).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--auth-tokens {}: {what}", path.display())),
+                "{e}"
+            );
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
 }

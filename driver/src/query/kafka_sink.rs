@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures::future::try_join_all;
 use sluice_common::checkpoint::{Log, PreparedTransaction, QueryCheckpoint, TransactionsRecord};
 use sluice_common::kafka::{Kafka, TxnEnd, TxnId, end_transaction};
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkSpec};
 use tracing::{debug, info, warn};
 
@@ -40,13 +41,18 @@ pub fn exactly_once(spec: &QuerySpec) -> Option<&KafkaSinkSpec> {
 /// At submit: the output topic exists (its partitions are where records
 /// go). Refused by name otherwise; a broker that cannot be reached is
 /// named too, and the submit may be tried again.
-pub async fn check_topic(spec: &QuerySpec, deadline: Duration) -> Result<(), DriverError> {
+pub async fn check_topic(
+    spec: &QuerySpec,
+    secrets: &Secrets,
+    deadline: Duration,
+) -> Result<(), DriverError> {
     let SinkSpec::Kafka(k) = &spec.sink else {
         return Ok(());
     };
     let kafka = Kafka::connect_secure(
         &k.bootstrap_servers,
         &k.security,
+        secrets,
         "sink.kafka.security",
         deadline,
     )
@@ -137,7 +143,7 @@ pub async fn recorded(ctx: &Ctx, batch: u64) -> Result<Option<TransactionsRecord
 /// batch's). Each recorded transaction of a batch without `commits/N` is
 /// committed. A failure is logged as an error naming the batch: a stopped
 /// query does not run again, so its records may be missing.
-pub async fn complete_stopped(spec: &QuerySpec, qc: &QueryCheckpoint) {
+pub async fn complete_stopped(spec: &QuerySpec, secrets: &Secrets, qc: &QueryCheckpoint) {
     let Some(sink) = exactly_once(spec) else {
         return;
     };
@@ -155,6 +161,7 @@ pub async fn complete_stopped(spec: &QuerySpec, qc: &QueryCheckpoint) {
                 let ended = end_transaction(
                     &sink.bootstrap_servers,
                     &sink.security,
+                    secrets,
                     &txn_id(txn),
                     true,
                     DEADLINE,
@@ -232,10 +239,10 @@ async fn end(
     txn: &PreparedTransaction,
 ) -> Result<(), DriverError> {
     let id = txn_id(txn);
-    let servers = &sink.bootstrap_servers;
+    let (servers, secrets) = (&sink.bootstrap_servers, &ctx.driver.config.secrets);
     let ended = ctx
         .storage("commit a Kafka transaction", || {
-            end_transaction(servers, &sink.security, &id, true, DEADLINE)
+            end_transaction(servers, &sink.security, secrets, &id, true, DEADLINE)
         })
         .await?;
     match ended {

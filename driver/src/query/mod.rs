@@ -153,6 +153,7 @@ pub async fn submit(
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path()?.to_string())))
         .collect();
     paths::check(&driver.config.allowed_paths, &spec).await?;
+    paths::check_secrets(&driver.config.secrets, &spec)?;
     let (checked, root) = (spec.clone(), driver.config.checkpoint_root.clone());
     tokio::task::spawn_blocking(move || check_sink(&checked, &others, &root))
         .await
@@ -160,7 +161,7 @@ pub async fn submit(
     if let Some(sink) = spec.sink_path() {
         probe_sink(stores, sink).await?;
     }
-    kafka_sink::check_topic(&spec, KAFKA_SUBMIT_DEADLINE).await?;
+    kafka_sink::check_topic(&spec, &driver.config.secrets, KAFKA_SUBMIT_DEADLINE).await?;
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
     check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
@@ -173,7 +174,7 @@ pub async fn submit(
             );
         }
     }
-    crate::source::create(&qc, &spec, &streams, term.epoch).await?;
+    crate::source::create(&qc, &spec, &streams, &driver.config.secrets, term.epoch).await?;
     crate::source::tables::create(&qc, tables, term.epoch).await?;
     let (stored, _) = qc.create(Record::Spec, &spec).await?;
     if stored != spec {

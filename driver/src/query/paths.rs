@@ -5,8 +5,13 @@
 //! appear later: the source and table planners check each file they
 //! discover (`source::check_allowed`), and confining executors check each
 //! task again when they run it.
+//!
+//! The Kafka settings' files and password variable are confined apart, to
+//! the driver's [`Secrets`] (`--secrets-dir`, `--secret-env-prefix`):
+//! [`check_secrets`] refuses a spec that names another, before any is read.
 
-use sluice_common::spec::{QuerySpec, SinkSpec, SourceSpec};
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::{KafkaSecurity, QuerySpec, SinkSpec, SourceSpec};
 use sluice_common::storage::AllowedPaths;
 
 use crate::error::DriverError;
@@ -73,9 +78,83 @@ pub async fn check(allowed: &AllowedPaths, spec: &QuerySpec) -> Result<(), Drive
     .map_err(|e| DriverError::Internal(format!("the check of the spec's paths panicked: {e}")))?
 }
 
+/// Every Kafka security setting of `spec`, with its field.
+fn kafka_settings(spec: &QuerySpec) -> Vec<(String, &KafkaSecurity)> {
+    let mut out = Vec::new();
+    for input in spec.inputs() {
+        if let SourceSpec::Kafka(k) = input.source {
+            let field = match spec.source {
+                Some(_) => "source.kafka.security".to_string(),
+                None => format!("sources.{}.kafka.security", input.name),
+            };
+            out.push((field, &k.security));
+        }
+    }
+    if let SinkSpec::Kafka(k) = &spec.sink {
+        out.push(("sink.kafka.security".into(), &k.security));
+    }
+    out
+}
+
+/// Refuses, with `INVALID_ARGUMENT` naming the field and the flag, a spec
+/// whose Kafka settings name a file or a variable that `secrets` does not
+/// allow. Pure: the files are read when the driver connects, right after.
+pub fn check_secrets(secrets: &Secrets, spec: &QuerySpec) -> Result<(), DriverError> {
+    for (field, security) in kafka_settings(spec) {
+        security
+            .check_secrets(&field, secrets)
+            .map_err(|e| DriverError::Invalid(e.to_string()))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kafka_secrets_are_checked_by_their_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = Secrets::new(Some(dir.path()), &["KAFKA_"]).unwrap();
+        let security = |file: &str| {
+            format!(
+                "{{protocol: sasl_plaintext, sasl_mechanism: PLAIN, sasl_username: u, \
+                 sasl_password_{file}}}"
+            )
+        };
+        let spec = |source: &str, sink: &str| {
+            QuerySpec::parse(&format!(
+                "name: q\nsources:\n  clicks:\n    kafka: {{bootstrap_servers: 'b:9092', topic: t, \
+                 schema: [{{name: v, type: bigint}}], security: {source}}}\n\
+                 sql: SELECT v FROM clicks\n\
+                 sink:\n  kafka: {{bootstrap_servers: 'b:9092', topic: o, security: {sink}}}\n"
+            ))
+            .unwrap()
+        };
+        let ok = spec(&security("file: pw"), &security("env: KAFKA_PW"));
+        check_secrets(&secrets, &ok).unwrap();
+        for (bad, field) in [
+            (
+                spec(&security("file: /etc/hostname"), &security("env: KAFKA_PW")),
+                "sources.clicks.kafka.security.sasl_password_file",
+            ),
+            (
+                spec(&security("file: pw"), &security("env: SLUICE_DRIVER")),
+                "sink.kafka.security.sasl_password_env",
+            ),
+        ] {
+            let err = check_secrets(&secrets, &bad).unwrap_err();
+            assert!(matches!(err, DriverError::Invalid(_)), "{err:?}");
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        let err = check_secrets(&Secrets::default(), &ok).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sources.clicks.kafka.security.sasl_password_file")
+                && err.to_string().contains("--secrets-dir"),
+            "{err}"
+        );
+    }
 
     #[tokio::test]
     async fn every_path_of_a_spec_is_checked_by_its_field() {

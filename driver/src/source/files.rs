@@ -23,6 +23,7 @@ use sluice_common::checkpoint::{
     FileLogEntry, Log, OffsetRecord, QueryCheckpoint, RECORD_VERSION, Record, SchemaRecord,
     SourceFile, SourceOffsets,
 };
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{FileSourceSpec, OnBadRecord};
 use sluice_common::storage::{Storage, Stores};
 use sluice_proto as pb;
@@ -76,6 +77,7 @@ impl super::SourceKind for Kind<'_> {
         &'a self,
         qc: &'a QueryCheckpoint,
         schema: &'a SchemaRef,
+        _secrets: &'a Secrets,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {

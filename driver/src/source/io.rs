@@ -1,12 +1,14 @@
 //! What a source planner may touch of its query (its narrow door): the
 //! query's checkpoint, the stores, storage calls retried under the term's
-//! fence, the query's error slot, and the allowed paths. Nothing else of
+//! fence, the query's error slot, the allowed paths and the secrets
+//! policy. Nothing else of
 //! the runner: not the scheduler, the sink, or other queries.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use sluice_common::checkpoint::QueryCheckpoint;
+use sluice_common::secrets::Secrets;
 use sluice_common::storage::{AllowedPaths, Stores};
 
 use crate::error::DriverError;
@@ -24,6 +26,7 @@ pub struct SourceIo {
     table: String,
     stores: Stores,
     allowed: AllowedPaths,
+    secrets: Secrets,
     term: Arc<Term>,
     entry: Arc<QueryEntry>,
 }
@@ -37,6 +40,7 @@ impl SourceIo {
             table: sluice_common::spec::INPUT.into(),
             stores: ctx.driver.config.stores.clone(),
             allowed: ctx.driver.config.allowed_paths.clone(),
+            secrets: ctx.driver.config.secrets.clone(),
             term: ctx.term.clone(),
             entry: ctx.entry.clone(),
         }
@@ -71,6 +75,11 @@ impl SourceIo {
 
     pub fn stores(&self) -> &Stores {
         &self.stores
+    }
+
+    /// Which files and variables the source's settings may name.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// Runs a storage operation, retried while its errors are retryable

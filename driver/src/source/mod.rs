@@ -29,6 +29,7 @@ use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
     Log, OffsetRecord, PartitionProgress, QueryCheckpoint, SourceOffsets,
 };
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{QuerySpec, SourceSpec};
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
@@ -153,11 +154,13 @@ trait SourceKind: Send + Sync {
     ) -> BoxFuture<'a, Result<SchemaRef, DriverError>>;
 
     /// Writes the source's records of a new query (create-only; a retried
-    /// submit adopts what is there).
+    /// submit adopts what is there); `secrets` is what the source may read
+    /// to reach its brokers.
     fn create<'a>(
         &'a self,
         qc: &'a QueryCheckpoint,
         schema: &'a SchemaRef,
+        secrets: &'a Secrets,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>>;
 
@@ -211,6 +214,7 @@ pub async fn create(
     qc: &QueryCheckpoint,
     spec: &QuerySpec,
     schemas: &[(String, SchemaRef)],
+    secrets: &Secrets,
     epoch: u64,
 ) -> Result<(), DriverError> {
     for (input, (name, schema)) in spec.inputs().iter().zip(schemas) {
@@ -219,7 +223,7 @@ pub async fn create(
             None => qc.input(name),
         };
         kind(input.source, &field(spec, name))
-            .create(&scoped, schema, epoch)
+            .create(&scoped, schema, secrets, epoch)
             .await?;
     }
     Ok(())

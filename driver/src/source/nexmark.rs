@@ -10,6 +10,7 @@ use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{OffsetRecord, QueryCheckpoint, Record, SourceOffsets};
 use sluice_common::nexmark;
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::NexmarkSpec;
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
@@ -39,6 +40,7 @@ impl super::SourceKind for Kind<'_> {
         &'a self,
         qc: &'a QueryCheckpoint,
         _schema: &'a SchemaRef,
+        _secrets: &'a Secrets,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(create_start(qc, Record::NexmarkStart, epoch))

@@ -13,6 +13,7 @@ use sluice_common::checkpoint::{
     OffsetRecord, QueryCheckpoint, RECORD_VERSION, RateSourceMeta, Record, SourceOffsets,
 };
 use sluice_common::rate;
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::RateSpec;
 use sluice_common::storage::Stores;
 use sluice_common::time::now_ms;
@@ -43,6 +44,7 @@ impl super::SourceKind for Kind<'_> {
         &'a self,
         qc: &'a QueryCheckpoint,
         _schema: &'a SchemaRef,
+        _secrets: &'a Secrets,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(create_start(qc, Record::RateStart, epoch))

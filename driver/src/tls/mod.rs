@@ -31,6 +31,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
+use sluice_common::small_file::{self, Limits};
 
 use crate::auth::{CertCheck, Role};
 use crate::error::DriverError;
@@ -70,8 +71,15 @@ impl TlsFiles {
     pub fn load(&self) -> Result<Keys, DriverError> {
         let provider = provider();
         let certs = read_certs("--tls-cert", &self.cert)?;
-        let key = PrivateKeyDer::from_pem_file(&self.key)
-            .map_err(|e| bad("--tls-key", &self.key, &e.to_string()))?;
+        let key_pem = read("--tls-key", &self.key)?;
+        // The key's own parse error is not shown: it could quote the key.
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
+            bad(
+                "--tls-key",
+                &self.key,
+                "holds no unencrypted private key in PEM (PKCS#8, PKCS#1 or SEC1)",
+            )
+        })?;
         let certified = CertifiedKey::from_der(certs, key, &provider).map_err(|e| {
             bad(
                 "--tls-key",
@@ -135,12 +143,18 @@ pub fn server_config(keys: Arc<Watched<Keys>>, client_ca: bool) -> Arc<rustls::S
     Arc::new(config)
 }
 
+/// The bytes of a file a flag names: a regular file of at most
+/// [`Limits::SECRET`], read within its deadline.
+fn read(flag: &str, path: &std::path::Path) -> Result<Vec<u8>, DriverError> {
+    small_file::read(path, Limits::SECRET).map_err(|why| bad(flag, path, &why))
+}
+
 fn read_certs(
     flag: &str,
     path: &std::path::Path,
 ) -> Result<Vec<CertificateDer<'static>>, DriverError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+    let certs = CertificateDer::pem_slice_iter(&read(flag, path)?)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(flag, path, &e.to_string()))?;
     if certs.is_empty() {
         return Err(bad(flag, path, "holds no certificate"));
@@ -150,4 +164,27 @@ fn read_certs(
 
 fn bad(flag: &str, path: &std::path::Path, why: &str) -> DriverError {
     DriverError::Config(format!("{flag} {}: {why}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/dev/zero` as the certificate is refused at once, naming the flag:
+    /// the driver never reads a device or waits on a pipe.
+    #[test]
+    fn a_device_is_no_certificate() {
+        let started = std::time::Instant::now();
+        let files = TlsFiles {
+            cert: "/dev/zero".into(),
+            key: "/dev/null".into(),
+            client_ca: None,
+        };
+        let e = files.load().err().expect("refused").to_string();
+        assert!(
+            e.contains("--tls-cert /dev/zero: is a character device"),
+            "{e}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
 }

@@ -26,6 +26,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use sluice_common::kafka::{Delivery, Kafka};
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::KafkaSecurity;
 use sluice_proto::{KafkaTaskSink, KafkaWritten, PreparedTransaction};
 use tokio::sync::mpsc;
@@ -144,6 +145,7 @@ fn bytes_of(col: &ArrayRef, what: &str) -> Result<Vec<Option<Vec<u8>>>, Executor
 pub async fn deliver(
     sink: &KafkaTaskSink,
     partition: u32,
+    secrets: &Secrets,
     mut rx: mpsc::Receiver<Piece>,
 ) -> Result<Option<KafkaWritten>, ExecutorError> {
     let first = match rx.recv().await {
@@ -153,7 +155,8 @@ pub async fn deliver(
     };
     let field = "sink.kafka.security";
     let security = KafkaSecurity::from_proto(sink.security.as_ref(), field)?;
-    let kafka = Kafka::connect_secure(&sink.bootstrap_servers, &security, field, DEADLINE).await?;
+    let kafka =
+        Kafka::connect_secure(&sink.bootstrap_servers, &security, secrets, field, DEADLINE).await?;
     let partitions = kafka.partition_count(&sink.topic).await?;
     let own = (partition % partitions.max(1) as u32) as i32;
     let delivery = match sink.transactional_id_prefix.as_str() {

@@ -24,6 +24,7 @@ use arrow_array::{
 use arrow_schema::{Schema, SchemaRef};
 use futures::StreamExt;
 use sluice_common::kafka::{Kafka, KafkaRecord, Partition};
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{CsvOptions, Format, KAFKA_COLUMNS, KafkaFormat, KafkaSecurity};
 use sluice_proto::KafkaTask;
 
@@ -42,10 +43,17 @@ pub struct KafkaReader {
     task: KafkaTask,
     format: KafkaFormat,
     schema: SchemaRef,
+    secrets: Secrets,
 }
 
 impl KafkaReader {
-    pub fn new(task: KafkaTask, schema: SchemaRef) -> Result<Self, ExecutorError> {
+    /// The reader of `task`, whose settings' files and variable are read
+    /// as `secrets` allows.
+    pub fn new(
+        task: KafkaTask,
+        schema: SchemaRef,
+        secrets: Secrets,
+    ) -> Result<Self, ExecutorError> {
         let bad = |m: String| Err(ExecutorError::MalformedTask(format!("kafka source: {m}")));
         let Some(format) = KafkaFormat::parse(&task.format) else {
             return bad(format!("unknown format {:?}", task.format));
@@ -70,6 +78,7 @@ impl KafkaReader {
             task,
             format,
             schema,
+            secrets,
         })
     }
 }
@@ -105,6 +114,7 @@ impl SourceReader for KafkaReader {
                 ),
             },
             task: self.task,
+            secrets: self.secrets,
             client: None,
             counters,
         };
@@ -124,6 +134,7 @@ impl SourceReader for KafkaReader {
 /// Where a read stands.
 struct State {
     task: KafkaTask,
+    secrets: Secrets,
     from: i64,
     client: Option<Partition>,
     counters: ReadCounters,
@@ -209,7 +220,14 @@ impl State {
         let t = &self.task;
         let field = "source.kafka.security";
         let security = KafkaSecurity::from_proto(t.security.as_ref(), field)?;
-        let kafka = Kafka::connect_secure(&t.bootstrap_servers, &security, field, DEADLINE).await?;
+        let kafka = Kafka::connect_secure(
+            &t.bootstrap_servers,
+            &security,
+            &self.secrets,
+            field,
+            DEADLINE,
+        )
+        .await?;
         match kafka.partition(&t.topic, t.partition, false).await {
             Ok(c) => Ok(Some(c.committed_only(!t.read_uncommitted))),
             Err(e) if !e.is_retryable() => {

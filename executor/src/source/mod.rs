@@ -12,6 +12,7 @@ mod rate;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::stream::BoxStream;
+use sluice_common::secrets::Secrets;
 use sluice_common::storage::Stores;
 use sluice_proto::{TaskSource, task_source};
 
@@ -43,12 +44,14 @@ pub trait SourceReader: Send {
     fn read(self: Box<Self>, counters: ReadCounters) -> Batches;
 }
 
-/// The reader of `source`, whose table has `schema`. A source that does
-/// not make sense (a partition out of range, say) is a malformed task.
+/// The reader of `source`, whose table has `schema`, reading through
+/// `stores`, with the secrets `secrets` allows. A source that does not
+/// make sense (a partition out of range, say) is a malformed task.
 pub fn open(
     source: &TaskSource,
     schema: SchemaRef,
     stores: &Stores,
+    secrets: &Secrets,
 ) -> Result<Box<dyn SourceReader>, ExecutorError> {
     match source.kind.as_ref() {
         Some(task_source::Kind::Rate(r)) => Ok(Box::new(rate::RateReader::new(*r)?)),
@@ -58,7 +61,8 @@ pub fn open(
             stores.clone(),
         )?)),
         Some(task_source::Kind::Kafka(k)) => {
-            Ok(Box::new(kafka::KafkaReader::new(k.clone(), schema)?))
+            let reader = kafka::KafkaReader::new(k.clone(), schema, secrets.clone())?;
+            Ok(Box::new(reader))
         }
         Some(task_source::Kind::Nexmark(n)) => Ok(Box::new(nexmark::NexmarkReader::new(n)?)),
         None => Err(ExecutorError::MalformedTask("missing source".into())),

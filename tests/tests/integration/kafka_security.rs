@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sluice_common::kafka::{Delivery, Kafka, TxnId, end_transaction};
 use sluice_common::spec::{KafkaSecurity, SaslMechanism};
 use sluice_tests::cluster::Cluster;
-use sluice_tests::kafka::{Broker, KafkaPki, ScramUser, login, topic_records};
+use sluice_tests::kafka::{Broker, KafkaPki, ScramUser, login, secrets_dir, topic_records};
 
 const FIELD: &str = "sink.kafka.security";
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -69,20 +69,23 @@ fn refusal(err: sluice_common::Error, started: Instant, servers: &str, secrets: 
     text
 }
 
-/// Connecting with `security` is refused ([`refusal`]).
-async fn connect_refused(servers: &str, security: &KafkaSecurity, secrets: &[&str]) -> String {
+/// Connecting to `broker` with `security` is refused ([`refusal`]).
+async fn connect_refused(broker: &Broker, security: &KafkaSecurity, secrets: &[&str]) -> String {
+    let (servers, allowed) = (&broker.servers(), broker.secrets());
     let started = Instant::now();
-    let err = Kafka::connect_secure(servers, security, FIELD, DEADLINE)
+    let err = Kafka::connect_secure(servers, security, allowed, FIELD, DEADLINE)
         .await
         .err()
         .expect("the connection is refused");
     refusal(err, started, servers, secrets)
 }
 
-/// `end_transaction` with `security` fails without retrying; its text.
-async fn end_refused(servers: &str, security: &KafkaSecurity, secrets: &[&str]) -> String {
+/// `end_transaction` on `broker` with `security` fails without retrying;
+/// its text.
+async fn end_refused(broker: &Broker, security: &KafkaSecurity, secrets: &[&str]) -> String {
+    let (servers, allowed) = (&broker.servers(), broker.secrets());
     let started = Instant::now();
-    let err = end_transaction(servers, security, &txn(), true, DEADLINE)
+    let err = end_transaction(servers, security, allowed, &txn(), true, DEADLINE)
         .await
         .expect_err("tansu has no EndTxn");
     refusal(err, started, servers, secrets)
@@ -112,12 +115,18 @@ async fn write_and_read(kafka: &Kafka, topic: &str, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_ca_lists_writes_and_reads() {
     let cluster = Cluster::new("kafka-tls");
-    let pki = KafkaPki::new(cluster.root().join("kafka-pki"));
+    let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), false).await;
     let servers = broker.servers();
-    let kafka = Kafka::connect_secure(&servers, broker.security(), FIELD, DEADLINE)
-        .await
-        .unwrap();
+    let kafka = Kafka::connect_secure(
+        &servers,
+        broker.security(),
+        broker.secrets(),
+        FIELD,
+        DEADLINE,
+    )
+    .await
+    .unwrap();
     assert_eq!(kafka.security(), broker.security());
     write_and_read(&kafka, "over-tls", 25).await;
 
@@ -131,9 +140,9 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
          not retried",
         pki.file("other-ca.pem")
     );
-    let text = connect_refused(&servers, &other, &[]).await;
+    let text = connect_refused(&broker, &other, &[]).await;
     assert!(text.contains(&expected), "{text}");
-    let text = end_refused(&servers, &other, &[]).await;
+    let text = end_refused(&broker, &other, &[]).await;
     assert!(text.contains(&expected), "{text}");
 
     // No CA: the system's roots, which do not hold the test CA (or, on a
@@ -142,7 +151,7 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
         ssl_ca: None,
         ..broker.security().clone()
     };
-    let err = Kafka::connect_secure(&servers, &system, FIELD, DEADLINE)
+    let err = Kafka::connect_secure(&servers, &system, broker.secrets(), FIELD, DEADLINE)
         .await
         .err()
         .expect("the test CA is not the system's");
@@ -152,31 +161,40 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
         "{err}"
     );
 
-    // A CA file that is not there: the setting is named, nothing is tried.
-    let missing = KafkaSecurity {
-        ssl_ca: Some("/no/such/ca.pem".into()),
-        ..broker.security().clone()
-    };
-    for err in [
-        Kafka::connect_secure(&servers, &missing, FIELD, DEADLINE)
-            .await
-            .err()
-            .unwrap(),
-        end_transaction(&servers, &missing, &txn(), true, DEADLINE)
-            .await
-            .unwrap_err(),
+    // A CA file that is not there, or that is outside the secrets
+    // directory: the setting is named, nothing is tried.
+    for (ca, why) in [
+        ("pki/no-such-ca.pem", "pki/no-such-ca.pem cannot be read"),
+        (
+            "/no/such/ca.pem",
+            "/no/such/ca.pem is outside --secrets-dir",
+        ),
     ] {
-        assert!(!err.is_retryable(), "{err}");
-        let text = err.to_string();
-        assert!(
-            text.contains("sink.kafka.security.ssl_ca") && text.contains("/no/such/ca.pem"),
-            "{text}"
-        );
+        let missing = KafkaSecurity {
+            ssl_ca: Some(ca.into()),
+            ..broker.security().clone()
+        };
+        for err in [
+            Kafka::connect_secure(&servers, &missing, broker.secrets(), FIELD, DEADLINE)
+                .await
+                .err()
+                .unwrap(),
+            end_transaction(&servers, &missing, broker.secrets(), &txn(), true, DEADLINE)
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(!err.is_retryable(), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("sink.kafka.security.ssl_ca") && text.contains(why),
+                "{text}"
+            );
+        }
     }
 
     // The raw connection completes its handshake and reaches the broker,
     // which has no transactions.
-    let text = end_refused(&servers, broker.security(), &[]).await;
+    let text = end_refused(&broker, broker.security(), &[]).await;
     assert!(
         text.contains("the broker does not support EndTxn"),
         "{text}"
@@ -186,15 +204,21 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_presents_the_client_certificate() {
     let cluster = Cluster::new("kafka-mtls");
-    let pki = KafkaPki::new(cluster.root().join("kafka-pki"));
+    let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), true).await;
     let servers = broker.servers();
     assert!(broker.security().ssl_certificate.is_some());
-    let kafka = Kafka::connect_secure(&servers, broker.security(), FIELD, DEADLINE)
-        .await
-        .unwrap();
+    let kafka = Kafka::connect_secure(
+        &servers,
+        broker.security(),
+        broker.secrets(),
+        FIELD,
+        DEADLINE,
+    )
+    .await
+    .unwrap();
     write_and_read(&kafka, "over-mtls", 5).await;
-    let text = end_refused(&servers, broker.security(), &[]).await;
+    let text = end_refused(&broker, broker.security(), &[]).await;
     assert!(
         text.contains("the broker does not support EndTxn"),
         "{text}"
@@ -207,9 +231,9 @@ async fn mutual_tls_presents_the_client_certificate() {
         ..broker.security().clone()
     };
     let expected = "asks for a client certificate; set sink.kafka.security.ssl_certificate";
-    let text = connect_refused(&servers, &anonymous, &[]).await;
+    let text = connect_refused(&broker, &anonymous, &[]).await;
     assert!(text.contains(expected), "{text}");
-    let text = end_refused(&servers, &anonymous, &[]).await;
+    let text = end_refused(&broker, &anonymous, &[]).await;
     assert!(text.contains(expected), "{text}");
 }
 
@@ -227,13 +251,13 @@ async fn scram_sha_256_and_512_users_write_and_read() {
             &user.password,
             user.mechanism,
         );
-        let kafka = Kafka::connect_secure(&servers, &security, FIELD, DEADLINE)
+        let kafka = Kafka::connect_secure(&servers, &security, broker.secrets(), FIELD, DEADLINE)
             .await
             .unwrap_or_else(|e| panic!("{} logs in: {e}", user.name));
         write_and_read(&kafka, &format!("by-{}", user.name), 30).await;
         // The raw connection logs in too (the broker's SCRAM signature is
         // checked) and reaches the broker's answer.
-        let text = end_refused(&servers, &security, &[&user.password]).await;
+        let text = end_refused(&broker, &security, &[&user.password]).await;
         assert!(
             text.contains("the broker does not support EndTxn"),
             "{text}"
@@ -272,13 +296,13 @@ async fn a_refused_login_names_user_and_mechanism_and_no_password() {
     ] {
         let mechanism = security.sasl_mechanism.unwrap().as_str();
         let head = format!("SASL authentication failed for user \"{who}\" ({mechanism})");
-        let text = connect_refused(&servers, &security, &secrets).await;
+        let text = connect_refused(&broker, &security, &secrets).await;
         assert!(text.contains(&head), "{why}: {text}");
         assert!(text.contains("not retried"), "{why}: {text}");
-        let text = end_refused(&servers, &security, &secrets).await;
+        let text = end_refused(&broker, &security, &secrets).await;
         assert!(text.contains(&head), "{why}: {text}");
     }
-    let text = end_refused(&servers, &bob_wrong, &secrets).await;
+    let text = end_refused(&broker, &bob_wrong, &secrets).await;
     assert!(text.contains(&source), "{text}");
 
     // tansu does not enable PLAIN, and says so by closing the connection
@@ -288,13 +312,13 @@ async fn a_refused_login_names_user_and_mechanism_and_no_password() {
     // the deadline, retryable, the raw connection with a hint.
     let plain = as_("alice", "alice-pw-256", SaslMechanism::Plain);
     let short = Duration::from_secs(2);
-    let err = Kafka::connect_secure(&servers, &plain, FIELD, short)
+    let err = Kafka::connect_secure(&servers, &plain, broker.secrets(), FIELD, short)
         .await
         .err()
         .expect("tansu has no PLAIN");
     assert!(err.is_retryable(), "{err}");
     assert!(!err.to_string().contains("alice-pw-256"), "{err}");
-    let err = end_transaction(&servers, &plain, &txn(), true, short)
+    let err = end_transaction(&servers, &plain, broker.secrets(), &txn(), true, short)
         .await
         .unwrap_err();
     assert!(err.is_retryable(), "{err}");
@@ -309,16 +333,19 @@ async fn a_refused_login_names_user_and_mechanism_and_no_password() {
     // A password variable that is not set: named, nothing is tried.
     let unset = KafkaSecurity {
         sasl_password_file: None,
-        sasl_password_env: Some("SLUICE_TEST_NO_SUCH_KAFKA_PASSWORD".into()),
+        sasl_password_env: Some("KAFKA_TEST_NO_SUCH_PASSWORD".into()),
         ..bob_wrong
     };
-    let err = end_transaction(&servers, &unset, &txn(), true, DEADLINE)
+    let err = end_transaction(&servers, &unset, broker.secrets(), &txn(), true, DEADLINE)
         .await
         .unwrap_err();
     assert!(!err.is_retryable(), "{err}");
     assert!(
         err.to_string()
-            .contains("sink.kafka.security.sasl_password_env"),
+            .contains("sink.kafka.security.sasl_password_env")
+            && err
+                .to_string()
+                .contains("KAFKA_TEST_NO_SUCH_PASSWORD is not set"),
         "{err}"
     );
 }
@@ -326,7 +353,7 @@ async fn a_refused_login_names_user_and_mechanism_and_no_password() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_scram_together_for_the_client_and_end_transaction() {
     let cluster = Cluster::new("kafka-sasl-ssl");
-    let pki = KafkaPki::new(cluster.root().join("kafka-pki"));
+    let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let users = users();
     let broker = Broker::start_secured(&cluster, &users, Some(&pki), false).await;
     let servers = broker.servers();
@@ -337,14 +364,14 @@ async fn tls_and_scram_together_for_the_client_and_end_transaction() {
             security.protocol,
             sluice_common::spec::SecurityProtocol::SaslSsl
         );
-        let kafka = Kafka::connect_secure(&servers, &security, FIELD, DEADLINE)
+        let kafka = Kafka::connect_secure(&servers, &security, broker.secrets(), FIELD, DEADLINE)
             .await
             .unwrap_or_else(|e| panic!("{} logs in over TLS: {e}", user.name));
         write_and_read(&kafka, &format!("tls-by-{}", user.name), 10).await;
 
         // TLS, then SCRAM (the broker proves it knows the password), then
         // the broker's own answer: it has no EndTxn.
-        let text = end_refused(&servers, &security, &[&user.password]).await;
+        let text = end_refused(&broker, &security, &[&user.password]).await;
         assert!(
             text.contains("the broker does not support EndTxn"),
             "{text}"
@@ -358,9 +385,9 @@ async fn tls_and_scram_together_for_the_client_and_end_transaction() {
             user.name,
             user.mechanism.as_str()
         );
-        let text = end_refused(&servers, &wrong, &["wrong-pw", &user.password]).await;
+        let text = end_refused(&broker, &wrong, &["wrong-pw", &user.password]).await;
         assert!(text.contains(&head), "{text}");
-        let text = connect_refused(&servers, &wrong, &["wrong-pw", &user.password]).await;
+        let text = connect_refused(&broker, &wrong, &["wrong-pw", &user.password]).await;
         assert!(text.contains(&head), "{text}");
     }
 }

@@ -384,11 +384,12 @@ async fn a_missing_topic_or_an_unreachable_broker_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_with_tls_and_scram_is_read_and_written() {
     use sluice_common::spec::SaslMechanism;
-    use sluice_tests::kafka::{KafkaPki, ScramUser, login};
+    use sluice_tests::cluster::ExecutorOpts;
+    use sluice_tests::kafka::{KafkaPki, ScramUser, login, secrets_args, secrets_dir};
 
     const N: u64 = 2000;
     let cluster = Cluster::new("kafka-sink-secured");
-    let pki = KafkaPki::new(cluster.root().join("kafka-pki"));
+    let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let bob = ScramUser::new("bob", "bob-pw-512", SaslMechanism::ScramSha512);
     let broker = Broker::start_secured(&cluster, &[bob], Some(&pki), false).await;
     broker.create_topic("input", 4).await;
@@ -419,8 +420,16 @@ async fn a_cluster_with_tls_and_scram_is_read_and_written() {
         );
     assert_eq!(text.matches("security:").count(), 2, "{text}");
 
-    let driver = cluster.start_ready_driver().await;
-    let _executor = cluster.start_executor(driver.addr());
+    let driver = cluster.start_driver_with(DriverOpts {
+        extra_args: secrets_args(&cluster),
+        ..Default::default()
+    });
+    driver.wait_ready(sluice_tests::node::READY_TIMEOUT).await;
+    let executor = ExecutorOpts {
+        extra_args: secrets_args(&cluster),
+        ..Default::default()
+    };
+    let _executor = cluster.start_executor_with(driver.addr(), executor);
     let mut client = cluster.client(driver.addr());
     let wrong = login(
         &cluster,

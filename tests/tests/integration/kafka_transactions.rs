@@ -116,6 +116,7 @@ mod sink {
     use std::time::{Duration, Instant};
 
     use sluice_common::kafka::{Delivery, Kafka, TxnEnd, TxnId, Writer, end_transaction};
+    use sluice_common::secrets::Secrets;
     use sluice_common::spec::KafkaSecurity;
     use sluice_tests::cluster::Cluster;
     use sluice_tests::kafka::{Broker, record};
@@ -185,9 +186,16 @@ mod sink {
     }
 
     async fn end(servers: &str, txn: &TxnId) -> TxnEnd {
-        end_transaction(servers, &KafkaSecurity::default(), txn, true, DEADLINE)
-            .await
-            .unwrap_or_else(|e| panic!("commit {txn}: {e}"))
+        end_transaction(
+            servers,
+            &KafkaSecurity::default(),
+            &Secrets::default(),
+            txn,
+            true,
+            DEADLINE,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("commit {txn}: {e}"))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,7 @@ mod harness;
 mod kafka_bad_input;
 mod kafka_chaos;
 mod kafka_data_loss;
+mod kafka_secrets;
 mod kafka_security;
 mod kafka_sink;
 mod kafka_source;

@@ -27,6 +27,7 @@ use sluice_common::checkpoint::{
     RECORD_VERSION, Record, SourceOffsets,
 };
 use sluice_common::kafka::Kafka;
+use sluice_common::secrets::Secrets;
 use sluice_common::spec::{EARLIEST, Isolation, KafkaSourceSpec, LATEST, OnBadRecord};
 use sluice_common::storage::Stores;
 use sluice_proto as pb;
@@ -73,9 +74,10 @@ impl super::SourceKind for Kind<'_> {
         &'a self,
         qc: &'a QueryCheckpoint,
         _schema: &'a SchemaRef,
+        secrets: &'a Secrets,
         epoch: u64,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(create(qc, self.0, &self.1, epoch))
+        Box::pin(create(qc, self.0, &self.1, secrets, epoch))
     }
 
     fn open<'a>(
@@ -103,11 +105,11 @@ impl KafkaPlanner {
             .into_iter()
             .map(|s| ((s.topic, s.partition), s.offset))
             .collect();
-        let servers = spec.bootstrap_servers.clone();
-        let security = spec.security.clone();
+        let (servers, security) = (&spec.bootstrap_servers, &spec.security);
+        let field = format!("{}.kafka.security", io.field());
         let kafka = io
             .storage("connect to kafka", || {
-                Kafka::connect_secure(&servers, &security, "source.kafka.security", DEADLINE)
+                Kafka::connect_secure(servers, security, io.secrets(), &field, DEADLINE)
             })
             .await?;
         let read_committed = spec.isolation == Isolation::ReadCommitted;
@@ -308,6 +310,7 @@ pub async fn create(
     qc: &QueryCheckpoint,
     spec: &KafkaSourceSpec,
     source_field: &str,
+    secrets: &Secrets,
     epoch: u64,
 ) -> Result<(), DriverError> {
     let field = format!("{source_field}.kafka");
@@ -316,6 +319,7 @@ pub async fn create(
     let kafka = Kafka::connect_secure(
         &spec.bootstrap_servers,
         &spec.security,
+        secrets,
         &security,
         SUBMIT_DEADLINE,
     )
