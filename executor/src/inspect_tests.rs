@@ -63,11 +63,17 @@ async fn an_aggregations_state_is_named_as_the_query_names_it() {
     };
     assert_eq!(view(COUNTS).await, ["k", "n", "s"]);
     assert_eq!(
-        view("SELECT count(*) AS n, value % 5 AS k FROM input GROUP BY value % 5 HAVING count(*) > 1").await,
+        view(
+            "SELECT count(*) AS n, value % 5 AS k FROM input GROUP BY value % 5 HAVING count(*) > 1"
+        )
+        .await,
         ["k", "n"]
     );
     assert_eq!(
-        view("SELECT value % 5 AS k, avg(value) AS a, min(value) AS lo FROM input GROUP BY value % 5").await,
+        view(
+            "SELECT value % 5 AS k, avg(value) AS a, min(value) AS lo FROM input GROUP BY value % 5"
+        )
+        .await,
         ["k", "a[count]", "a[sum]", "lo"]
     );
     // A key the SELECT leaves out, an aggregate inside an expression.
@@ -76,8 +82,11 @@ async fn an_aggregations_state_is_named_as_the_query_names_it() {
         ["input.value % Int64(5)", "count(Int64(1))[count]"]
     );
     assert_eq!(
-        view("SELECT window(timestamp_ms, '10 seconds', '5 seconds') AS w, count(*) AS n FROM input \
-              GROUP BY window(timestamp_ms, '10 seconds', '5 seconds')").await,
+        view(
+            "SELECT window(timestamp_ms, '10 seconds', '5 seconds') AS w, count(*) AS n FROM input \
+              GROUP BY window(timestamp_ms, '10 seconds', '5 seconds')"
+        )
+        .await,
         ["w", "n"]
     );
 }

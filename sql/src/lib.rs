@@ -40,6 +40,7 @@ mod support;
 mod top_n;
 mod window;
 mod window_check;
+mod window_length;
 
 pub use adhoc::{Answer, query_rows};
 pub use bound::Bound;

@@ -81,7 +81,10 @@ fn unique(names: Vec<Option<String>>, engine: Vec<String>) -> Vec<String> {
 
 /// The aliases that the projection nearest above `node` in `root` gives
 /// the columns it passes as they are: column name to alias.
-fn aliases(root: &Arc<dyn ExecutionPlan>, node: &Arc<dyn ExecutionPlan>) -> HashMap<String, String> {
+fn aliases(
+    root: &Arc<dyn ExecutionPlan>,
+    node: &Arc<dyn ExecutionPlan>,
+) -> HashMap<String, String> {
     let mut found = HashMap::new();
     let Some(path) = path(root, node) else {
         return found;

@@ -7,8 +7,8 @@
 //!   input is expanded first, one row per window ([`expand_sliding`]).
 //!
 //! Sizes are interval strings ('10 seconds', '1 minute') or intervals of
-//! a fixed length (no months), checked at submit by [`crate::window_check`],
-//! which also reads them at run time ([`millis`]).
+//! a fixed length (no months), read by [`millis`] and checked at submit
+//! by [`crate::window_check`].
 
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature, Volatility,
 };
 
-pub(crate) use crate::window_check::millis;
+pub(crate) use crate::window_length::millis;
 
 /// The column an expanded aggregation groups by, one window per row.
 const EXPANDED: &str = "__sluice_window";

@@ -1,17 +1,16 @@
-//! What a window's length may be, and the check of every window call of a
-//! query before it runs: the size and slide of `window`/`hop`, the gap of
-//! `session_window`.
+//! The check of every window call of a query before it runs: the size
+//! and slide of `window`/`hop`, the gap of `session_window`.
 //!
-//! A length is a constant interval of a fixed length, a positive whole
-//! number of milliseconds (the resolution of event time): `'10 seconds'`,
-//! `INTERVAL '1' MINUTE`. Months and years vary in length and are refused;
-//! so is a slide that would put one row in more than
-//! [`MAX_WINDOWS_PER_ROW`] sliding windows, whose expansion would take the
-//! memory of a task for a handful of rows.
+//! Each length is a constant of a fixed length (see
+//! [`crate::window_length`]), and a whole number of milliseconds (a
+//! fraction would be dropped at run time). A slide is at most its size,
+//! and puts one row in at most [`MAX_WINDOWS_PER_ROW`] sliding windows:
+//! beyond that, the expansion would take the memory of a task for a
+//! handful of rows.
 //!
 //! [`check`] refuses a call of the logical plan, naming it and the bad
-//! argument, before any task runs; [`millis`] is what the functions
-//! themselves read at run time, with the same words.
+//! argument, before any task runs; the functions read their lengths at
+//! run time with the same words ([`crate::window_length::millis`]).
 
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -21,83 +20,10 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 
 use crate::SqlError;
+use crate::window_length::{EXAMPLE, length, shown};
 
 /// The most sliding windows one row may be in: `size / slide`.
 pub const MAX_WINDOWS_PER_ROW: i64 = 10_000;
-
-/// A fixed-length example for messages.
-const EXAMPLE: &str = "such as '10 seconds'";
-
-/// The length of an interval value in milliseconds, and whether it is a
-/// whole number of them; or why it is no window length. The milliseconds
-/// are the days' and the nanoseconds' (truncated), as the window functions
-/// have always counted them.
-pub(crate) fn length(v: &ScalarValue) -> Result<(i64, bool), String> {
-    let (months, days, nanos) = match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => {
-            if s.trim().is_empty() {
-                return Err(format!("{} is empty: give an interval {EXAMPLE}", shown(v)));
-            }
-            let i = arrow_cast::parse::parse_interval_month_day_nano(s)
-                .map_err(|e| format!("{} is not an interval {EXAMPLE}: {e}", shown(v)))?;
-            (i.months, i.days, i.nanoseconds)
-        }
-        ScalarValue::IntervalMonthDayNano(Some(i)) => (i.months, i.days, i.nanoseconds),
-        ScalarValue::IntervalDayTime(Some(i)) => (0, i.days, i64::from(i.milliseconds) * 1_000_000),
-        ScalarValue::IntervalYearMonth(Some(m)) => (*m, 0, 0),
-        other => return Err(format!("{} is not an interval {EXAMPLE}", shown(other))),
-    };
-    if months != 0 {
-        return Err(format!(
-            "{} must be a positive fixed length {EXAMPLE}; months and years vary in length",
-            shown(v)
-        ));
-    }
-    let ms = i64::from(days) * 86_400_000 + nanos / 1_000_000;
-    let total = i128::from(days) * 86_400_000_000_000 + i128::from(nanos);
-    if ms <= 0 && total > 0 {
-        return Err(format!(
-            "{} is below the 1 millisecond resolution of event time",
-            shown(v)
-        ));
-    }
-    if ms <= 0 {
-        return Err(format!(
-            "{} must be a positive fixed length {EXAMPLE}",
-            shown(v)
-        ));
-    }
-    Ok((ms, nanos % 1_000_000 == 0))
-}
-
-/// A value as a user wrote it: a string in quotes.
-fn shown(v: &ScalarValue) -> String {
-    match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => format!("'{s}'"),
-        other => other.to_string(),
-    }
-}
-
-/// The length in milliseconds of the argument `arg` of the window function
-/// `name`, as it reads it at run time (a constant, see [`length`]).
-pub(crate) fn millis(
-    arg: &datafusion::logical_expr::ColumnarValue,
-    name: &str,
-) -> datafusion::common::Result<i64> {
-    use datafusion::logical_expr::ColumnarValue;
-    let ColumnarValue::Scalar(v) = arg else {
-        return datafusion::common::exec_err!(
-            "{name}: a window length must be a constant interval {EXAMPLE}"
-        );
-    };
-    length(v)
-        .map(|(ms, _)| ms)
-        .map_err(|why| datafusion::error::DataFusionError::Execution(format!("{name}: {why}")))
-}
 
 /// Refuses the first call of `window`, `hop` or `session_window` in `plan`
 /// (its subqueries included) whose lengths are not constant fixed
@@ -205,7 +131,7 @@ fn thousands(n: i64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -8,6 +8,7 @@ use datafusion::common::ScalarValue;
 
 use super::*;
 use crate::guard::DEFAULT_BUDGET;
+use crate::window_length::length;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -54,7 +55,10 @@ fn a_length_is_a_positive_fixed_number_of_milliseconds() {
         why("1 nanosecond"),
         "'1 nanosecond' is below the 1 millisecond resolution of event time"
     );
-    assert_eq!(why(" "), "' ' is empty: give an interval such as '10 seconds'");
+    assert_eq!(
+        why(" "),
+        "' ' is empty: give an interval such as '10 seconds'"
+    );
     for bad in ["0 seconds", "-5 seconds"] {
         assert_eq!(
             why(bad),
@@ -75,7 +79,8 @@ fn a_length_is_a_positive_fixed_number_of_milliseconds() {
 
 #[tokio::test]
 async fn bad_window_lengths_are_refused_naming_the_call_and_the_argument() {
-    let group = |call: &str| format!("SELECT {call} AS w, count(*) AS n FROM input GROUP BY {call}");
+    let group =
+        |call: &str| format!("SELECT {call} AS w, count(*) AS n FROM input GROUP BY {call}");
     let cases = [
         (
             "window(ts, '0 seconds')",

@@ -304,7 +304,9 @@ mod tests {
     #[test]
     fn base_time_ms_ends_where_sql_time_functions_do() {
         let with = |t: u64| {
-            format!("{{nexmark: {{table: bid, events_per_second: 1, partitions: 1, base_time_ms: {t}}}}}")
+            format!(
+                "{{nexmark: {{table: bid, events_per_second: 1, partitions: 1, base_time_ms: {t}}}}}"
+            )
         };
         parse(&with(super::MAX_BASE_TIME_MS)).unwrap();
         let e = parse(&with(super::MAX_BASE_TIME_MS + 1)).unwrap_err();

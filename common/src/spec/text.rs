@@ -268,7 +268,9 @@ mod tests {
         }
         // A key of 1024 characters is YAML's too; the table name is refused.
         let spec = spec.replace(&long, &"a".repeat(1024));
-        let e = crate::spec::QuerySpec::parse(&spec).unwrap_err().to_string();
+        let e = crate::spec::QuerySpec::parse(&spec)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("a table name must match [a-z_][a-z0-9_]{0,62}")
                 && e.contains("(1024 characters)"),

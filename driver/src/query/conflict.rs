@@ -28,7 +28,10 @@ pub async fn conflict(
             "query {name:?} already exists (state {})",
             state.as_str()
         )),
-        Some(old) if state != QueryState::Finished && let Some((from, to)) = rescales(old, new) => {
+        Some(old)
+            if state != QueryState::Finished
+                && let Some((from, to)) = rescales(old, new) =>
+        {
             DriverError::FailedPrecondition(format!(
                 "query {name:?} is {}: state_partitions {from} -> {to} rescales its state, \
                  which only a stopped query can do; stop it first (sluice stop {name}), \

@@ -331,9 +331,14 @@ mod tests {
                 "{m}"
             );
         }
-        let e = check(&spec("shared", ""), &[&spec("x", ", transactional_id_prefix: sluice-shared")]);
+        let e = check(
+            &spec("shared", ""),
+            &[&spec("x", ", transactional_id_prefix: sluice-shared")],
+        );
         assert!(
-            e.unwrap_err().to_string().contains("(the default, sluice-<query>)"),
+            e.unwrap_err()
+                .to_string()
+                .contains("(the default, sluice-<query>)"),
         );
         // Distinct prefixes, at-least-once sinks and the query itself pass.
         check(&spec("c", ""), &[&a, &named]).unwrap();

@@ -126,8 +126,14 @@ mod tests {
         let hours = run(&at_cap, q10, "hm").await.unwrap();
         assert_eq!(hours.last().map(String::as_str), Some("00:00"));
         let starts = run(&at_cap, date_bin, "w").await.unwrap();
-        assert_eq!(starts.first().map(String::as_str), Some("2200-01-01T00:00:00"));
-        assert_eq!(starts.last().map(String::as_str), Some("2200-01-01T00:00:10"));
+        assert_eq!(
+            starts.first().map(String::as_str),
+            Some("2200-01-01T00:00:00")
+        );
+        assert_eq!(
+            starts.last().map(String::as_str),
+            Some("2200-01-01T00:00:10")
+        );
         let ends = run(&at_cap, date_bin, "e").await.unwrap();
         assert_eq!(ends.last().map(String::as_str), Some("2200-01-01T00:00:20"));
 
@@ -139,7 +145,9 @@ mod tests {
         let starts = run(&past, date_bin, "w").await.unwrap();
         assert!(starts.iter().all(String::is_empty), "{:?}", starts.first());
         past.base_time_ms = Some(i64::MAX as u64 / 2);
-        let e = run(&past, q10, "dt").await.expect_err("to_char in year 146 million");
+        let e = run(&past, q10, "dt")
+            .await
+            .expect_err("to_char in year 146 million");
         assert!(e.contains("to datetime"), "{e}");
     }
 }

@@ -1,9 +1,11 @@
 //! SQL that cannot run is refused at submit with INVALID_ARGUMENT, through
 //! the CLI and gRPC alike, naming what is wrong: a syntax error with its
 //! position, an unknown column or table, an unsupported construct, an
-//! output mode the query cannot have. A changed `sql`, grouping key or
-//! state partition count on an existing checkpoint is FAILED_PRECONDITION
-//! naming what differs. Nothing is created for a refused query.
+//! output mode the query cannot have, a window length that cannot run. A
+//! changed `sql`, grouping key or state partition count on an existing
+//! checkpoint is FAILED_PRECONDITION naming what differs (for a running
+//! query's state partitions: stop it first). Nothing is created for a
+//! refused query.
 
 use std::time::Duration;
 
@@ -196,9 +198,21 @@ async fn bad_window_lengths_are_refused_at_submit() {
     let drivers = driver.addr().to_string();
     let fixed = "must be a positive fixed length such as '10 seconds'";
     let cases = [
-        ("window(timestamp_ms, '0 seconds')", "the size '0 seconds'", fixed),
-        ("window(timestamp_ms, '-1 seconds')", "the size '-1 seconds'", fixed),
-        ("window(timestamp_ms, 'abc')", "the size 'abc'", "is not an interval"),
+        (
+            "window(timestamp_ms, '0 seconds')",
+            "the size '0 seconds'",
+            fixed,
+        ),
+        (
+            "window(timestamp_ms, '-1 seconds')",
+            "the size '-1 seconds'",
+            fixed,
+        ),
+        (
+            "window(timestamp_ms, 'abc')",
+            "the size 'abc'",
+            "is not an interval",
+        ),
         ("window(timestamp_ms, '')", "the size ''", "is empty"),
         (
             "window(timestamp_ms, '1 month')",
@@ -242,7 +256,10 @@ async fn bad_window_lengths_are_refused_at_submit() {
             .expect_err(&format!("{call}: submit must fail"));
         assert_eq!(err.code(), Code::InvalidArgument, "{call}: {err:?}");
         for wanted in ["field `sql`", call, argument, reason] {
-            assert!(err.message().contains(wanted), "{call}: {wanted:?}: {err:?}");
+            assert!(
+                err.message().contains(wanted),
+                "{call}: {wanted:?}: {err:?}"
+            );
         }
         assert!(
             !query_dir(&cluster.checkpoint_root(), &name).exists(),

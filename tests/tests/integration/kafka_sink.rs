@@ -387,63 +387,6 @@ async fn a_missing_topic_or_an_unreachable_broker_is_refused_by_name() {
     assert!(listed.is_empty(), "{listed:?}");
 }
 
-/// Two queries that exist at once never write with one transactional id
-/// prefix (their tasks would fence each other's transactions): a second
-/// one is refused at submit, naming the field and the other query, also
-/// when the other is stopped, and also against another query's default
-/// prefix. (No executor: the queries run no batch.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_query_with_the_same_transactional_id_prefix_is_refused() {
-    let cluster = Cluster::new("kafka-sink-prefix");
-    let broker = Broker::start(&cluster).await;
-    broker.create_topic("input", 1).await;
-    broker.create_topic("output", 1).await;
-    let driver = cluster.start_ready_driver().await;
-    let mut client = cluster.client(driver.addr());
-    let servers = broker.servers();
-    let with_prefix = |name: &str, prefix: &str| {
-        format!(
-            "{}    transactional_id_prefix: {prefix}\n",
-            spec(name, &servers, "exactly_once")
-        )
-    };
-    client
-        .submit(&with_prefix("first", "shared"))
-        .await
-        .expect("the first query");
-    client
-        .submit(&spec("plain", &servers, "exactly_once"))
-        .await
-        .expect("a query with the default prefix");
-    client.stop("first").await.expect("stop");
-    for (text, prefix, other) in [
-        (with_prefix("second", "shared"), "shared", "first"),
-        (with_prefix("third", "sluice-plain"), "sluice-plain", "plain"),
-    ] {
-        let err = client.submit(&text).await.expect_err("a prefix taken");
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
-        for wanted in [
-            "sink.kafka.transactional_id_prefix".to_string(),
-            format!("{prefix:?}"),
-            format!("query {other:?}"),
-        ] {
-            assert!(err.message().contains(&wanted), "{wanted}: {}", err.message());
-        }
-    }
-    client
-        .submit(&with_prefix("fourth", "other"))
-        .await
-        .expect("a prefix of its own");
-    let names: Vec<String> = client
-        .list()
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|q| q.name)
-        .collect();
-    assert_eq!(names, ["first", "fourth", "plain"]);
-}
-
 /// The source and the sink on a cluster with TLS (a terminator in front of
 /// tansu, see `sluice_tests::kafka_tls`) and SCRAM-SHA-512: records read and
 /// written through both, the password never in the stored spec; a wrong

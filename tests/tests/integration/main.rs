@@ -34,6 +34,7 @@ mod kafka_chaos;
 mod kafka_data_loss;
 mod kafka_security;
 mod kafka_sink;
+mod kafka_sink_prefix;
 mod kafka_source;
 mod kafka_transactions;
 mod layering;
