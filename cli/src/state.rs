@@ -1,7 +1,8 @@
 //! `sluice state`: SQL over a query's state, read straight from its
 //! checkpoint, without a driver: the latest committed state version of
 //! one of the query's state operators, as the table `state` (the
-//! operator's key columns, then its values). It reads a running query as
+//! operator's key columns, then its values, under the query's own names
+//! of its keys and aggregates). It reads a running query as
 //! well as a stopped one: state files are create-only, and version N is
 //! complete once `commits/N` exists.
 //!
@@ -36,7 +37,8 @@ pub struct StateArgs {
     /// The query, by name.
     pub query: String,
     /// A SELECT over the table `state`: the operator's key columns, then
-    /// its value columns (`SELECT * FROM state LIMIT 5` shows them).
+    /// its value columns, named as the query names them (`SELECT * FROM
+    /// state LIMIT 5` shows them).
     #[arg(long)]
     pub sql: String,
     /// The state operator; needed when the query has several.
@@ -152,7 +154,7 @@ pub async fn command(args: &StateArgs) -> anyhow::Result<u8> {
     let answer = sluice_sql::query_rows(
         &args.sql,
         TABLE,
-        op.schema.clone(),
+        op.view.clone(),
         rows,
         sluice_sql::guard::DEFAULT_BUDGET,
     )

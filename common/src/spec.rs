@@ -30,7 +30,7 @@ pub use kafka_sink::{
     DEFAULT_TRANSACTION_TIMEOUT_MS, Delivery, KafkaSinkSpec, MAX_TRANSACTION_TIMEOUT_MS,
     SinkRecordFormat,
 };
-pub use nexmark::{DEFAULT_BASE_TIME_MS, NexmarkSpec, NexmarkTable};
+pub use nexmark::{DEFAULT_BASE_TIME_MS, MAX_BASE_TIME_MS, NexmarkSpec, NexmarkTable};
 pub use state::{
     DEFAULT_MAX_STATE_BYTES, DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_STATE_PARTITIONS, DedupSpec,
     MAX_STATE_PARTITIONS, MAX_STATE_TTL_MS, OutputMode, WatermarkSpec,

@@ -46,8 +46,13 @@ const MEMORY_BYTES: u64 = 64 << 20;
 pub struct StateOperator {
     /// Its directory under `state/`.
     pub name: String,
-    /// A state row: the key columns, then the values.
+    /// A state row: the key columns, then the values, as the state
+    /// files hold them.
     pub schema: SchemaRef,
+    /// The same columns under the names a user reads them by: the
+    /// query's own names of its keys and aggregates (see
+    /// [`Operator::state_names`]). [`read`] gives rows of this schema.
+    pub view: SchemaRef,
     /// How many leading columns of a state row are its key.
     pub keys: usize,
     /// Whether its rows are stored with the time of their last upsert
@@ -63,6 +68,7 @@ impl std::fmt::Debug for StateOperator {
         f.debug_struct("StateOperator")
             .field("name", &self.name)
             .field("schema", &self.schema)
+            .field("view", &self.view)
             .field("keys", &self.keys)
             .field("stamped", &self.stamped)
             .finish()
@@ -277,17 +283,34 @@ async fn state_of<O: Operator + 'static>(
 ) -> Result<StateOperator, ExecutorError> {
     let op = O::plan(task, work, assigned, at).await?;
     let (schema, keys) = op.state_schema();
+    let view = renamed(&schema, op.state_names());
     Ok(StateOperator {
         name: name.to_string(),
         schema,
+        view,
         keys,
         stamped: false,
         router: Arc::new(op),
     })
 }
 
+/// `schema` with its fields named `names`; `schema` itself if they do
+/// not fit it one to one.
+fn renamed(schema: &SchemaRef, names: Vec<String>) -> SchemaRef {
+    if names.len() != schema.fields().len() {
+        return schema.clone();
+    }
+    let fields: Vec<arrow_schema::Field> = schema
+        .fields()
+        .iter()
+        .zip(names)
+        .map(|(f, n)| f.as_ref().clone().with_name(n))
+        .collect();
+    Arc::new(arrow_schema::Schema::new(fields))
+}
+
 /// Every row of `op`'s state at version `version` (what batch `version`
-/// left, committed), rebuilt from `store` partition by partition in the
+/// left, committed), of its [`StateOperator::view`], rebuilt from `store` partition by partition in the
 /// query's latest state generation. A generation that has no files at
 /// its start yet (a query rescaled and stopped before its first batch)
 /// is rebuilt from the one before, and its start snapshots written, as
@@ -315,7 +338,10 @@ pub async fn read(
     let mut rows = Vec::with_capacity(lineage.partitions as usize);
     for p in 0..lineage.partitions {
         let table = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
-        rows.push(table.scan()?);
+        let scanned = table.scan()?;
+        let viewed = RecordBatch::try_new(op.view.clone(), scanned.columns().to_vec())
+            .map_err(|e| ExecutorError::TaskPanicked(format!("the state's view: {e}")))?;
+        rows.push(viewed);
     }
     Ok(rows)
 }

@@ -52,6 +52,45 @@ async fn an_aggregation_is_one_operator_keyed_by_its_group() {
     );
 }
 
+/// The state's columns read by the query's names of its keys and
+/// aggregates, as its sink names them; the engine's where the query
+/// gives none.
+#[tokio::test]
+async fn an_aggregations_state_is_named_as_the_query_names_it() {
+    let view = |sql: &str| {
+        let spec = spec(&format!("sql: \"{sql}\"\n"));
+        async move { names(&operators_of(&spec).await[0].view) }
+    };
+    assert_eq!(view(COUNTS).await, ["k", "n", "s"]);
+    assert_eq!(
+        view(
+            "SELECT count(*) AS n, value % 5 AS k FROM input GROUP BY value % 5 HAVING count(*) > 1"
+        )
+        .await,
+        ["k", "n"]
+    );
+    assert_eq!(
+        view(
+            "SELECT value % 5 AS k, avg(value) AS a, min(value) AS lo FROM input GROUP BY value % 5"
+        )
+        .await,
+        ["k", "a[count]", "a[sum]", "lo"]
+    );
+    // A key the SELECT leaves out, an aggregate inside an expression.
+    assert_eq!(
+        view("SELECT count(*) * 2 AS twice FROM input GROUP BY value % 5").await,
+        ["input.value % Int64(5)", "count(Int64(1))[count]"]
+    );
+    assert_eq!(
+        view(
+            "SELECT window(timestamp_ms, '10 seconds', '5 seconds') AS w, count(*) AS n FROM input \
+              GROUP BY window(timestamp_ms, '10 seconds', '5 seconds')"
+        )
+        .await,
+        ["w", "n"]
+    );
+}
+
 #[tokio::test]
 async fn an_aggregation_of_changes_keeps_its_input_rows_counted() {
     let sql = "SELECT n, count(*) AS c FROM (SELECT value % 10 AS k, count(*) AS n FROM input GROUP BY value % 10) GROUP BY n";
@@ -173,7 +212,7 @@ async fn a_ttl_stamps_an_aggregation_and_a_rescale_keeps_its_stamps() {
         }],
     };
     let rows = read(&store, &op, 0, &three).await.unwrap();
-    assert!(rows.iter().all(|r| r.schema() == op.schema), "no stamp");
+    assert!(rows.iter().all(|r| r.schema() == op.view), "no stamp");
     assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 5);
     let mut stamps = Vec::new();
     for p in 0..3 {

@@ -35,10 +35,13 @@ mod lineage;
 mod schema;
 mod session;
 mod session_window;
+mod state_names;
 mod stateful;
 mod support;
 mod top_n;
 mod window;
+mod window_check;
+mod window_length;
 
 pub use adhoc::{Answer, query_rows};
 pub use bound::Bound;
@@ -51,6 +54,7 @@ pub use stateful::changes::{DIFF, with_diff};
 pub use stateful::{Aggregation, WindowEnd};
 pub use top_n::{MAX_N as TOP_N_MAX, TopN, TopNInfo};
 pub use window::window_type;
+pub use window_check::MAX_WINDOWS_PER_ROW;
 
 use std::sync::Arc;
 use std::time::Duration;

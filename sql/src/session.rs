@@ -77,7 +77,8 @@ pub fn context(memory: Option<usize>) -> Result<SessionContext, SqlError> {
 }
 
 /// Plans `sql` in `ctx` (unoptimized) and refuses anything but a query
-/// over the stream tables `streams` that Sluice runs, or one beyond the
+/// over the stream tables `streams` that Sluice runs, a window call whose
+/// lengths cannot run ([`crate::window_check`]), or a query beyond the
 /// bounds of [`guard`]. Runs on a planning thread
 /// ([`guard::on_planning_thread`]).
 pub async fn logical_plan(
@@ -87,6 +88,7 @@ pub async fn logical_plan(
 ) -> Result<(LogicalPlan, Shape), SqlError> {
     let plan = select_plan(ctx, sql).await?;
     let shape = support::check(&plan, streams)?;
+    crate::window_check::check(&plan)?;
     let pool = ctx.runtime_env().memory_pool.clone();
     let plan = crate::window::expand_sliding(plan, pool).map_err(SqlError::from_planning)?;
     Ok((plan, shape))

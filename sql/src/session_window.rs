@@ -16,7 +16,8 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 
-use crate::window::{millis, window_type, windows};
+use crate::window::{window_type, windows};
+use crate::window_length::millis;
 
 /// The function's name.
 pub const NAME: &str = "session_window";

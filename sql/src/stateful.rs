@@ -125,6 +125,19 @@ impl Aggregation {
         self.partial.clone()
     }
 
+    /// The names a user reads the columns of a state row by: the
+    /// query's own names of its group keys and aggregates, where it gives
+    /// them (see [`crate::state_names`]).
+    pub fn state_names(&self) -> Vec<String> {
+        crate::state_names::of_state(
+            &self.root,
+            &self.node,
+            &self.partial,
+            self.key_columns(),
+            &self.aggr_expr,
+        )
+    }
+
     /// How many leading columns of a partial row are the group key.
     pub fn key_columns(&self) -> usize {
         self.group_by.expr().len()

@@ -7,7 +7,8 @@
 //!   input is expanded first, one row per window ([`expand_sliding`]).
 //!
 //! Sizes are interval strings ('10 seconds', '1 minute') or intervals of
-//! a fixed length (no months).
+//! a fixed length (no months), read by [`millis`] and checked at submit
+//! by [`crate::window_check`].
 
 use std::sync::Arc;
 
@@ -16,13 +17,15 @@ use arrow_array::types::TimestampMillisecondType;
 use arrow_array::{Array, ArrayRef, ListArray, StructArray, TimestampMillisecondArray};
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::common::{Result, exec_err, plan_err};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
     Aggregate, ColumnarValue, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF,
     ScalarUDFImpl, Signature, Volatility,
 };
+
+pub(crate) use crate::window_length::millis;
 
 /// The column an expanded aggregation groups by, one window per row.
 const EXPANDED: &str = "__sluice_window";
@@ -244,35 +247,6 @@ fn all_windows(ts: &TimestampMillisecondArray, size: i64, slide: i64) -> Result<
         Arc::new(values),
         ts.nulls().cloned(),
     )?)
-}
-
-/// The length of an interval argument in milliseconds.
-pub(crate) fn millis(arg: &ColumnarValue, name: &str) -> Result<i64> {
-    let ColumnarValue::Scalar(v) = arg else {
-        return exec_err!("{name}: the window size must be a constant");
-    };
-    let (months, days, nanos) = match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => {
-            let i = arrow_cast::parse::parse_interval_month_day_nano(s).map_err(|e| {
-                datafusion::error::DataFusionError::Execution(format!("{name}: {s:?}: {e}"))
-            })?;
-            (i.months, i.days, i.nanoseconds)
-        }
-        ScalarValue::IntervalMonthDayNano(Some(i)) => (i.months, i.days, i.nanoseconds),
-        ScalarValue::IntervalDayTime(Some(i)) => (0, i.days, i64::from(i.milliseconds) * 1_000_000),
-        other => {
-            return exec_err!("{name}: the window size must be an interval string, got {other}");
-        }
-    };
-    let ms = i64::from(days) * 86_400_000 + nanos / 1_000_000;
-    if months != 0 || ms <= 0 {
-        return exec_err!(
-            "{name}: a window size must be a positive fixed length (no months), got {v}"
-        );
-    }
-    Ok(ms)
 }
 
 /// Rewrites each aggregation that groups by a sliding window: its input

@@ -104,6 +104,16 @@ impl KafkaSinkSpec {
             .map_err(|r| Error::invalid(format!("{field}.bootstrap_servers"), r))?;
         super::kafka::validate_topic(&self.topic)
             .map_err(|r| Error::invalid(format!("{field}.topic"), r))?;
+        if self.topic.starts_with("__") {
+            return Err(Error::invalid(
+                format!("{field}.topic"),
+                format!(
+                    "{:?} starts with `__`, which marks Kafka's internal topics \
+                     (__consumer_offsets, __transaction_state); write to another topic",
+                    self.topic
+                ),
+            ));
+        }
         self.security.validate(&format!("{field}.security"))?;
         if self.key.as_deref().is_some_and(str::is_empty) {
             return Err(Error::invalid(
@@ -246,6 +256,25 @@ mod tests {
             "{bootstrap_servers: 'a:1', topic: 'a b'}",
             "sink.kafka.topic",
         );
+        for internal in ["__consumer_offsets", "__transaction_state", "__mine"] {
+            let yaml = format!("{{bootstrap_servers: 'a:1', topic: {internal}}}");
+            let e = spec(&yaml).validate().unwrap_err().to_string();
+            assert!(
+                e.contains("sink.kafka.topic") && e.contains("Kafka's internal topics"),
+                "{e}"
+            );
+        }
+        for illegal in ["''", "'.'", "'..'", "'a/b'", "'é'"] {
+            let yaml = format!("{{bootstrap_servers: 'a:1', topic: {illegal}}}");
+            bad(&yaml, "sink.kafka.topic");
+        }
+        let long = format!("{{bootstrap_servers: 'a:1', topic: {}}}", "t".repeat(250));
+        bad(&long, "sink.kafka.topic");
+        let longest = format!("{{bootstrap_servers: 'a:1', topic: {}}}", "t".repeat(249));
+        spec(&longest).validate().unwrap();
+        spec("{bootstrap_servers: 'a:1', topic: _a.b-c_}")
+            .validate()
+            .unwrap();
         bad(
             "{bootstrap_servers: 'a:1', topic: t, key: ''}",
             "sink.kafka.key",

@@ -14,6 +14,14 @@ use crate::error::{Error, Result};
 /// rows on every machine and at every start.
 pub const DEFAULT_BASE_TIME_MS: u64 = 1_735_689_600_000;
 
+/// The latest `base_time_ms`: 2200-01-01T00:00:00Z. Some of DataFusion's
+/// time functions (`date_bin`, casts between time units) work in
+/// nanoseconds in an `i64`, which end at 2262-04-11 (past it `date_bin`
+/// gives null), and `to_char` fails where chrono's dates end; the cap
+/// leaves 62 years of event time after the base (event time advances at
+/// the pace the events are read, so a query never reaches the end).
+pub const MAX_BASE_TIME_MS: u64 = 7_258_118_400_000;
+
 /// The largest `avg_*_byte_size`: 1 MiB.
 pub const MAX_AVG_BYTE_SIZE: u64 = 1 << 20;
 
@@ -152,14 +160,16 @@ impl NexmarkSpec {
                 ));
             }
         }
-        // Event times are milliseconds in a bigint, with room for a year of
-        // events after the base.
         if let Some(t) = self.base_time_ms
-            && t > (i64::MAX as u64) / 2
+            && t > MAX_BASE_TIME_MS
         {
             return Err(Error::invalid(
                 format!("{field}.base_time_ms"),
-                format!("must be at most {}, got {t}", (i64::MAX as u64) / 2),
+                format!(
+                    "must be at most {MAX_BASE_TIME_MS} (2200-01-01T00:00:00Z): SQL's time \
+                     functions that count in nanoseconds (date_bin) end in 2262, and to_char \
+                     fails far past it; got {t}"
+                ),
             ));
         }
         Ok(())
@@ -288,6 +298,30 @@ mod tests {
         assert_eq!(
             field("{nexmark: {table: bid, events_per_second: 1, partitions: 1, seed: 3}}"),
             "source.nexmark.seed"
+        );
+    }
+
+    #[test]
+    fn base_time_ms_ends_where_sql_time_functions_do() {
+        let with = |t: u64| {
+            format!(
+                "{{nexmark: {{table: bid, events_per_second: 1, partitions: 1, base_time_ms: {t}}}}}"
+            )
+        };
+        parse(&with(super::MAX_BASE_TIME_MS)).unwrap();
+        let e = parse(&with(super::MAX_BASE_TIME_MS + 1)).unwrap_err();
+        let Error::InvalidSpec { field: at, reason } = &e else {
+            panic!("not a spec error: {e}");
+        };
+        assert_eq!(at, "source.nexmark.base_time_ms");
+        assert!(
+            reason.contains("must be at most 7258118400000 (2200-01-01T00:00:00Z)"),
+            "{reason}"
+        );
+        // In 2264, where to_char and date_bin fail at batch 0.
+        assert_eq!(
+            field(&with(9_300_000_000_000)),
+            "source.nexmark.base_time_ms"
         );
     }
 }

@@ -44,21 +44,34 @@ pub fn validate_table(name: &str, t: &TableSpec) -> Result<()> {
     validate_input(&field, &t.path, t.format, &t.schema, t.infer, &t.csv)
 }
 
+/// The longest table name (of `tables:` and `sources:`), as a query's name.
+pub const MAX_TABLE_NAME: usize = 63;
+
 /// Checks that `name`, at spec field `field`, is a table name the SQL can
-/// spell without quotes.
+/// spell without quotes, of at most [`MAX_TABLE_NAME`] characters.
 pub fn validate_table_name(field: &str, name: &str) -> Result<()> {
     let ok = name
         .bytes()
         .next()
         .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name.len() <= 63
+        && name.len() <= MAX_TABLE_NAME
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !ok {
+        let shown = match name.chars().count() {
+            n if n > MAX_TABLE_NAME => {
+                let start: String = name.chars().take(32).collect();
+                format!("{start:?}... ({n} characters)")
+            }
+            _ => format!("{name:?}"),
+        };
         return Err(Error::invalid(
             field,
-            format!("a table name must match [a-z_][a-z0-9_]{{0,62}}, got {name:?}"),
+            format!(
+                "a table name must match [a-z_][a-z0-9_]{{0,{}}}, got {shown}",
+                MAX_TABLE_NAME - 1
+            ),
         ));
     }
     Ok(())

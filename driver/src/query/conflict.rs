@@ -1,7 +1,10 @@
 //! Why a submit collides with a query that exists: the same spec again
 //! (ALREADY_EXISTS), or a different one over the same checkpoint
 //! (FAILED_PRECONDITION, naming each field that differs and, for a
-//! stateful query, a grouping key that changed).
+//! stateful query, a grouping key that changed). Only `state_partitions`
+//! changed on a query that runs (or failed, and may be stopped) says to
+//! stop it first: a STOPPED query submitted so is rescaled (see
+//! [`super::restart`]).
 
 use std::sync::Arc;
 
@@ -25,6 +28,17 @@ pub async fn conflict(
             "query {name:?} already exists (state {})",
             state.as_str()
         )),
+        Some(old)
+            if state != QueryState::Finished
+                && let Some((from, to)) = rescales(old, new) =>
+        {
+            DriverError::FailedPrecondition(format!(
+                "query {name:?} is {}: state_partitions {from} -> {to} rescales its state, \
+                 which only a stopped query can do; stop it first (sluice stop {name}), \
+                 then submit this spec again",
+                state.as_str()
+            ))
+        }
         Some(old) => {
             let mut what = old.diff(new);
             if old.sql() != new.sql()
@@ -49,6 +63,12 @@ pub async fn conflict(
             "query {name:?} already has a checkpoint whose spec cannot be read"
         )),
     }
+}
+
+/// The change of state partitions from `old` to `new`, when nothing else
+/// changes (see [`super::restart::change`]).
+fn rescales(old: &QuerySpec, new: &QuerySpec) -> Option<(u32, u32)> {
+    super::restart::change(old, new).flatten()
 }
 
 /// The grouping key of a stateful query's aggregation; `None` when it

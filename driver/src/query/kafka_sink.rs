@@ -1,4 +1,5 @@
-//! The Kafka sink on the driver: the topic checked at submit, and the
+//! The Kafka sink on the driver: the topic and the transactional id
+//! prefix checked at submit, and the
 //! second phase of a batch's exactly-once commit (docs/design-notes.md,
 //! "Exactly-once into Kafka").
 //!
@@ -63,6 +64,43 @@ pub async fn check_topic(
         debug!(error = %e, "closing the Kafka connection failed");
     }
     found.map(|_| ()).map_err(sink_error)
+}
+
+/// At submit, before any broker is asked: no other query that exists
+/// (in any state: a stopped query may run again) writes with the same
+/// effective `transactional_id_prefix`. Transactional ids are
+/// `<prefix>-<task partition>`, so two queries with one prefix would
+/// fence each other's transactions. `others` are the existing queries'
+/// names and specs.
+pub fn check_prefix<'a>(
+    spec: &QuerySpec,
+    others: impl IntoIterator<Item = (&'a str, &'a QuerySpec)>,
+) -> Result<(), DriverError> {
+    let Some(sink) = exactly_once(spec) else {
+        return Ok(());
+    };
+    let prefix = sink.transactional_id_prefix(&spec.name);
+    for (name, other) in others {
+        if name == spec.name {
+            continue;
+        }
+        let Some(theirs) = exactly_once(other) else {
+            continue;
+        };
+        if theirs.transactional_id_prefix(name) == prefix {
+            let default = match sink.transactional_id_prefix {
+                Some(_) => "",
+                None => " (the default, sluice-<query>)",
+            };
+            return Err(DriverError::Invalid(format!(
+                "sink.kafka.transactional_id_prefix: {prefix:?}{default} is the prefix of query \
+                 {name:?}'s exactly-once Kafka sink too; the tasks of two queries with one prefix \
+                 would fence each other's transactions: give this query another \
+                 transactional_id_prefix"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn sink_error(e: sluice_common::Error) -> DriverError {
@@ -263,5 +301,58 @@ async fn end(
                 sink.topic
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, sink: &str) -> QuerySpec {
+        let yaml = format!(
+            "name: {name}\nsource: {{rate: {{rows_per_second: 10, partitions: 1}}}}\n\
+             sink: {{kafka: {{bootstrap_servers: '127.0.0.1:9092', topic: out{sink}}}}}\n"
+        );
+        QuerySpec::parse(&yaml).unwrap()
+    }
+
+    fn check(new: &QuerySpec, others: &[&QuerySpec]) -> Result<(), DriverError> {
+        check_prefix(new, others.iter().map(|o| (o.name.as_str(), *o)))
+    }
+
+    #[test]
+    fn two_queries_may_not_share_a_transactional_id_prefix() {
+        let a = spec("a", "");
+        let named = spec("b", ", transactional_id_prefix: shared");
+        // Another query's default prefix, and an explicit one, each taken.
+        for (new, taken) in [
+            (spec("c", ", transactional_id_prefix: sluice-a"), &a),
+            (spec("c", ", transactional_id_prefix: shared"), &named),
+        ] {
+            let e = check(&new, &[&a, &named]).unwrap_err();
+            assert!(matches!(e, DriverError::Invalid(_)), "{e:?}");
+            let m = e.to_string();
+            assert!(
+                m.starts_with("sink.kafka.transactional_id_prefix: ")
+                    && m.contains(&format!("query {:?}", taken.name)),
+                "{m}"
+            );
+        }
+        let e = check(
+            &spec("shared", ""),
+            &[&spec("x", ", transactional_id_prefix: sluice-shared")],
+        );
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("(the default, sluice-<query>)"),
+        );
+        // Distinct prefixes, at-least-once sinks and the query itself pass.
+        check(&spec("c", ""), &[&a, &named]).unwrap();
+        check(&a, &[&a]).unwrap();
+        let plain = spec("c", ", delivery: at_least_once");
+        check(&plain, &[&spec("d", ", transactional_id_prefix: sluice-c")]).unwrap();
+        let other = spec("d", ", delivery: at_least_once");
+        check(&spec("c", ", transactional_id_prefix: sluice-d"), &[&other]).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! Queries: submitting, loading from the checkpoint, stopping, and running.
 //!
 //! ```text
-//!  submit ─► paths allowed ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
+//!  submit ─► sink unique, paths allowed ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
 //!  (all create-only; `metadata` is written last and marks a complete submit)
 //!  leader start ─► list queries/ ─► stopped? STOPPED : runner (recovery first)
 //!  submit(STOPPED, same spec or other state_partitions) ─► restart (see `restart`)
@@ -146,9 +146,12 @@ pub async fn submit(
         }
         return Err(conflict::conflict(&driver.config, &spec, old, existing.state()).await);
     }
-    let others: Vec<(String, String)> = term
-        .queries
-        .list()
+    let existing = term.queries.list();
+    let specs = existing
+        .iter()
+        .filter_map(|e| Some((e.name.as_str(), e.spec.as_ref()?)));
+    kafka_sink::check_prefix(&spec, specs)?;
+    let others: Vec<(String, String)> = existing
         .iter()
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path()?.to_string())))
         .collect();

@@ -98,6 +98,18 @@ impl Operator for Aggregate {
         }
     }
 
+    /// The query's names of its keys and aggregates; an aggregation that
+    /// reads changes keeps its input rows, named as its input names them.
+    fn state_names(&self) -> Vec<String> {
+        match self.changes {
+            Changes::Read => {
+                let (schema, _) = self.state_schema();
+                schema.fields().iter().map(|f| f.name().clone()).collect()
+            }
+            _ => self.agg.state_names(),
+        }
+    }
+
     fn output_schema(&self) -> SchemaRef {
         match self.changes {
             Changes::Emit => self

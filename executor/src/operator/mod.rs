@@ -92,6 +92,14 @@ pub trait Operator: Repartition + Sized + Send + Sync {
     /// The schema of a state row, and how many leading columns are its key.
     fn state_schema(&self) -> (SchemaRef, usize);
 
+    /// The names a user reads a state row's columns by (`sluice state`):
+    /// the query's own names where it gives them; by default the state
+    /// schema's.
+    fn state_names(&self) -> Vec<String> {
+        let (schema, _) = self.state_schema();
+        schema.fields().iter().map(|f| f.name().clone()).collect()
+    }
+
     /// The schema of the rows it emits.
     fn output_schema(&self) -> SchemaRef;
 

@@ -1,9 +1,11 @@
 //! SQL that cannot run is refused at submit with INVALID_ARGUMENT, through
 //! the CLI and gRPC alike, naming what is wrong: a syntax error with its
 //! position, an unknown column or table, an unsupported construct, an
-//! output mode the query cannot have. A changed `sql`, grouping key or
-//! state partition count on an existing checkpoint is FAILED_PRECONDITION
-//! naming what differs. Nothing is created for a refused query.
+//! output mode the query cannot have, a window length that cannot run. A
+//! changed `sql`, grouping key or state partition count on an existing
+//! checkpoint is FAILED_PRECONDITION naming what differs (for a running
+//! query's state partitions: stop it first). Nothing is created for a
+//! refused query.
 
 use std::time::Duration;
 
@@ -142,6 +144,15 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             none,
             &["does not read the stream `input`", "not supported"][..],
         ),
+        (
+            "SELECT window(timestamp_ms, '1 day', '1 milliseconds') AS w, count(*) AS n FROM input \
+             GROUP BY window(timestamp_ms, '1 day', '1 milliseconds')",
+            none,
+            &[
+                "window(timestamp_ms, '1 day', '1 milliseconds')",
+                "size / slide = 86,400,000 windows per row, above the cap of 10,000",
+            ][..],
+        ),
     ];
     for (i, (sql, extra, wanted)) in cases.iter().enumerate() {
         let name = format!("bad-{i}");
@@ -175,6 +186,115 @@ async fn bad_sql_is_refused_at_submit_naming_what_is_wrong() {
             "{sql}: a refused query leaves no checkpoint"
         );
     }
+}
+
+/// Window and session lengths are refused at submit, each naming the call
+/// and the argument: zero, negative, not an interval, empty, of months, or
+/// below the millisecond. (Before any task ran, not at batch 0.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_window_lengths_are_refused_at_submit() {
+    let cluster = Cluster::new("bad-windows");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let fixed = "must be a positive fixed length such as '10 seconds'";
+    let cases = [
+        (
+            "window(timestamp_ms, '0 seconds')",
+            "the size '0 seconds'",
+            fixed,
+        ),
+        (
+            "window(timestamp_ms, '-1 seconds')",
+            "the size '-1 seconds'",
+            fixed,
+        ),
+        (
+            "window(timestamp_ms, 'abc')",
+            "the size 'abc'",
+            "is not an interval",
+        ),
+        ("window(timestamp_ms, '')", "the size ''", "is empty"),
+        (
+            "window(timestamp_ms, '1 month')",
+            "the size '1 month'",
+            "months and years vary in length",
+        ),
+        (
+            "window(timestamp_ms, '1 nanosecond')",
+            "the size '1 nanosecond'",
+            "is below the 1 millisecond resolution",
+        ),
+        (
+            "hop(timestamp_ms, '10 seconds', '0 seconds')",
+            "the slide '0 seconds'",
+            fixed,
+        ),
+        (
+            "session_window(timestamp_ms, '0 seconds')",
+            "the gap '0 seconds'",
+            fixed,
+        ),
+        (
+            "session_window(timestamp_ms, '1 month')",
+            "the gap '1 month'",
+            "months and years vary in length",
+        ),
+    ];
+    for (i, (call, argument, reason)) in cases.into_iter().enumerate() {
+        let name = format!("window-{i}");
+        let sql = format!(
+            "SELECT value % 3 AS k, {call} AS w, count(*) AS n FROM input GROUP BY value % 3, {call}"
+        );
+        let yaml = Spec::new(&name, &cluster.sink_path(&name))
+            .total_rows(100)
+            .sql(&sql)
+            .to_yaml();
+        let err = cluster
+            .client(&drivers)
+            .submit(&yaml)
+            .await
+            .expect_err(&format!("{call}: submit must fail"));
+        assert_eq!(err.code(), Code::InvalidArgument, "{call}: {err:?}");
+        for wanted in ["field `sql`", call, argument, reason] {
+            assert!(
+                err.message().contains(wanted),
+                "{call}: {wanted:?}: {err:?}"
+            );
+        }
+        assert!(
+            !query_dir(&cluster.checkpoint_root(), &name).exists(),
+            "{call}: a refused query leaves no checkpoint"
+        );
+    }
+}
+
+/// A running query's `state_partitions` changes only through a stop: the
+/// refusal says so, with the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_state_partition_count_of_a_running_query_says_to_stop_it_first() {
+    let cluster = Cluster::new("running-rescale");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    // No executor: the query stays RUNNING.
+    let spec = Spec::new("agg", &cluster.sink_path("agg"))
+        .sql("SELECT value % 5 AS k, count(*) AS n FROM input GROUP BY value % 5");
+    let mut client = cluster.client(&drivers);
+    let two = spec.clone().with("state_partitions: 2");
+    client.submit(&two.to_yaml()).await.expect("first submit");
+    let err = client
+        .submit(&spec.with("state_partitions: 4").to_yaml())
+        .await
+        .expect_err("a running query is not rescaled");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    for wanted in [
+        "query \"agg\" is RUNNING",
+        "state_partitions 2 -> 4",
+        "stop it first (sluice stop agg)",
+    ] {
+        assert!(err.message().contains(wanted), "{wanted:?}: {err:?}");
+    }
+    let status = client.get("agg").await.expect("status");
+    assert_eq!(status.state, QueryState::Running as i32, "still running");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

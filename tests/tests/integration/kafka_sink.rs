@@ -372,6 +372,16 @@ async fn a_missing_topic_or_an_unreachable_broker_is_refused_by_name() {
         "{}",
         err.message()
     );
+    let text = spec("internal", &servers, "at_least_once")
+        .replace("topic: output", "topic: __consumer_offsets");
+    let err = client.submit(&text).await.expect_err("an internal topic");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("sink.kafka.topic")
+            && err.message().contains("Kafka's internal topics"),
+        "{}",
+        err.message()
+    );
     // Nothing of the refused queries stays.
     let listed = client.list().await.expect("list");
     assert!(listed.is_empty(), "{listed:?}");

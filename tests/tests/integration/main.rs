@@ -35,6 +35,7 @@ mod kafka_data_loss;
 mod kafka_secrets;
 mod kafka_security;
 mod kafka_sink;
+mod kafka_sink_prefix;
 mod kafka_source;
 mod kafka_transactions;
 mod layering;
