@@ -314,7 +314,7 @@ pub async fn read(
     };
     let mut rows = Vec::with_capacity(lineage.partitions as usize);
     for p in 0..lineage.partitions {
-        let table = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
+        let (table, _) = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
         rows.push(table.scan()?);
     }
     Ok(rows)

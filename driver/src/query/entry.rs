@@ -41,6 +41,9 @@ pub struct QueryEntry {
     restored: watch::Sender<bool>,
     /// The last [`ERRORS_RETAINED`] errors this leader saw, oldest first.
     errors: Mutex<VecDeque<RecentError>>,
+    /// The running batch's rebuild of the state after a rescale, and
+    /// when it began.
+    rebuilding: Mutex<Option<(pb::StateRebuilding, std::time::Instant)>>,
 }
 
 /// Errors a query keeps for the UI.
@@ -79,6 +82,7 @@ impl QueryEntry {
             progress: broadcast::channel(256).0,
             restored: watch::Sender::new(false),
             errors: Mutex::new(VecDeque::new()),
+            rebuilding: Mutex::new(None),
         }
     }
 
@@ -158,6 +162,22 @@ impl QueryEntry {
             v.last_committed_batch = batch;
             v.committed_rows = rows;
         });
+    }
+
+    /// Shows (`Some`) or clears (`None`) the running batch's rebuild of
+    /// the state in the query's status. A poisoned lock is a bug: panic.
+    pub fn set_rebuilding(&self, rebuilding: Option<pb::StateRebuilding>) {
+        let mut r = self.rebuilding.lock().expect("rebuilding lock poisoned");
+        *r = rebuilding.map(|r| (r, std::time::Instant::now()));
+    }
+
+    /// The running batch's rebuild of the state, with how long it has run.
+    fn rebuilding(&self) -> Option<pb::StateRebuilding> {
+        let r = self.rebuilding.lock().expect("rebuilding lock poisoned");
+        r.as_ref().map(|(r, since)| pb::StateRebuilding {
+            elapsed_ms: since.elapsed().as_millis() as u64,
+            ..r.clone()
+        })
     }
 
     /// The recent progress. A poisoned lock is a bug: panic.
@@ -247,6 +267,7 @@ impl QueryEntry {
             epoch: self.epoch,
             committed_rows: v.committed_rows,
             latest_progress: latest,
+            rebuilding: self.rebuilding(),
         }
     }
 }

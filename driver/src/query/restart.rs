@@ -109,6 +109,8 @@ pub fn run_again(
         QueryState::Running,
         term.cancel.child_token(),
     ));
+    let was = old.view();
+    entry.set_committed(was.last_committed_batch, was.committed_rows);
     term.queries.insert(entry.clone());
     history::spawn_restore(term, entry.clone(), qc);
     runner::spawn(driver.clone(), term.clone(), entry.clone());

@@ -126,6 +126,7 @@ impl Operator for Aggregate {
                 deletes: Some(deletes),
                 pending,
                 retracted: None,
+                unmatchable: 0,
             });
         }
         if self.changes == Changes::Read {
@@ -143,6 +144,7 @@ impl Operator for Aggregate {
             upserts: merged,
             pending: changed,
             retracted: (self.changes == Changes::Emit).then_some(old),
+            unmatchable: 0,
         })
     }
 
