@@ -59,6 +59,8 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     if stopped && let Some(spec) = &entry.spec {
         let qc = driver.checkpoint.query(&entry.name);
         super::kafka_sink::complete_stopped(spec, &qc).await;
+        // A commit the stop cut off before its batch was recorded here.
+        super::show_committed(&entry, &qc).await;
     }
     let ended = matches!(result, Ok(())) || stopped;
     if let Some(path) = sink_path.filter(|_| ended)

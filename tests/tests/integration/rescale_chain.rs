@@ -109,7 +109,11 @@ async fn a_chain_of_rescales_without_a_batch_between_rebuilds_once_from_the_stat
     let rebuild = &batch1["state_rebuild"];
     assert_eq!(rebuild["partitions"].as_u64(), Some(5), "{batch1}");
     assert_eq!(rebuild["partitions_read"].as_u64(), Some(5 * 4), "{batch1}");
-    assert_eq!(rebuild["rows"].as_u64(), Some(6), "the 6 cities, null included");
+    assert_eq!(
+        rebuild["rows"].as_u64(),
+        Some(6),
+        "the 6 cities, null included"
+    );
     assert!(
         took < Duration::from_secs(15),
         "the batch after the rescales took {took:?}"
