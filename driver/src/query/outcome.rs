@@ -233,7 +233,7 @@ fn by_operator(
 /// earlier generation read, summed; the longest rebuild's time. `None`
 /// when no task rebuilt one.
 fn state_rebuild(reduce: &[pb::TaskOutput]) -> Option<StateRebuild> {
-    let tasks = reduce.iter().filter_map(|o| o.state_rebuild.as_ref());
+    let tasks = reduce.iter().filter_map(|o| o.state_rebuild.as_deref());
     tasks
         .map(StateRebuild::from_proto)
         .reduce(|a, b| StateRebuild {
@@ -433,12 +433,12 @@ mod tests {
     #[test]
     fn the_rebuilt_partitions_are_summed_and_the_longest_rebuild_kept() {
         let rebuilt = |read, rows, ms| pb::TaskOutput {
-            state_rebuild: Some(pb::StateRebuild {
+            state_rebuild: Some(Box::new(pb::StateRebuild {
                 partitions: 1,
                 partitions_read: read,
                 rows,
                 duration_ms: ms,
-            }),
+            })),
             ..Default::default()
         };
         let reduce = [rebuilt(4, 2, 30), task(1, 10), rebuilt(4, 5, 80)];

@@ -62,12 +62,14 @@ pub struct Rebuilt {
 }
 
 impl Rebuilt {
-    pub fn to_proto(self) -> Option<sluice_proto::StateRebuild> {
-        (self.partitions > 0).then_some(sluice_proto::StateRebuild {
-            partitions: self.partitions,
-            partitions_read: self.partitions_read,
-            rows: self.rows,
-            duration_ms: self.ms,
+    pub fn to_proto(self) -> Option<Box<sluice_proto::StateRebuild>> {
+        (self.partitions > 0).then(|| {
+            Box::new(sluice_proto::StateRebuild {
+                partitions: self.partitions,
+                partitions_read: self.partitions_read,
+                rows: self.rows,
+                duration_ms: self.ms,
+            })
         })
     }
 }
