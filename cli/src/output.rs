@@ -31,6 +31,13 @@ pub fn progress_json(p: &BatchProgress) -> Value {
         "state_bytes": p.state_bytes,
         "watermark_ms": p.watermark_ms,
         "rows_dropped_by_watermark": p.rows_dropped_by_watermark,
+        "rows_without_event_time": p.rows_without_event_time,
+        "state_rebuild": p.state_rebuild.map(|r| json!({
+            "partitions": r.partitions,
+            "partitions_read": r.partitions_read,
+            "rows": r.rows,
+            "duration_ms": r.duration_ms,
+        })),
         "timestamp_ms": p.timestamp_ms,
         "epoch": p.epoch,
         "skipped_before": p.skipped_before,
@@ -82,6 +89,15 @@ pub fn progress_line(p: &BatchProgress) -> String {
     }
     if p.rows_dropped_by_watermark > 0 {
         bad.push_str(&format!("  late {}", p.rows_dropped_by_watermark));
+    }
+    if p.rows_without_event_time > 0 {
+        bad.push_str(&format!("  no event time {}", p.rows_without_event_time));
+    }
+    if let Some(r) = &p.state_rebuild {
+        bad.push_str(&format!(
+            "  rebuilt {} state partitions from {} in {} ms",
+            r.partitions, r.partitions_read, r.duration_ms
+        ));
     }
     if !p.partitions.is_empty() {
         let lag: i64 = p.partitions.iter().map(|t| t.lag).sum();
@@ -146,10 +162,29 @@ pub fn status_json(s: &QueryStatus) -> Value {
     if let Some(p) = &s.latest_progress {
         v["latest_progress"] = progress_json(p);
     }
+    if let Some(r) = &s.rebuilding {
+        v["rebuilding"] = json!({
+            "batch_id": r.batch_id,
+            "generation": r.generation,
+            "partitions": r.partitions,
+            "from_generation": r.from_generation,
+            "from_partitions": r.from_partitions,
+            "elapsed_ms": r.elapsed_ms,
+        });
+    }
     if let Some(spec) = spec_json(s) {
         v["spec"] = spec;
     }
     v
+}
+
+/// What a batch that rebuilds the state after a rescale is doing.
+pub fn rebuilding_text(r: &sluice_proto::StateRebuilding) -> String {
+    format!(
+        "batch {} rebuilds the {} state partitions of generation {} from the {} of generation {} \
+         ({} ms so far)",
+        r.batch_id, r.partitions, r.generation, r.from_partitions, r.from_generation, r.elapsed_ms
+    )
 }
 
 /// `key: value` lines.
@@ -164,6 +199,9 @@ pub fn status_text(s: &QueryStatus) -> String {
         s.epoch,
         s.error,
     );
+    if let Some(r) = &s.rebuilding {
+        out.push_str(&format!("rebuilding: {}\n", rebuilding_text(r)));
+    }
     if let Some(p) = &s.latest_progress {
         if p.state_bytes > 0 {
             out.push_str(&format!(
@@ -354,6 +392,7 @@ mod tests {
             epoch: 3,
             committed_rows: 0,
             latest_progress: None,
+            rebuilding: None,
         }
     }
 
@@ -413,6 +452,30 @@ mod tests {
             1000
         );
         assert_eq!(human_bytes(512), "512 B");
+    }
+
+    #[test]
+    fn status_shows_a_state_rebuild_while_it_runs() {
+        let mut s = status();
+        assert!(!status_text(&s).contains("rebuilding:"));
+        assert!(status_json(&s).get("rebuilding").is_none());
+        s.rebuilding = Some(sluice_proto::StateRebuilding {
+            batch_id: 8,
+            generation: 6,
+            partitions: 5,
+            from_generation: 0,
+            from_partitions: 4,
+            elapsed_ms: 1200,
+        });
+        let text = status_text(&s);
+        assert!(
+            text.contains(
+                "rebuilding: batch 8 rebuilds the 5 state partitions of generation 6 from the 4 \
+                 of generation 0 (1200 ms so far)"
+            ),
+            "{text}"
+        );
+        assert_eq!(status_json(&s)["rebuilding"]["from_partitions"], 4);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub use offsets::{
 };
 pub use progress::{
     KafkaTransactions, OperatorState, PROGRESS_RETAINED, PartitionProgress, PhaseDurations,
-    ProgressRecord, RecentProgress,
+    ProgressRecord, RecentProgress, StateRebuild,
 };
 pub use rescale::RescaleRecord;
 
@@ -195,6 +195,12 @@ pub struct PreparedOutcome {
     /// was kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_operators: Vec<OperatorState>,
+    /// A bounded join's input rows whose time was NULL (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rows_without_event_time: u64,
+    /// The state partitions the batch rebuilt after a rescale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_rebuild: Option<StateRebuild>,
 }
 
 fn is_zero(n: &u64) -> bool {

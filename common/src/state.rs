@@ -130,6 +130,61 @@ pub struct Rescale {
     pub partitions: u32,
 }
 
+/// Where a partition of a rescaled generation is rebuilt from: every
+/// partition of generation `generation`, `partitions` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebuildSource {
+    pub generation: u64,
+    pub partitions: u32,
+}
+
+/// The generation whose partitions hold the state that generation
+/// `generation` began from (see [`Rescale`]): the one in which the batch
+/// it began at committed. A generation that began at that same version
+/// committed no batch (a restart with no batch between), so its files
+/// hold nothing of its own: it is passed over, and a chain of such
+/// restarts is rebuilt in one step, whatever the partitions in between.
+/// `Err` names a generation whose rescale `rescales` lacks.
+pub fn rebuild_source(
+    rescales: &[Rescale],
+    generation: u64,
+) -> std::result::Result<RebuildSource, String> {
+    let find = |g: u64| {
+        rescales
+            .iter()
+            .find(|r| r.generation == g)
+            .ok_or_else(|| format!("state generation {g} without the rescale that began it"))
+    };
+    let began = find(generation)?;
+    let mut after = began;
+    loop {
+        let g = after.generation.saturating_sub(1);
+        let source = RebuildSource {
+            generation: g,
+            partitions: after.previous_partitions,
+        };
+        if g == 0 {
+            return Ok(source);
+        }
+        let before = find(g)?;
+        if before.state_version != began.state_version {
+            return Ok(source);
+        }
+        after = before;
+    }
+}
+
+impl From<&sluice_proto::StateRescale> for Rescale {
+    fn from(r: &sluice_proto::StateRescale) -> Self {
+        Rescale {
+            generation: r.generation,
+            state_version: r.state_version,
+            previous_partitions: r.previous_partitions,
+            partitions: r.partitions,
+        }
+    }
+}
+
 impl From<Rescale> for sluice_proto::StateRescale {
     fn from(r: Rescale) -> Self {
         sluice_proto::StateRescale {
@@ -434,6 +489,57 @@ mod tests {
         let one_missing = vec![vec![Snapshot(5), Delta(6)], vec![Delta(6)]];
         assert!(!standalone(&one_missing, Some(5), 6));
         assert!(standalone(&[vec![Delta(0)]], None, 0), "it began empty");
+    }
+
+    #[test]
+    fn a_chain_of_rescales_without_a_batch_between_is_rebuilt_from_where_the_batch_committed() {
+        let r = |generation, state_version, previous_partitions, partitions| Rescale {
+            generation,
+            state_version,
+            previous_partitions,
+            partitions,
+        };
+        // 4 → 1 → 1024 → 3 → 1024 → 2 → 5, all after batch 7.
+        let chain: Vec<Rescale> = [4, 1, 1024, 3, 1024, 2, 5]
+            .windows(2)
+            .zip(1..)
+            .map(|(w, g)| r(g, Some(7), w[0], w[1]))
+            .collect();
+        let source = |g| rebuild_source(&chain, g);
+        for g in 1..=6 {
+            let want = RebuildSource {
+                generation: 0,
+                partitions: 4,
+            };
+            assert_eq!(source(g), Ok(want), "generation {g}");
+        }
+        // Batches 8 and 9 committed in generation 2: generation 3 begins
+        // from it, and generation 4, restarted at once, too.
+        let mixed = [
+            r(1, Some(7), 4, 1),
+            r(2, Some(7), 1, 64),
+            r(3, Some(9), 64, 3),
+            r(4, Some(9), 3, 2),
+        ];
+        let from_2 = RebuildSource {
+            generation: 2,
+            partitions: 64,
+        };
+        assert_eq!(rebuild_source(&mixed, 3), Ok(from_2));
+        assert_eq!(rebuild_source(&mixed, 4), Ok(from_2));
+        assert_eq!(
+            rebuild_source(&mixed, 2),
+            Ok(RebuildSource {
+                generation: 0,
+                partitions: 4
+            })
+        );
+        let gap = [r(1, Some(7), 4, 1), r(3, Some(7), 2, 5)];
+        assert_eq!(
+            rebuild_source(&gap, 3),
+            Err("state generation 2 without the rescale that began it".into())
+        );
+        assert!(rebuild_source(&gap, 4).is_err(), "no rescale began it");
     }
 
     #[test]

@@ -337,7 +337,7 @@ pub async fn read(
     };
     let mut rows = Vec::with_capacity(lineage.partitions as usize);
     for p in 0..lineage.partitions {
-        let table = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
+        let (table, _) = rescale::load(&states, &place, p, version, op.router.as_ref()).await?;
         let scanned = table.scan()?;
         let viewed = RecordBatch::try_new(op.view.clone(), scanned.columns().to_vec())
             .map_err(|e| ExecutorError::TaskPanicked(format!("the state's view: {e}")))?;

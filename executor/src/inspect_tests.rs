@@ -179,6 +179,56 @@ async fn the_state_of_a_version_is_every_partitions_rows() {
     }
 }
 
+#[tokio::test]
+async fn restarts_without_a_batch_between_are_rebuilt_from_the_generation_that_committed() {
+    let spec = spec(&format!("sql: \"{COUNTS}\"\n"));
+    let op = operators_of(&spec).await.remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let location = format!("{}/queries/q", dir.path().display());
+    let store = StateStore::open(&Stores::default(), &location).unwrap();
+    for (p, keys) in [(0u32, 0..3i64), (1, 3..5)] {
+        write_first_delta(&store, &op, p, keys, |k| k + 1, None).await;
+    }
+    // 2 → 1 → 16 → 3, each restart after version 0.
+    let chain = [2, 1, 16, 3];
+    let rescales = chain
+        .windows(2)
+        .zip(1..)
+        .map(|(w, generation)| sluice_proto::StateRescale {
+            generation,
+            state_version: Some(0),
+            previous_partitions: w[0],
+            partitions: w[1],
+        })
+        .collect();
+    let three = Lineage {
+        partitions: 3,
+        rescales,
+    };
+    let rows = read(&store, &op, 0, &three).await.unwrap();
+    let mut keys: Vec<i64> = rows
+        .iter()
+        .flat_map(|p| {
+            let k = p.column(0).as_primitive::<arrow_array::types::Int64Type>();
+            k.values().to_vec()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, vec![0, 1, 2, 3, 4]);
+    for g in 1..=2 {
+        let passed = store.in_generation(g).partitions(&op.name).await.unwrap();
+        assert!(
+            passed.is_empty(),
+            "generation {g} has partitions {passed:?}"
+        );
+    }
+    let last = store.in_generation(3);
+    for p in 0..3 {
+        let files = last.files(&op.name, p).await.unwrap();
+        assert_eq!(files, vec![StateFile::Snapshot(0)], "partition {p}");
+    }
+}
+
 /// With `state_ttl_ms`, an aggregation without a window keeps its rows
 /// stamped (a windowed one does not); its state reads back as the
 /// operator's rows, and a rescale moves each row with its stamp.

@@ -14,11 +14,12 @@ use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::output;
 use crate::state::codec;
-use crate::state::rescale::{self, Place, Repartition};
+use crate::state::rescale::{self, Place, Rebuilt, Repartition};
 use crate::state::table::{Change, FrozenState, StateTable};
 
 /// The state of the task's partition at the version it reads: the one
-/// this executor holds (affinity), or one rebuilt from storage. It is
+/// this executor holds (affinity), or one rebuilt from storage; with what
+/// rebuilding it from an earlier state generation read, if it was. It is
 /// stamped when the work's keys expire (`work.ttl`).
 pub async fn state(
     caches: &Caches,
@@ -27,7 +28,7 @@ pub async fn state(
     work: &StateWork,
     (schema, keys): (SchemaRef, usize),
     router: &dyn Repartition,
-) -> Result<StateTable, ExecutorError> {
+) -> Result<(StateTable, Rebuilt), ExecutorError> {
     let (owner, p, version) = (owner(task, work), task.partition, work.read_version);
     let stamped = work.ttl.is_some();
     if let Some(held) = caches.states.take(&owner, p, version) {
@@ -35,7 +36,7 @@ pub async fn state(
         // (its spec's state_ttl_ms never changes); a held state of the
         // other kind is not this operator's, and is rebuilt.
         if held.is_stamped() == stamped {
-            return Ok(held);
+            return Ok((held, Rebuilt::default()));
         }
         warn!(
             partition = p,
@@ -43,7 +44,8 @@ pub async fn state(
         );
     }
     let Some(v) = version else {
-        return caches.states.table(schema, keys, stamped);
+        let empty = caches.states.table(schema, keys, stamped)?;
+        return Ok((empty, Rebuilt::default()));
     };
     let started = std::time::Instant::now();
     let place = Place {
@@ -54,7 +56,7 @@ pub async fn state(
         keys,
         stamped,
     };
-    let table = rescale::load(&caches.states, &place, p, v, router).await?;
+    let (table, rebuilt) = rescale::load(&caches.states, &place, p, v, router).await?;
     info!(
         partition = p,
         version = v,
@@ -62,7 +64,7 @@ pub async fn state(
         ms = started.elapsed().as_millis() as u64,
         "state reloaded from storage"
     );
-    Ok(table)
+    Ok((table, rebuilt))
 }
 
 /// What left a partition's state in a batch beside the operator's own

@@ -59,12 +59,13 @@ pub async fn run<O: Operator>(
         .in_generation(work_state.generation);
     let schema_of = |side: u32| op.input_schema(side);
     let rows = stage::read_partials(&store, task.batch_id, work_state, schema_of).await?;
-    let mut table =
+    let (mut table, rebuilt) =
         partition::state(&caches, &store, task, work_state, op.state_schema(), &op).await?;
     let due = partition::due(work_state, &table)?;
     partition::snapshot(&caches, &store, work_state, task.partition, due);
 
     let advanced = op.advance(&table, rows).await?;
+    let unmatchable = advanced.unmatchable;
     let watermark = task.event_time.as_ref().and_then(|e| e.watermark_ms);
     let evict = |state: &_| op.evict(state, watermark);
     let change = advanced.change();
@@ -108,6 +109,8 @@ pub async fn run<O: Operator>(
     let mut out = partition::done(&caches, task, table, written, started);
     out.shuffle = shuffle;
     out.state_expired = left.expired;
+    out.rows_without_event_time = unmatchable;
+    out.state_rebuild = rebuilt.to_proto();
     Ok(out)
 }
 

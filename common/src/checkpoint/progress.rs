@@ -66,6 +66,44 @@ pub struct ProgressRecord {
     /// was kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub state_operators: Vec<OperatorState>,
+    /// A join of two streams with an event-time bound: the batch's input
+    /// rows whose bound time was NULL, emitted padded or dropped, never
+    /// held (absent when none was).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rows_without_event_time: u64,
+    /// The first batch after a rescale: the state partitions it rebuilt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_rebuild: Option<StateRebuild>,
+}
+
+/// The state partitions a batch rebuilt from an earlier state generation
+/// (see `pb::StateRebuild`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRebuild {
+    pub partitions: u32,
+    pub partitions_read: u64,
+    pub rows: u64,
+    pub duration_ms: u64,
+}
+
+impl StateRebuild {
+    pub fn from_proto(r: &pb::StateRebuild) -> Self {
+        StateRebuild {
+            partitions: r.partitions,
+            partitions_read: r.partitions_read,
+            rows: r.rows,
+            duration_ms: r.duration_ms,
+        }
+    }
+
+    pub fn to_proto(self) -> pb::StateRebuild {
+        pb::StateRebuild {
+            partitions: self.partitions,
+            partitions_read: self.partitions_read,
+            rows: self.rows,
+            duration_ms: self.duration_ms,
+        }
+    }
 }
 
 /// One state operator's state after a batch (see `pb::OperatorState`):
@@ -202,6 +240,8 @@ impl ProgressRecord {
                 .iter()
                 .map(OperatorState::from_proto)
                 .collect(),
+            rows_without_event_time: p.rows_without_event_time,
+            state_rebuild: p.state_rebuild.as_ref().map(StateRebuild::from_proto),
         }
     }
 
@@ -252,6 +292,8 @@ impl ProgressRecord {
                 .iter()
                 .map(OperatorState::to_proto)
                 .collect(),
+            rows_without_event_time: self.rows_without_event_time,
+            state_rebuild: self.state_rebuild.map(StateRebuild::to_proto),
         }
     }
 }

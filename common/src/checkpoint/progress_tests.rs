@@ -59,6 +59,13 @@ fn a_record_gives_back_the_progress_it_was_made_from() {
                 bytes: 1096,
             },
         ],
+        rows_without_event_time: 5,
+        state_rebuild: Some(pb::StateRebuild {
+            partitions: 5,
+            partitions_read: 20,
+            rows: 7,
+            duration_ms: 80,
+        }),
     };
     let record = ProgressRecord::from_proto(&p);
     let json = serde_json::to_vec(&record).unwrap();

@@ -14,7 +14,7 @@ use sluice_common::checkpoint::{
     CommitRecord, FailRecord, FileLogEntry, FileRange, Inputs, KafkaRange, KafkaStart,
     KafkaStartRecord, OffsetRecord, OperatorState, PartitionProgress, PhaseDurations,
     ProgressRecord, QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets,
-    StopRecord, TableFile, TableSchema, TablesRecord, decode, encode, padded,
+    StateRebuild, StopRecord, TableFile, TableSchema, TablesRecord, decode, encode, padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -274,6 +274,13 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
                     rows: 10,
                     bytes: 1024,
                 }],
+                rows_without_event_time: 4,
+                state_rebuild: Some(StateRebuild {
+                    partitions: 3,
+                    partitions_read: 12,
+                    rows: 10,
+                    duration_ms: 20,
+                }),
             }),
             decoded::<ProgressRecord>,
         ),

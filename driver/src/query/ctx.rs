@@ -74,6 +74,48 @@ impl Stateful {
     pub fn last(&self) -> &StatefulOp {
         self.ops.last().expect("a stateful query has an operator")
     }
+
+    /// What batch `batch` rebuilds of the state, if it is the first of a
+    /// state generation that began from a committed version: its reduce
+    /// tasks rebuild their partitions from an earlier generation's (see
+    /// [`rebuilding`]).
+    pub fn rebuilding(&self, batch: u64) -> Option<pb::StateRebuilding> {
+        let generation = self.store.generation();
+        rebuilding(&self.rescales, generation, self.partitions, batch)
+    }
+}
+
+/// Whether batch `batch` of generation `generation` (of `partitions`
+/// partitions) rebuilds the state: it reads the version the generation
+/// began from, and that version holds state. Whose partitions it reads:
+/// `sluice_common::state::rebuild_source`. A generation whose rescales
+/// are incomplete rebuilds nothing here (its tasks report the damage).
+pub fn rebuilding(
+    rescales: &[sluice_common::state::Rescale],
+    generation: u64,
+    partitions: u32,
+    batch: u64,
+) -> Option<pb::StateRebuilding> {
+    let began = rescales.iter().find(|r| r.generation == generation)?;
+    let start = began.state_version?;
+    if batch.checked_sub(1) != Some(start) {
+        return None;
+    }
+    let source = match sluice_common::state::rebuild_source(rescales, generation) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, generation, "the state generation's rescales are incomplete");
+            return None;
+        }
+    };
+    Some(pb::StateRebuilding {
+        batch_id: batch,
+        generation,
+        partitions,
+        from_generation: source.generation,
+        from_partitions: source.partitions,
+        elapsed_ms: 0,
+    })
 }
 
 /// A stateful query's operator, as its tasks are told of it.
@@ -185,5 +227,68 @@ where
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Shows a batch's rebuild of the state in its query's status while its
+/// reduce stages run, however they end.
+pub struct Rebuilding<'a>(Option<&'a QueryEntry>);
+
+impl<'a> Rebuilding<'a> {
+    pub fn show(entry: &'a QueryEntry, rebuilding: Option<pb::StateRebuilding>) -> Self {
+        let Some(r) = rebuilding else {
+            return Rebuilding(None);
+        };
+        tracing::info!(
+            batch = r.batch_id,
+            generation = r.generation,
+            from_generation = r.from_generation,
+            from_partitions = r.from_partitions,
+            "the batch rebuilds the state after a rescale"
+        );
+        entry.set_rebuilding(Some(r));
+        Rebuilding(Some(entry))
+    }
+}
+
+impl Drop for Rebuilding<'_> {
+    fn drop(&mut self) {
+        if let Some(entry) = self.0 {
+            entry.set_rebuilding(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_common::state::Rescale;
+
+    #[test]
+    fn the_first_batch_of_a_rescaled_generation_rebuilds_from_the_last_that_committed() {
+        let r = |generation, previous_partitions, partitions| Rescale {
+            generation,
+            state_version: Some(7),
+            previous_partitions,
+            partitions,
+        };
+        let chain = [r(1, 4, 1), r(2, 1, 64), r(3, 64, 5)];
+        let got = rebuilding(&chain, 3, 5, 8).expect("batch 8 reads version 7");
+        assert_eq!(
+            (
+                got.generation,
+                got.partitions,
+                got.from_generation,
+                got.from_partitions
+            ),
+            (3, 5, 0, 4)
+        );
+        assert_eq!(rebuilding(&chain, 3, 5, 9), None, "a later batch");
+        assert_eq!(rebuilding(&chain, 0, 4, 8), None, "no rescale");
+        let empty = Rescale {
+            state_version: None,
+            ..r(1, 4, 2)
+        };
+        assert_eq!(rebuilding(&[empty], 1, 2, 0), None, "nothing committed");
     }
 }

@@ -39,8 +39,14 @@ pub struct QueryEntry {
     progress: broadcast::Sender<pb::BatchProgress>,
     /// True once the stored history is in `history`.
     restored: watch::Sender<bool>,
+    /// True while a runner of this entry runs, its cleanup after a stop
+    /// included.
+    running: watch::Sender<bool>,
     /// The last [`ERRORS_RETAINED`] errors this leader saw, oldest first.
     errors: Mutex<VecDeque<RecentError>>,
+    /// The running batch's rebuild of the state after a rescale, and
+    /// when it began.
+    rebuilding: Mutex<Option<(pb::StateRebuilding, std::time::Instant)>>,
 }
 
 /// Errors a query keeps for the UI.
@@ -78,7 +84,9 @@ impl QueryEntry {
             history: Mutex::new(VecDeque::new()),
             progress: broadcast::channel(256).0,
             restored: watch::Sender::new(false),
+            running: watch::Sender::new(false),
             errors: Mutex::new(VecDeque::new()),
+            rebuilding: Mutex::new(None),
         }
     }
 
@@ -160,6 +168,22 @@ impl QueryEntry {
         });
     }
 
+    /// Shows (`Some`) or clears (`None`) the running batch's rebuild of
+    /// the state in the query's status. A poisoned lock is a bug: panic.
+    pub fn set_rebuilding(&self, rebuilding: Option<pb::StateRebuilding>) {
+        let mut r = self.rebuilding.lock().expect("rebuilding lock poisoned");
+        *r = rebuilding.map(|r| (r, std::time::Instant::now()));
+    }
+
+    /// The running batch's rebuild of the state, with how long it has run.
+    fn rebuilding(&self) -> Option<pb::StateRebuilding> {
+        let r = self.rebuilding.lock().expect("rebuilding lock poisoned");
+        r.as_ref().map(|(r, since)| pb::StateRebuilding {
+            elapsed_ms: since.elapsed().as_millis() as u64,
+            ..*r
+        })
+    }
+
     /// The recent progress. A poisoned lock is a bug: panic.
     fn history(&self) -> std::sync::MutexGuard<'_, VecDeque<pb::BatchProgress>> {
         self.history.lock().expect("progress history lock poisoned")
@@ -215,6 +239,20 @@ impl QueryEntry {
         self.restored.send_replace(true);
     }
 
+    /// Marks whether a runner of this query runs.
+    pub fn set_running(&self, running: bool) {
+        self.running.send_replace(running);
+    }
+
+    /// Waits until no runner of this query runs, at most `limit`; whether
+    /// none does.
+    pub async fn runner_ended(&self, limit: std::time::Duration) -> bool {
+        let mut rx = self.running.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let ended = rx.wait_for(|running| !*running);
+        tokio::time::timeout(limit, ended).await.is_ok()
+    }
+
     /// Waits until the stored history is restored.
     pub async fn restored(&self) {
         let mut rx = self.restored.subscribe();
@@ -247,6 +285,7 @@ impl QueryEntry {
             epoch: self.epoch,
             committed_rows: v.committed_rows,
             latest_progress: latest,
+            rebuilding: self.rebuilding(),
         }
     }
 }
@@ -298,6 +337,21 @@ mod tests {
         assert_eq!(got.last(), Some(&2000));
         e.record(batch(2001), 0);
         assert_eq!(ids(&e).first(), Some(&1002));
+    }
+
+    #[tokio::test]
+    async fn a_restart_waits_for_the_runner_to_end() {
+        let e = std::sync::Arc::new(entry());
+        let short = std::time::Duration::from_millis(20);
+        assert!(e.runner_ended(short).await, "no runner was started");
+        e.set_running(true);
+        assert!(!e.runner_ended(short).await, "the runner still runs");
+        let ending = e.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            ending.set_running(false);
+        });
+        assert!(e.runner_ended(std::time::Duration::from_secs(5)).await);
     }
 
     #[tokio::test]

@@ -30,7 +30,9 @@ pub mod summary;
 use std::sync::Arc;
 
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{Log, QueryMetadata, RECORD_VERSION, Record, StopRecord};
+use sluice_common::checkpoint::{
+    CommitRecord, Log, QueryCheckpoint, QueryMetadata, RECORD_VERSION, Record, StopRecord,
+};
 use sluice_common::sink::FileSink;
 use sluice_common::spec::QuerySpec;
 use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
@@ -94,6 +96,9 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             Err(e) => failed_entry(name.clone(), name, term, e.to_string()),
         };
         let entry = Arc::new(entry);
+        if entry.spec.is_some() {
+            show_committed(&entry, &qc).await;
+        }
         term.queries.insert(entry.clone());
         if entry.spec.is_some() {
             history::spawn_restore(term, entry.clone(), qc);
@@ -105,6 +110,26 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
         }
     }
     Ok(())
+}
+
+/// Sets what `entry`'s status shows of its committed batches from the
+/// checkpoint: its last `commits/N` and the input rows up to it. A STOPPED
+/// or FAILED query has no runner to read them; a running one's reads them
+/// again when it resumes. A record that cannot be read is logged, and the
+/// status shows no commit (a runner fails on it, naming it).
+async fn show_committed(entry: &QueryEntry, qc: &QueryCheckpoint) {
+    let read = async {
+        let Some(batch) = qc.latest(Log::Commits).await? else {
+            return Ok(None);
+        };
+        let c: CommitRecord = qc.require_entry(Log::Commits, batch).await?;
+        Ok::<_, CommonError>(Some((batch, c.rows_so_far())))
+    };
+    match read.await {
+        Ok(Some((batch, rows))) => entry.set_committed(batch as i64, rows),
+        Ok(None) => {}
+        Err(e) => warn!(query = %entry.name, error = %e, "the last commit cannot be read"),
+    }
 }
 
 fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEntry {

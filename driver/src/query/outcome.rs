@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use sluice_common::checkpoint::{
-    OffsetRecord, OperatorState, PreparedOutcome, PreparedTransaction,
+    OffsetRecord, OperatorState, PreparedOutcome, PreparedTransaction, StateRebuild,
 };
 use sluice_common::sink::SinkFile;
 use sluice_common::spec::SinkSpec;
@@ -27,6 +27,10 @@ pub struct Outcome {
     pub state_expired: u64,
     /// Each state operator's rows and bytes (their sums are the two above).
     pub state_operators: Vec<OperatorState>,
+    /// A bounded join's input rows whose time was NULL (never held).
+    pub rows_without_event_time: u64,
+    /// The state partitions rebuilt after a rescale, over every operator.
+    pub state_rebuild: Option<StateRebuild>,
     pub rows_dropped_by_watermark: u64,
     /// The latest event time of the input (a query with a watermark).
     pub max_event_time_ms: Option<i64>,
@@ -89,6 +93,8 @@ impl Outcome {
             state_bytes: reduce.iter().map(|o| o.state_bytes).sum(),
             state_expired: reduce.iter().map(|o| o.state_expired).sum(),
             state_operators: operator_state(batch, reduce, stateful),
+            rows_without_event_time: reduce.iter().map(|o| o.rows_without_event_time).sum(),
+            state_rebuild: state_rebuild(reduce),
             rows_dropped_by_watermark: map.iter().map(|o| o.rows_dropped_by_watermark).sum(),
             max_event_time_ms: map.iter().filter_map(|o| o.max_event_time_ms).max(),
             max_event_times: max_event_times(outputs),
@@ -115,6 +121,8 @@ impl Outcome {
             state_bytes: o.state_bytes,
             state_expired: o.state_expired,
             state_operators: o.state_operators.clone(),
+            rows_without_event_time: o.rows_without_event_time,
+            state_rebuild: o.state_rebuild,
             rows_dropped_by_watermark: o.rows_dropped_by_watermark,
             max_event_time_ms: o.max_event_time_ms,
             max_event_times: o.max_event_times.clone(),
@@ -143,6 +151,8 @@ impl Outcome {
             state_bytes: self.state_bytes,
             state_expired: self.state_expired,
             state_operators: self.state_operators.clone(),
+            rows_without_event_time: self.rows_without_event_time,
+            state_rebuild: self.state_rebuild,
             max_event_time_ms: self.max_event_time_ms,
             max_event_times: self.max_event_times.clone(),
             longest_open_ms: self.longest_open_ms,
@@ -217,6 +227,21 @@ fn by_operator(
             bytes: tasks.iter().map(|o| o.state_bytes).sum(),
         })
         .collect()
+}
+
+/// What the reduce tasks that rebuilt their state partition from an
+/// earlier generation read, summed; the longest rebuild's time. `None`
+/// when no task rebuilt one.
+fn state_rebuild(reduce: &[pb::TaskOutput]) -> Option<StateRebuild> {
+    let tasks = reduce.iter().filter_map(|o| o.state_rebuild.as_deref());
+    tasks
+        .map(StateRebuild::from_proto)
+        .reduce(|a, b| StateRebuild {
+            partitions: a.partitions + b.partitions,
+            partitions_read: a.partitions_read + b.partitions_read,
+            rows: a.rows + b.rows,
+            duration_ms: a.duration_ms.max(b.duration_ms),
+        })
 }
 
 /// The latest event time each input table's map tasks saw.
@@ -366,6 +391,8 @@ pub fn progress(
             .iter()
             .map(OperatorState::to_proto)
             .collect(),
+        rows_without_event_time: outcome.rows_without_event_time,
+        state_rebuild: outcome.state_rebuild.map(StateRebuild::to_proto),
         partitions: from_source
             .partitions
             .iter()
@@ -401,5 +428,27 @@ mod tests {
         // Reports that are not one per operator and partition: none.
         assert_eq!(by_operator(3, &reduce[..3], &["aggregate", "join"], 2), []);
         assert_eq!(by_operator(3, &[], &["aggregate"], 0), []);
+    }
+
+    #[test]
+    fn the_rebuilt_partitions_are_summed_and_the_longest_rebuild_kept() {
+        let rebuilt = |read, rows, ms| pb::TaskOutput {
+            state_rebuild: Some(Box::new(pb::StateRebuild {
+                partitions: 1,
+                partitions_read: read,
+                rows,
+                duration_ms: ms,
+            })),
+            ..Default::default()
+        };
+        let reduce = [rebuilt(4, 2, 30), task(1, 10), rebuilt(4, 5, 80)];
+        let want = StateRebuild {
+            partitions: 2,
+            partitions_read: 8,
+            rows: 7,
+            duration_ms: 80,
+        };
+        assert_eq!(state_rebuild(&reduce), Some(want));
+        assert_eq!(state_rebuild(&[task(1, 10)]), None, "nothing rebuilt");
     }
 }

@@ -4,7 +4,8 @@
 //! state by the reduce tasks of its first batch.
 //!
 //! ```text
-//!  submit(stopped) ─► the uncommitted batch's abandoned sink manifest removed
+//!  submit(stopped) ─► its runner has ended (it abandoned the uncommitted batch)
+//!    ─► the uncommitted batch's abandoned sink manifest removed
 //!    ─► only state_partitions differ? ─► rescales/<G> ─► that batch's shuffle files removed
 //!    ─► `stopped` removed ─► runner (recovery re-runs the batch)
 //! ```
@@ -28,6 +29,9 @@ use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::state::{Driver, Term};
 
+/// How long a restart waits for the stopped query's runner to end.
+const RUNNER_END: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// How a spec submitted again differs from the one a query ran with:
 /// `Some(None)`, not at all; `Some(Some((from, to)))`, only in its state
 /// partitions; `None`, otherwise.
@@ -49,6 +53,14 @@ pub async fn restart(
     spec: QuerySpec,
     rescale: Option<(u32, u32)>,
 ) -> Result<Arc<QueryEntry>, DriverError> {
+    // The stopped runner abandons its uncommitted batch as it ends: that
+    // must come before this restart reopens the batch, not after.
+    if !stopped.runner_ended(RUNNER_END).await {
+        return Err(DriverError::Busy(format!(
+            "query {:?}: its stopped runner is still ending; submit it again",
+            stopped.name
+        )));
+    }
     let qc = driver.checkpoint.query(&stopped.name);
     let committed = qc.latest(Log::Commits).await?;
     let uncommitted = qc
@@ -109,6 +121,8 @@ pub fn run_again(
         QueryState::Running,
         term.cancel.child_token(),
     ));
+    let was = old.view();
+    entry.set_committed(was.last_committed_batch, was.committed_rows);
     term.queries.insert(entry.clone());
     history::spawn_restore(term, entry.clone(), qc);
     runner::spawn(driver.clone(), term.clone(), entry.clone());

@@ -40,7 +40,15 @@ use crate::watermark::{Clocks, EventClock};
 pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let span = info_span!("query", query = %entry.name, epoch = term.epoch);
     let tasks = term.tasks.clone();
-    tasks.spawn(run(driver, term, entry).instrument(span));
+    entry.set_running(true);
+    let ran = entry.clone();
+    tasks.spawn(
+        async move {
+            run(driver, term, entry).await;
+            ran.set_running(false);
+        }
+        .instrument(span),
+    );
 }
 
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
@@ -76,7 +84,14 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
         Ok(()) => {
             entry.transition(QueryState::Finished, None);
         }
-        Err(DriverError::Cancelled | DriverError::Deposed { .. }) => {}
+        Err(DriverError::Cancelled | DriverError::Deposed { .. }) => {
+            // A commit the stop cut off before its batch was recorded
+            // here, read last: nothing of the query waits for it.
+            if stopped {
+                let qc = driver.checkpoint.query(&entry.name);
+                super::show_committed(&entry, &qc).await;
+            }
+        }
         Err(e) => {
             error!(error = %e, "query failed");
             record_failure(&driver, &term, &entry.name, &e.to_string()).await;

@@ -21,7 +21,7 @@ use sluice_proto::task_assignment::Work;
 
 use super::attempts;
 use super::check::{self, Feed};
-use super::ctx::{Ctx, Operator, Stateful, StatefulOp};
+use super::ctx::{Ctx, Operator, Rebuilding, Stateful, StatefulOp};
 use crate::error::DriverError;
 use sluice_common::spec::OutputMode;
 
@@ -235,6 +235,7 @@ pub async fn run(
         ttl_ms,
         now_ms: ttl_now(ctx, offsets, &map, &tables),
     });
+    let _rebuilding = Rebuilding::show(&ctx.entry, stateful.rebuilding(offsets.batch_id));
     let mut reduce = Vec::new();
     let (mut last, mut writer_retries) = (0, 0);
     for (index, op) in stateful.ops.iter().enumerate() {

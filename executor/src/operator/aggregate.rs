@@ -138,6 +138,7 @@ impl Operator for Aggregate {
                 deletes: Some(deletes),
                 pending,
                 retracted: None,
+                unmatchable: 0,
             });
         }
         if self.changes == Changes::Read {
@@ -155,6 +156,7 @@ impl Operator for Aggregate {
             upserts: merged,
             pending: changed,
             retracted: (self.changes == Changes::Emit).then_some(old),
+            unmatchable: 0,
         })
     }
 

@@ -57,6 +57,7 @@ pub fn advance(state: &StateTable, changes: Vec<RecordBatch>) -> Result<Advanced
             deletes: None,
             pending: None,
             retracted: None,
+            unmatchable: 0,
         });
     };
     let all = concat_batches(&first.schema(), &changes).map_err(fail)?;
@@ -97,6 +98,7 @@ pub fn advance(state: &StateTable, changes: Vec<RecordBatch>) -> Result<Advanced
         deletes: Some(rows(gone, deleted)?),
         pending: Some(take_record_batch(&distinct, &UInt32Array::from(touched)).map_err(fail)?),
         retracted: None,
+        unmatchable: 0,
     })
 }
 

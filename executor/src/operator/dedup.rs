@@ -122,6 +122,7 @@ impl Operator for Dedup {
             upserts: stage::filter(&candidates, &first)?,
             pending: Some(stage::filter(&rows, &first)?),
             retracted: None,
+            unmatchable: 0,
         })
     }
 

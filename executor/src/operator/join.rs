@@ -8,6 +8,8 @@
 //!  evict: a left row once watermark > its time + upper bound (no later right row can match),
 //!         a right row once watermark > its time - lower bound
 //!  an outer side's evicted rows that never matched ─► padded with NULLs ─► output, once
+//!  a new row whose bound time is NULL ─► matches nothing, never held:
+//!         an outer side's padded with NULLs ─► output at once; an inner side's dropped; counted
 //! ```
 //!
 //! A state row is `__sluice_side` (0 left, 1 right), `__sluice_id` (the
@@ -118,7 +120,7 @@ impl Operator for Join {
         state: &StateTable,
         rows: Vec<Shuffled>,
     ) -> Result<Advanced, ExecutorError> {
-        let new = self.new_rows(rows)?;
+        let (new, untimed) = self.split_untimed(self.new_rows(rows)?)?;
         let held = state.scan()?;
         let old = [self.buffered(&held, 0)?, self.buffered(&held, 1)?];
         let with_ids = |side: usize, r: &Side| r.with_id(&self.join.side_schema(side));
@@ -139,6 +141,11 @@ impl Operator for Join {
         ];
         let mut joined = a.joined;
         joined.extend(b.joined);
+        for (side, rows) in untimed.iter().enumerate() {
+            if self.join.outer()[side] && rows.rows.num_rows() > 0 {
+                joined.push(self.join.padded(side, &rows.rows)?);
+            }
+        }
         let joined = concat_batches(&self.join.join_schema(), &joined).map_err(fail)?;
         let mut upserts = Vec::new();
         for side in 0..2 {
@@ -153,6 +160,7 @@ impl Operator for Join {
             upserts: concat_batches(&self.state, &upserts).map_err(fail)?,
             pending: Some(joined),
             retracted: None,
+            unmatchable: untimed.iter().map(|s| s.rows.num_rows() as u64).sum(),
         })
     }
 
@@ -230,8 +238,9 @@ impl Operator for Join {
 }
 
 /// Whether a buffered row's time plus (or minus) the bound has fallen
-/// behind the watermark. A row without a time, or of a side that may not
-/// be evicted, stays.
+/// behind the watermark. A row without a time matches nothing and leaves
+/// (a state written before such rows were kept out of it); a row of a
+/// side that may not be evicted stays.
 fn passed(
     may: bool,
     times: &arrow_array::PrimitiveArray<TimestampMillisecondType>,
@@ -240,12 +249,12 @@ fn passed(
     shift: impl Fn(i64, i64) -> Option<i64>,
     watermark: i64,
 ) -> bool {
+    if times.is_null(row) {
+        return true;
+    }
     let (true, Some(b)) = (may, bound) else {
         return false;
     };
-    if times.is_null(row) {
-        return false;
-    }
     shift(times.value(row), b).is_some_and(|last| last < watermark)
 }
 
@@ -274,8 +283,13 @@ impl Side {
             .zip(&self.matched)
             .map(|(&id, &m)| Some(keep(id, m)))
             .collect();
+        self.select(&mask)
+    }
+
+    /// The rows `mask` selects.
+    fn select(&self, mask: &BooleanArray) -> Result<Side, ExecutorError> {
         Ok(Side {
-            rows: stage::filter(&self.rows, &mask)?,
+            rows: stage::filter(&self.rows, mask)?,
             ids: self
                 .ids
                 .iter()
@@ -327,6 +341,29 @@ impl Join {
             })
         };
         Ok([side(0, &by_side[0])?, side(1, &by_side[1])?])
+    }
+
+    /// This batch's rows of each side split by their time, when the join
+    /// has a bound: those with a time, then those whose bound column is
+    /// NULL. Those match no row (the bound's comparison with them is NULL,
+    /// and the bound is a conjunct of the condition), so they are never
+    /// held: a NULL time can never fall behind the watermark.
+    fn split_untimed(&self, new: [Side; 2]) -> Result<([Side; 2], [Side; 2]), ExecutorError> {
+        let column = |side: usize| {
+            let b = self.join.bound()?;
+            Some(if side == 0 { b.left } else { b.right })
+        };
+        let split = |side: usize, rows: Side| -> Result<(Side, Side), ExecutorError> {
+            let times = column(side).map(|c| rows.rows.column(c).clone());
+            let null = |r: usize| times.as_ref().is_some_and(|t| t.is_null(r));
+            let n = rows.rows.num_rows();
+            let timed: BooleanArray = (0..n).map(|r| Some(!null(r))).collect();
+            let untimed: BooleanArray = (0..n).map(|r| Some(null(r))).collect();
+            Ok((rows.select(&timed)?, rows.select(&untimed)?))
+        };
+        let [l, r] = new;
+        let ((l, l_untimed), (r, r_untimed)) = (split(0, l)?, split(1, r)?);
+        Ok(([l, r], [l_untimed, r_untimed]))
     }
 
     /// The buffered rows of `side` among state rows `rows`.

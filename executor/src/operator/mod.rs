@@ -59,6 +59,10 @@ pub struct Advanced {
     /// aggregation that feeds another its changes: the state rows it
     /// replaced). `None`: nothing.
     pub retracted: Option<RecordBatch>,
+    /// Input rows that can match nothing and were not held: a bounded
+    /// join's rows whose event time is NULL (an outer side's emitted at
+    /// once, padded with NULLs; an inner side's dropped).
+    pub unmatchable: u64,
 }
 
 impl Advanced {

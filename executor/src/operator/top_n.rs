@@ -117,6 +117,7 @@ impl Operator for TopN {
             deletes: None,
             pending,
             retracted: None,
+            unmatchable: 0,
         })
     }
 

@@ -1,12 +1,16 @@
-//! A partition of a new state generation, rebuilt from the generation
-//! before it: after a restart with other state partitions (see
+//! A partition of a new state generation, rebuilt from an earlier one:
+//! after a restart with other state partitions (see
 //! `sluice_common::checkpoint::RescaleRecord`), partition P of generation
-//! G at the version G began from is every row of every partition of
-//! generation G-1 at that version whose key the shuffle now routes to P.
+//! G at the version S G began from is every row of every partition of
+//! the generation in which batch S committed whose key the shuffle now
+//! routes to P. That is G-1, unless G-1 began at S too (restarted again
+//! before a batch committed): such generations hold nothing of their own
+//! and are passed over (`sluice_common::state::rebuild_source`), so a
+//! chain of restarts costs one rebuild from the state's last partitioning.
 //!
 //! ```text
 //!  load(G, P, V) ─► G began at S ≤ V, and no snapshot of G in S..=V?
-//!     └─ yes ─► for each partition Q of G-1: load(G-1, Q, S) ─► rows routed to P
+//!     └─ yes ─► for each partition Q of the source: load(source, Q, S) ─► rows routed to P
 //!               ─► gathered (the operator's ids made unique) ─► state/<op>/g<G>/<P>/<S>.snapshot
 //!  ─► latest snapshot ≤ V, then each delta after it (as any load)
 //! ```
@@ -22,7 +26,7 @@
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::state::{StateFile, StateStore};
+use sluice_common::state::{Rescale, StateFile, StateStore, rebuild_source};
 use sluice_proto::StateRescale;
 use tracing::info;
 
@@ -44,6 +48,32 @@ pub trait Repartition: Send + Sync {
     }
 }
 
+/// What rebuilding a partition from an earlier generation read, as its
+/// task reports it (`sluice_proto::StateRebuild`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Partitions of the new generation rebuilt: 0 or 1.
+    pub partitions: u32,
+    /// Partitions of earlier generations read to rebuild them.
+    pub partitions_read: u64,
+    /// The rows the rebuilt partition holds.
+    pub rows: u64,
+    pub ms: u64,
+}
+
+impl Rebuilt {
+    pub fn to_proto(self) -> Option<Box<sluice_proto::StateRebuild>> {
+        (self.partitions > 0).then(|| {
+            Box::new(sluice_proto::StateRebuild {
+                partitions: self.partitions,
+                partitions_read: self.partitions_read,
+                rows: self.rows,
+                duration_ms: self.ms,
+            })
+        })
+    }
+}
+
 /// Where one partition's state is, and how its generations began.
 pub struct Place<'a> {
     pub store: &'a StateStore,
@@ -57,16 +87,17 @@ pub struct Place<'a> {
 }
 
 /// State version `version` of partition `partition` of `place`'s
-/// generation, rebuilding its start from the generation before when it
-/// has none (see the module's diagram).
+/// generation, rebuilding its start from an earlier generation when it
+/// has none (see the module's diagram), with what that rebuild read.
 pub fn load<'a>(
     states: &'a States,
     place: &'a Place<'a>,
     partition: u32,
     version: u64,
     router: &'a dyn Repartition,
-) -> BoxFuture<'a, Result<StateTable, ExecutorError>> {
+) -> BoxFuture<'a, Result<(StateTable, Rebuilt), ExecutorError>> {
     Box::pin(async move {
+        let mut rebuilt = Rebuilt::default();
         let generation = place.store.generation();
         if generation > 0 {
             let began = place
@@ -84,18 +115,19 @@ pub fn load<'a>(
                     .iter()
                     .any(|f| matches!(f, StateFile::Snapshot(v) if (start..=version).contains(v)));
                 if !has_start {
-                    gather(states, place, began, partition, start, router).await?;
+                    rebuilt = gather(states, place, began, partition, start, router).await?;
                 }
             }
         }
         let empty = states.table(place.schema.clone(), place.keys, place.stamped)?;
-        super::load(place.store, place.operator, partition, empty, version).await
+        let table = super::load(place.store, place.operator, partition, empty, version).await?;
+        Ok((table, rebuilt))
     })
 }
 
 /// Writes partition `partition`'s snapshot at `start`, the version
 /// generation `began` started from, from every partition of the
-/// generation before.
+/// generation that holds that version (see the module's header).
 async fn gather(
     states: &States,
     place: &Place<'_>,
@@ -103,9 +135,12 @@ async fn gather(
     partition: u32,
     start: u64,
     router: &dyn Repartition,
-) -> Result<(), ExecutorError> {
+) -> Result<Rebuilt, ExecutorError> {
     let started = std::time::Instant::now();
-    let store = place.store.in_generation(began.generation - 1);
+    let rescales: Vec<Rescale> = place.rescales.iter().map(Rescale::from).collect();
+    let source =
+        rebuild_source(&rescales, began.generation).map_err(ExecutorError::MalformedTask)?;
+    let store = place.store.in_generation(source.generation);
     let before = Place {
         store: &store,
         operator: place.operator,
@@ -116,8 +151,10 @@ async fn gather(
     };
     let fail = |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("rescale: {e}"));
     let mut rows = Vec::new();
-    for q in 0..began.previous_partitions {
-        let table = load(states, &before, q, start, router).await?;
+    let mut read = 0;
+    for q in 0..source.partitions {
+        let (table, inner) = load(states, &before, q, start, router).await?;
+        read += 1 + inner.partitions_read;
         let held = table.scan_stored()?;
         let routed = router.route(&table.view(&held)?, began.partitions)?;
         let keep: BooleanArray = routed.iter().map(|&p| Some(p == partition)).collect();
@@ -139,15 +176,23 @@ async fn gather(
         .store
         .write(place.operator, partition, file, bytes)
         .await?;
+    let rebuilt = Rebuilt {
+        partitions: 1,
+        partitions_read: read,
+        rows: table.len() as u64,
+        ms: started.elapsed().as_millis() as u64,
+    };
     info!(
         operator = place.operator,
         partition,
         generation = began.generation,
-        from_partitions = began.previous_partitions,
+        from_generation = source.generation,
+        from_partitions = source.partitions,
+        partitions_read = rebuilt.partitions_read,
         version = start,
-        rows = table.len(),
-        ms = started.elapsed().as_millis() as u64,
+        rows = rebuilt.rows,
+        ms = rebuilt.ms,
         "state partition rebuilt from the partitions before a rescale"
     );
-    Ok(())
+    Ok(rebuilt)
 }
