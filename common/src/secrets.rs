@@ -73,7 +73,7 @@ impl Secrets {
                     return Err(format!("{DIR_FLAG} {}: not a directory", d.display()));
                 }
                 Some(Dir {
-                    given: lexical(d),
+                    given: crate::storage::normalize(d),
                     real,
                 })
             }
@@ -133,7 +133,7 @@ impl Secrets {
                 format!("{path} has a `..` in it; name a file inside {DIR_FLAG}"),
             ));
         }
-        let at = lexical(&dir.given.join(p));
+        let at = crate::storage::normalize(&dir.given.join(p));
         let inside = |root: &Path| at.starts_with(root) && at != root;
         if !(inside(&dir.given) || inside(&dir.real)) {
             return Err(dir.outside(field, path));
@@ -215,21 +215,6 @@ impl Dir {
             self.given.display()
         )
     }
-}
-
-/// `path` with `.` dropped and `..` taken back, without the disk.
-fn lexical(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

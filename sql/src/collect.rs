@@ -21,7 +21,8 @@
 //! operator works long between them (a hash join whose filter drops most
 //! pairs loops over its whole probe side in one poll): such operators read
 //! their rows through [`yielding_input`], which hands them a slice at a
-//! time and yields before each.
+//! time and yields before each, a join's slices sized by
+//! [`join_slice_rows`] so that each compares a bounded number of pairs.
 
 use std::sync::Arc;
 
@@ -69,20 +70,36 @@ pub async fn collect_within(
     })
 }
 
-/// The most rows [`yielding_input`] hands an operator per poll: a join
-/// probing this many rows against a large build side still returns to
-/// the runtime within a fraction of a second.
-const SLICE_ROWS: usize = 1024;
+/// The most pairs of rows a join compares between two yields: its probe
+/// side is sliced so that a slice times the build side's rows stays under
+/// this, whatever the keys' fan-out. A million pairs take milliseconds in
+/// a release build, a fraction of a second in a debug one.
+const PAIRS_PER_SLICE: usize = 1 << 20;
 
-/// `batches` as a plan's input that hands out at most [`SLICE_ROWS`]
-/// rows at a time and yields the thread before each slice, so that an
-/// operator doing much work per input row returns to the runtime between
-/// slices: its task can then be cancelled, and other tasks run.
+/// The rows per slice of a join's inputs, for a build side of
+/// `build_rows`: at most [`PAIRS_PER_SLICE`] pairs per probe slice, in
+/// slices of 256 to 8,192 rows (DataFusion's batch size): a slice costs a
+/// few microseconds of its own, so a large build side with unique keys is
+/// not cut into slivers, and its bound is then 256 rows times the build.
+pub(crate) fn join_slice_rows(build_rows: usize) -> usize {
+    (PAIRS_PER_SLICE / build_rows.max(1)).clamp(256, 8192)
+}
+
+/// `batches` as a plan's input that hands out at most `slice_rows` rows
+/// at a time and yields the thread before each slice, so that an operator
+/// doing much work per input row returns to the runtime between slices:
+/// its task can then be cancelled, and other tasks run.
 pub(crate) fn yielding_input(
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
+    slice_rows: usize,
 ) -> Result<Arc<dyn ExecutionPlan>, SqlError> {
-    let slices = Arc::new(Slices { schema, batches });
+    assert!(slice_rows > 0, "slices of no rows never end");
+    let slices = Arc::new(Slices {
+        schema,
+        batches,
+        slice_rows,
+    });
     let exec = StreamingTableExec::try_new(
         slices.schema.clone(),
         vec![slices as Arc<dyn PartitionStream>],
@@ -100,6 +117,7 @@ pub(crate) fn yielding_input(
 struct Slices {
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
+    slice_rows: usize,
 }
 
 impl PartitionStream for Slices {
@@ -108,13 +126,14 @@ impl PartitionStream for Slices {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let n = self.slice_rows;
         let slices: Vec<RecordBatch> = self
             .batches
             .iter()
             .flat_map(|b| {
                 (0..b.num_rows())
-                    .step_by(SLICE_ROWS)
-                    .map(move |at| b.slice(at, SLICE_ROWS.min(b.num_rows() - at)))
+                    .step_by(n)
+                    .map(move |at| b.slice(at, n.min(b.num_rows() - at)))
             })
             .collect();
         let stream = futures::stream::iter(slices).then(|slice| async move {
@@ -197,7 +216,7 @@ mod tests {
             .unwrap()
         };
         let (a, b) = (batch(2500), batch(10));
-        let input = yielding_input(a.schema(), vec![a, b]).unwrap();
+        let input = yielding_input(a.schema(), vec![a, b], 1024).unwrap();
         let ctx = crate::session::context(None).unwrap();
         let mut stream = input.execute(0, ctx.task_ctx()).unwrap();
         let (mut sizes, mut pending) = (Vec::new(), 0);
@@ -210,5 +229,16 @@ mod tests {
         }
         assert_eq!(sizes, [1024, 1024, 452, 10]);
         assert!(pending >= sizes.len(), "{pending} yields for {sizes:?}");
+    }
+
+    #[test]
+    fn join_slices_bound_the_pairs_compared_between_yields() {
+        assert_eq!(join_slice_rows(0), 8192);
+        assert_eq!(join_slice_rows(10), 8192);
+        assert_eq!(join_slice_rows(1024), 1024);
+        assert_eq!(join_slice_rows(2_000), 524);
+        assert!(join_slice_rows(2_000) * 2_000 <= PAIRS_PER_SLICE);
+        assert_eq!(join_slice_rows(10_000), 256);
+        assert_eq!(join_slice_rows(100_000_000), 256);
     }
 }

@@ -232,11 +232,14 @@ impl StreamJoin {
         let join = hash_join(&self.node);
         let with_id = |side: usize| with_id(&self.side_schema(side));
         let (left_rows, right_rows) = (left.clone(), right.clone());
-        // Each side is read a slice at a time, yielding between slices: a
-        // probe that matches many rows per key is cancellable and leaves
-        // the executor's threads to other tasks (collect.rs).
-        let l = crate::collect::yielding_input(with_id(0), left)?;
-        let r = crate::collect::yielding_input(with_id(1), right)?;
+        // Each side is read a slice at a time, yielding between slices,
+        // each slice of the probe side compared with the build side in a
+        // bounded number of pairs: a probe that matches many rows per key
+        // is cancellable and leaves the executor's threads to other tasks
+        // (collect.rs).
+        let slice = crate::collect::join_slice_rows(rows(&left).min(rows(&right)));
+        let l = crate::collect::yielding_input(with_id(0), left, slice)?;
+        let r = crate::collect::yielding_input(with_id(1), right, slice)?;
         let built = HashJoinExecBuilder::new(l, r, join.on().to_vec(), JoinType::Inner)
             .with_filter(join.filter().cloned())
             .with_null_equality(join.null_equality())

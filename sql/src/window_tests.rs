@@ -154,3 +154,22 @@ async fn a_session_window_is_a_group_key_the_aggregation_names() {
         assert!(e.contains("session_window"), "{refused}: {e}");
     }
 }
+
+#[test]
+fn sliding_windows_past_the_task_pool_fail_naming_them_before_they_are_built() {
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+    let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1 << 20));
+    let window = super::Window::expanding(pool.clone());
+    let ts: TimestampMillisecondArray = (0..10).map(|i| Some(i * 1000)).collect();
+    // A minute by the second: 60 windows a row, 9,600 bytes.
+    let held = window.reserve(&ts, 60_000, 1000).unwrap().unwrap();
+    assert_eq!(held.size(), 600 * 16);
+    drop(held);
+    // A day by the second: 86,400 windows a row, 13.8 MB past a 1 MiB pool.
+    let e = window
+        .reserve(&ts, 86_400_000, 1000)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("864000 sliding windows of 10 rows"), "{e}");
+    assert_eq!(pool.reserved(), 0, "a refused reservation holds nothing");
+}

@@ -120,6 +120,19 @@ fn txn() -> TxnId {
 
 const DEADLINE: Duration = Duration::from_secs(5);
 
+/// Ends [`txn`] at `servers` (committing it or not) without security.
+async fn end(servers: &str, commit: bool, deadline: Duration) -> Result<TxnEnd, Error> {
+    end_transaction(
+        servers,
+        &KafkaSecurity::default(),
+        &Secrets::default(),
+        &txn(),
+        commit,
+        deadline,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn transient_answers_are_tried_again_until_the_transaction_ends() {
     // COORDINATOR_NOT_AVAILABLE, then NOT_COORDINATOR and
@@ -127,15 +140,7 @@ async fn transient_answers_are_tried_again_until_the_transaction_ends() {
     let script = Script::codes(&[15], &[16, 51]);
     let port = fake_broker(Arc::clone(&script)).await;
     let servers = format!("127.0.0.1:{port}");
-    let end = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        true,
-        DEADLINE,
-    )
-    .await;
+    let end = end(&servers, true, DEADLINE).await;
     assert_eq!(end.unwrap(), TxnEnd::Ended);
     let ended = script.ended.lock().unwrap().clone();
     assert_eq!(ended, vec![("q/sink-3".to_string(), 12, 4, true); 3]);
@@ -155,15 +160,7 @@ async fn the_coordinator_may_be_another_broker() {
         .unwrap()
         .port();
     let servers = format!("127.0.0.1:{down},127.0.0.1:{port}");
-    let end = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        false,
-        DEADLINE,
-    )
-    .await;
+    let end = end(&servers, false, DEADLINE).await;
     assert_eq!(end.unwrap(), TxnEnd::Ended);
     assert!(bootstrap.ended.lock().unwrap().is_empty());
     assert!(!coordinator.ended.lock().unwrap()[0].3, "an abort");
@@ -176,15 +173,7 @@ async fn a_server_that_accepts_but_never_answers_costs_one_attempt() {
     let port = fake_broker(Script::codes(&[], &[])).await;
     let servers = format!("127.0.0.1:{hung_port},127.0.0.1:{port}");
     let started = std::time::Instant::now();
-    let end = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        true,
-        Duration::from_secs(2),
-    )
-    .await;
+    let end = end(&servers, true, Duration::from_secs(2)).await;
     assert_eq!(end.unwrap(), TxnEnd::Ended);
     assert!(started.elapsed() < Duration::from_millis(1500));
     drop(hung);
@@ -195,15 +184,7 @@ async fn a_newer_epoch_or_no_transaction_is_fenced() {
     for code in [47, 48, 90] {
         let port = fake_broker(Script::codes(&[], &[code])).await;
         let servers = format!("127.0.0.1:{port}");
-        let end = end_transaction(
-            &servers,
-            &KafkaSecurity::default(),
-            &Secrets::default(),
-            &txn(),
-            true,
-            DEADLINE,
-        )
-        .await;
+        let end = end(&servers, true, DEADLINE).await;
         assert_eq!(end.unwrap(), TxnEnd::Fenced { code });
     }
 }
@@ -213,16 +194,7 @@ async fn other_codes_fail_at_once_naming_the_code_the_id_and_the_servers() {
     let port = fake_broker(Script::codes(&[], &[49])).await;
     let servers = format!("127.0.0.1:{port}");
     let started = std::time::Instant::now();
-    let err = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        true,
-        DEADLINE,
-    )
-    .await
-    .unwrap_err();
+    let err = end(&servers, true, DEADLINE).await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(1), "not retried");
     assert!(!err.is_retryable(), "{err}");
     let text = err.to_string();
@@ -241,16 +213,9 @@ async fn a_coordinator_that_stays_away_is_retryable_at_the_deadline() {
     let port = fake_broker(Script::codes(&[], &[16; 1000])).await;
     let servers = format!("127.0.0.1:{port}");
     let started = std::time::Instant::now();
-    let err = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        true,
-        Duration::from_millis(400),
-    )
-    .await
-    .unwrap_err();
+    let err = end(&servers, true, Duration::from_millis(400))
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     assert!(took < Duration::from_millis(900), "{took:?}");
     assert!(err.is_retryable(), "{err}");
@@ -265,16 +230,7 @@ async fn a_broker_without_end_txn_is_not_retried() {
     });
     let port = fake_broker(script).await;
     let servers = format!("127.0.0.1:{port}");
-    let err = end_transaction(
-        &servers,
-        &KafkaSecurity::default(),
-        &Secrets::default(),
-        &txn(),
-        true,
-        DEADLINE,
-    )
-    .await
-    .unwrap_err();
+    let err = end(&servers, true, DEADLINE).await.unwrap_err();
     assert!(
         matches!(&err, Error::Kafka { retryable: false, reason, .. } if reason.contains("EndTxn")),
         "{err}"

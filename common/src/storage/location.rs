@@ -168,7 +168,7 @@ pub fn check_sink_location(location: &str) -> Result<(), String> {
 }
 
 /// `path` with `.` dropped and each `..` taking away the component before it.
-pub(super) fn normalize(path: &std::path::Path) -> PathBuf {
+pub(crate) fn normalize(path: &std::path::Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

@@ -32,6 +32,7 @@ mod stores;
 mod visible;
 pub use allowed::{AllowedPaths, overlap_resolved};
 pub use counted::RequestCounts;
+pub(crate) use location::normalize;
 pub use location::{Location, check_sink_location, locations_overlap, validate_location};
 pub use object_store::path::Path;
 pub use read::FileMeta;

@@ -80,6 +80,19 @@ async fn connect_refused(broker: &Broker, security: &KafkaSecurity, secrets: &[&
     refusal(err, started, servers, secrets)
 }
 
+/// A client of `broker` with the broker's own security settings.
+async fn connect(broker: &Broker) -> Kafka {
+    Kafka::connect_secure(
+        &broker.servers(),
+        broker.security(),
+        broker.secrets(),
+        FIELD,
+        DEADLINE,
+    )
+    .await
+    .unwrap()
+}
+
 /// `end_transaction` on `broker` with `security` fails without retrying;
 /// its text.
 async fn end_refused(broker: &Broker, security: &KafkaSecurity, secrets: &[&str]) -> String {
@@ -118,15 +131,7 @@ async fn tls_with_the_ca_lists_writes_and_reads() {
     let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), false).await;
     let servers = broker.servers();
-    let kafka = Kafka::connect_secure(
-        &servers,
-        broker.security(),
-        broker.secrets(),
-        FIELD,
-        DEADLINE,
-    )
-    .await
-    .unwrap();
+    let kafka = connect(&broker).await;
     assert_eq!(kafka.security(), broker.security());
     write_and_read(&kafka, "over-tls", 25).await;
 
@@ -206,17 +211,8 @@ async fn mutual_tls_presents_the_client_certificate() {
     let cluster = Cluster::new("kafka-mtls");
     let pki = KafkaPki::new(secrets_dir(&cluster).join("pki"));
     let broker = Broker::start_secured(&cluster, &[], Some(&pki), true).await;
-    let servers = broker.servers();
     assert!(broker.security().ssl_certificate.is_some());
-    let kafka = Kafka::connect_secure(
-        &servers,
-        broker.security(),
-        broker.secrets(),
-        FIELD,
-        DEADLINE,
-    )
-    .await
-    .unwrap();
+    let kafka = connect(&broker).await;
     write_and_read(&kafka, "over-mtls", 5).await;
     let text = end_refused(&broker, broker.security(), &[]).await;
     assert!(

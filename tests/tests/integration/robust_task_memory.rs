@@ -140,15 +140,19 @@ async fn heavy_tasks_keep_heartbeats_on_time_and_stop_within_a_second() {
     let sink = cluster.sink_path("heavy");
     // Every row of a matches a quarter of b's by key, and about one pair
     // in 5,000 passes the filter: seconds of matching per batch in each of
-    // the two state partitions, with a modest output.
+    // the two state partitions, with a modest output. A batch holds at
+    // most 20,000 new rows however late it starts, so the work between
+    // two yields stays the same on a loaded machine.
     let on = "a.value % 4 = b.value % 4 AND (a.value + b.value) % 10007 = 0";
-    let spec = join_spec("heavy", &sink, 20_000, on, "state_partitions: 2\n");
+    let extra = "state_partitions: 2\nmax_rows_per_batch: 20000\n";
+    let spec = join_spec("heavy", &sink, 20_000, on, extra);
     client.submit(&spec).await.expect("submit");
     client
         .wait_committed("heavy", 1, Duration::from_secs(60))
         .await;
 
-    // Until both slots have been busy for two seconds in a row, the
+    // Until the executor has used most of a core for two seconds in a row
+    // (its two tasks match, on a machine other tests share), the
     // heartbeats are watched.
     let mut busy_since: Option<Instant> = None;
     let mut oldest_heartbeat = 0;
@@ -163,7 +167,7 @@ async fn heavy_tasks_keep_heartbeats_on_time_and_stop_within_a_second() {
         let (now, cpu) = (Instant::now(), cpu_time(pid));
         let cores = (cpu - used).as_secs_f64() / (now - at).as_secs_f64();
         (at, used) = (now, cpu);
-        busy_since = match cores >= 1.5 {
+        busy_since = match cores >= 0.8 {
             true => busy_since.or(Some(now)),
             false => None,
         };
