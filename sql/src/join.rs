@@ -231,13 +231,13 @@ impl StreamJoin {
     ) -> Result<Matches, SqlError> {
         let join = hash_join(&self.node);
         let with_id = |side: usize| with_id(&self.side_schema(side));
-        let (left_rows, right_rows) = (left.clone(), right.clone());
+        let (left_rows, right_rows) = (rows(&left), rows(&right));
         // Each side is read a slice at a time, yielding between slices,
         // each slice of the probe side compared with the build side in a
         // bounded number of pairs: a probe that matches many rows per key
         // is cancellable and leaves the executor's threads to other tasks
         // (collect.rs).
-        let slice = crate::collect::join_slice_rows(rows(&left).min(rows(&right)));
+        let slice = crate::collect::join_slice_rows(left_rows.min(right_rows));
         let l = crate::collect::yielding_input(with_id(0), left, slice)?;
         let r = crate::collect::yielding_input(with_id(1), right, slice)?;
         let built = HashJoinExecBuilder::new(l, r, join.on().to_vec(), JoinType::Inner)
@@ -250,7 +250,7 @@ impl StreamJoin {
         // new rows of a batch rather than the kept ones. The swapped join
         // restores the column order; which side builds is a function of
         // the row counts, so a retry matches in the same order.
-        let inner: Arc<dyn ExecutionPlan> = if rows(&left_rows) > rows(&right_rows) {
+        let inner: Arc<dyn ExecutionPlan> = if left_rows > right_rows {
             built
                 .swap_inputs(PartitionMode::CollectLeft)
                 .map_err(SqlError::from_planning)?
