@@ -10,6 +10,7 @@ use sluice_common::storage::Stores;
 use super::*;
 use crate::state::codec;
 use crate::state::table::Change;
+use sluice_plan::DEDUP;
 
 const COUNTS: &str =
     "SELECT value % 10 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY value % 10";
