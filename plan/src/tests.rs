@@ -5,6 +5,15 @@ use super::*;
 
 const RATE: &str = "{rate: {partitions: 1, rows_per_second: 10}}";
 
+/// An aggregation without a window feeding another.
+const CHAIN: &str = "SELECT n, count(*) AS c FROM (SELECT value % 10 AS k, count(*) AS n \
+                     FROM input GROUP BY value % 10) GROUP BY n";
+
+/// The plan of [`CHAIN`] with the spec's `extra` fields.
+async fn chain_with(extra: &str) -> Result<Vec<StatefulOp>, PlanError> {
+    plan_of(&format!("source: {RATE}\nsql: \"{CHAIN}\"\n{extra}")).await
+}
+
 fn spec(extra: &str) -> QuerySpec {
     let yaml = format!("name: q\nsink:\n  files:\n    path: /tmp/out\n{extra}");
     QuerySpec::parse(&yaml).unwrap()
@@ -78,13 +87,9 @@ async fn an_aggregation_without_a_window_expires_its_keys_with_a_ttl() {
 
 #[tokio::test]
 async fn an_aggregation_feeds_the_next_its_changes_and_neither_expires() {
-    let sql = "SELECT n, count(*) AS c FROM (SELECT value % 10 AS k, count(*) AS n \
-               FROM input GROUP BY value % 10) GROUP BY n";
-    let ops = plan_of(&format!(
-        "source: {RATE}\nsql: \"{sql}\"\noutput_mode: complete\nstate_ttl_ms: 1000\n"
-    ))
-    .await
-    .unwrap();
+    let ops = chain_with("output_mode: complete\nstate_ttl_ms: 1000\n")
+        .await
+        .unwrap();
     let (first, second) = (ops[0].name.clone(), ops[1].name.clone());
     assert_ne!(first, second, "each operator its own state directory");
     let emits = Operator::Aggregate(OutputMode::Complete, pb::Changes::Emit);
@@ -124,13 +129,7 @@ async fn a_windowed_aggregation_feeds_the_next_final_rows_in_append_mode() {
 
 #[tokio::test]
 async fn an_aggregation_that_feeds_another_in_append_mode_is_refused_naming_both() {
-    let sql = "SELECT n, count(*) AS c FROM (SELECT value % 10 AS k, count(*) AS n \
-               FROM input GROUP BY value % 10) GROUP BY n";
-    let err = plan_of(&format!(
-        "source: {RATE}\nsql: \"{sql}\"\noutput_mode: append\n"
-    ))
-    .await
-    .unwrap_err();
+    let err = chain_with("output_mode: append\n").await.unwrap_err();
     let PlanError::Invalid(why) = err else {
         panic!("{err:?}")
     };
