@@ -622,7 +622,10 @@ mod tests {
         assert_eq!(q.batches(Log::Commits).await.unwrap(), vec![1, 2, 10]);
         assert_eq!(q.latest(Log::Offsets).await.unwrap(), None);
         std::fs::write(
-            dir.path().join("queries/q/commits").join(padded(11)),
+            dir.path()
+                .join(QUERIES_DIR)
+                .join("q")
+                .join(Log::Commits.entry(11)),
             b"{trunc",
         )
         .unwrap();
