@@ -213,6 +213,20 @@ mod tests {
             Log::Offsets.entry_in(Some("orders"), 1),
             Log::Offsets.entry(1)
         );
+        assert_eq!(Record::Failed.rel(), "failed");
+        assert_eq!(
+            Log::Transactions.entry(2),
+            "transactions/00000000000000000002"
+        );
+        assert_eq!(Log::Rescales.entry(1), "rescales/00000000000000000001");
+        assert_eq!(
+            Record::KafkaStart.rel_in(Some("clicks")),
+            "inputs/clicks/kafka"
+        );
+        assert_eq!(
+            (STATE_DIR, SHUFFLE_DIR, EPOCHS_DIR),
+            ("state", "shuffle", "epochs")
+        );
         assert_eq!(query_location("s3://b/ckpt/", "q"), "s3://b/ckpt/queries/q");
         assert_eq!(query_location("/data/ckpt", "q"), "/data/ckpt/queries/q");
     }
