@@ -1,27 +1,8 @@
 //! The checkpoint of each query, on shared storage.
 //!
-//! ```text
-//! <root>/queries/<name>/
-//!   metadata        {"id", "name", "created_ms", "epoch"}     create-only
-//!   spec.json       the spec as submitted                      create-only
-//!   stopped         exists once the user has stopped it        create-only
-//!   failed          why it FAILED, until resubmitted            create-only, removed on resubmit
-//!   offsets/<N>     the plan of batch N                        create-only
-//!   commits/<N>     what batch N committed                     create-only
-//!   progress/<N>    the progress batch N reported              create-only
-//!   sources/rate    the rate source's start time               create-only
-//!   sources/nexmark the Nexmark source's start time            create-only
-//!   sources/schema  the input schema, fixed at submit           create-only
-//!   sources/tables  each static table's schema, fixed at submit create-only
-//!   sources/files/<N> the files batch N of a file source read   create-only
-//!   rescales/<G>    a restart with other state partitions       create-only
-//!                   (state generation G; see `checkpoint/rescale.rs`)
-//! <root>/epochs/<E> the standalone driver's epoch claims       create-only (see crate::epochs)
-//! ```
-//!
-//! `N` and `E` are zero-padded to 20 digits so that a listing's lexical
-//! order is the numeric order. Every record carries a `version` field, and
-//! every decode error names the file.
+//! Its files, and the state files under it, are drawn in one table:
+//! `checkpoint/layout.rs`'s header. Every record carries a `version`
+//! field, and every decode error names the file.
 //!
 //! Only this module spells these paths (`checkpoint/layout.rs`): callers name a file as
 //! a [`Record`] or as a [`Log`] entry, through [`QueryCheckpoint`]'s typed
@@ -44,7 +25,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::spec::QuerySpec;
 use crate::storage::{Created, Storage, Stores};
-pub use layout::{Log, QUERIES_DIR, Record, query_location};
+pub use layout::{
+    EPOCHS_DIR, INPUTS_DIR, Log, QUERIES_DIR, Record, SHUFFLE_DIR, STATE_DIR, query_location,
+};
 pub use offsets::{
     FileRange, Inputs, KafkaRange, OffsetRecord, SourceFile, SourceOffsets, TableFile,
 };
@@ -639,7 +622,10 @@ mod tests {
         assert_eq!(q.batches(Log::Commits).await.unwrap(), vec![1, 2, 10]);
         assert_eq!(q.latest(Log::Offsets).await.unwrap(), None);
         std::fs::write(
-            dir.path().join("queries/q/commits").join(padded(11)),
+            dir.path()
+                .join(QUERIES_DIR)
+                .join("q")
+                .join(Log::Commits.entry(11)),
             b"{trunc",
         )
         .unwrap();

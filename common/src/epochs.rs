@@ -13,7 +13,7 @@ use crate::checkpoint::{Checkpoint, RECORD_VERSION, decode, encode, padded};
 use crate::error::{Error, Result};
 use crate::storage::Created;
 
-const DIR: &str = "epochs";
+const DIR: &str = crate::checkpoint::EPOCHS_DIR;
 
 /// The content of `epochs/<E>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,14 +2,9 @@
 //! directory, and the pure decisions over them: which files rebuild a
 //! state version, and which ones retention may delete.
 //!
-//! ```text
-//! <checkpoint>/queries/<name>/
-//!   shuffle/<N>/<map>.arrow                       one file per map task, one IPC stream per bucket
-//!   shuffle/<N>/<op + 1>-<partition>.arrow        a reduce task's output for the operator it feeds
-//!   state/<operator>/<partition>/<N>.delta        the rows batch N changed or removed
-//!   state/<operator>/<partition>/<N>.snapshot     the whole state after batch N
-//!   state/<operator>/g<G>/<partition>/…           the same, in state generation G ≥ 1
-//! ```
+//! Their layout (`shuffle/<N>/…`, `state/<operator>/[g<G>/]<partition>/<N>.delta`
+//! and `.snapshot`) is drawn in the checkpoint layout's table
+//! (`checkpoint/layout.rs`).
 //!
 //! A restart with other state partitions begins a new state generation
 //! (see [`Rescale`]); each generation's files are its own, so that no
@@ -24,7 +19,7 @@ pub mod identity;
 
 use bytes::Bytes;
 
-use crate::checkpoint::{padded, parse_padded};
+use crate::checkpoint::{SHUFFLE_DIR, STATE_DIR, padded, parse_padded};
 use crate::error::{Error, Result};
 use crate::storage::{Created, Path, Storage, Stores};
 
@@ -253,12 +248,12 @@ impl StateStore {
             0 => format!("{writer:05}.arrow"),
             s => format!("{s}-{writer:05}.arrow"),
         };
-        Path::from_iter(["shuffle", &padded(batch), &name])
+        Path::from_iter([SHUFFLE_DIR, &padded(batch), &name])
     }
 
     fn dir(&self, operator: &str, partition: u32) -> Path {
         let dir = self.operator_dir(operator);
-        let mut path = Path::from("state");
+        let mut path = Path::from(STATE_DIR);
         for part in dir.split('/') {
             path = path.join(part);
         }
@@ -294,7 +289,7 @@ impl StateStore {
 
     /// Deletes batch `batch`'s shuffle files (after `commits/N`).
     pub async fn remove_shuffle(&self, batch: u64) -> Result<usize> {
-        let dir = Path::from_iter(["shuffle", &padded(batch)]);
+        let dir = Path::from_iter([SHUFFLE_DIR, &padded(batch)]);
         let files = self.storage.list_files(&dir).await?;
         for f in &files {
             self.storage.delete(&f.location).await?;
@@ -304,7 +299,7 @@ impl StateStore {
 
     /// The batches that still have shuffle files.
     pub async fn shuffled_batches(&self) -> Result<Vec<u64>> {
-        let dirs = self.storage.list_dirs(&Path::from("shuffle")).await?;
+        let dirs = self.storage.list_dirs(&Path::from(SHUFFLE_DIR)).await?;
         Ok(dirs.iter().filter_map(|d| d.parse().ok()).collect())
     }
 

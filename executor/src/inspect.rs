@@ -6,7 +6,7 @@
 //! as a reduce task rebuilds it.
 //!
 //! ```text
-//!  spec + input schemas ─► sluice_sql::check ─► operator names (as the driver's stages.rs)
+//!  spec + input schemas ─► sluice_sql::check ─► sluice_plan::plan ─► operators (as the driver's)
 //!                       └► Graph::plan ─► Operator::plan ─► state_schema (as reduce.rs)
 //!  state/<op>/[g<G>/]<p>/… at version N ─► rescale::load, one partition at a time ─► scan ─► rows
 //! ```
@@ -21,10 +21,11 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_common::checkpoint::{QueryCheckpoint, Record, SchemaRecord, TablesRecord};
-use sluice_common::spec::{OutputMode, QuerySpec, SourceSpec};
+use sluice_common::spec::{QuerySpec, SourceSpec};
 use sluice_common::state::StateStore;
 use sluice_proto as pb;
-use sluice_sql::{Graph, Kind, OpInfo};
+use sluice_proto::task_assignment::Work;
+use sluice_sql::Graph;
 
 use crate::error::ExecutorError;
 use crate::operator::{Aggregate, Dedup, Join, Operator, TopN};
@@ -32,10 +33,6 @@ use crate::stage::Assigned;
 use crate::state::States;
 use crate::state::local::LocalConfig;
 use crate::state::rescale::{self, Place, Repartition};
-
-/// The state directory of a query's `dedup` (the name the driver's
-/// stages.rs gives its one operator).
-pub const DEDUP: &str = "dedup";
 
 /// The memory of the local store a state is rebuilt in: the rows read
 /// are in memory anyway, this is only the store's cache.
@@ -56,7 +53,7 @@ pub struct StateOperator {
     /// How many leading columns of a state row are its key.
     pub keys: usize,
     /// Whether its rows are stored with the time of their last upsert
-    /// (its keys expire: the driver's choice, see [`expires`]).
+    /// (its keys expire: [`sluice_plan::StatefulOp::ttl`]).
     pub stamped: bool,
     /// How its rows move between partitions, for a state generation
     /// rebuilt from the one before (see `crate::state::rescale`).
@@ -140,7 +137,9 @@ pub async fn operators(
 ) -> Result<Vec<StateOperator>, ExecutorError> {
     let budget = sluice_sql::guard::DEFAULT_BUDGET;
     let checked = sluice_sql::check(spec.sql(), &inputs.streams, &inputs.tables, budget).await?;
-    if spec.dedup.is_none() && checked.ops.is_empty() {
+    let ops = sluice_plan::plan(spec, &checked)
+        .map_err(|e| ExecutorError::TaskPanicked(format!("the query's state operators: {e}")))?;
+    if ops.is_empty() {
         return Ok(Vec::new());
     }
     let plan = pb::TaskPlan {
@@ -179,83 +178,25 @@ pub async fn operators(
     )
     .await?;
     let task = task(spec);
-    let mode = OutputMode::effective(spec.output_mode, true)
-        .to_proto()
-        .into();
-    if let Some(d) = &spec.dedup {
-        let work = pb::DedupWork {
-            state: None,
-            dedup: Some(pb::Dedup {
-                columns: d.columns.clone(),
-                within_ms: d.within_ms,
-            }),
-        };
-        let op = state_of::<Dedup>(DEDUP, &task, &work, &assigned, (&graph, 0)).await?;
-        return Ok(vec![op]);
-    }
-    let mut out = Vec::with_capacity(checked.ops.len());
-    for (i, info) in checked.ops.iter().enumerate() {
+    let mut out = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
         let at = (&graph, i);
-        let name = info.name.as_str();
-        let mut op = match info.kind {
-            Kind::Aggregate => {
-                let changes = match reads_changes(&checked.ops, i, spec.has_watermark()) {
-                    true => pb::Changes::Read,
-                    false => pb::Changes::None,
-                };
-                let work = pb::AggregateWork {
-                    state: None,
-                    output_mode: mode,
-                    changes: changes.into(),
-                };
-                state_of::<Aggregate>(name, &task, &work, &assigned, at).await?
-            }
-            Kind::Join => state_of::<Join>(name, &task, &Default::default(), &assigned, at).await?,
-            Kind::TopN => {
-                let work = pb::TopNWork {
-                    state: None,
-                    output_mode: mode,
-                };
-                state_of::<TopN>(name, &task, &work, &assigned, at).await?
+        let name = op.name.as_str();
+        let mut state = match op.operator.work(None) {
+            Work::Aggregate(w) => state_of::<Aggregate>(name, &task, &w, &assigned, at).await?,
+            Work::Dedup(w) => state_of::<Dedup>(name, &task, &w, &assigned, at).await?,
+            Work::Join(w) => state_of::<Join>(name, &task, &w, &assigned, at).await?,
+            Work::TopN(w) => state_of::<TopN>(name, &task, &w, &assigned, at).await?,
+            Work::Map(_) | Work::ShuffleMap(_) => {
+                return Err(ExecutorError::TaskPanicked(format!(
+                    "operator `{name}` has no reduce task's work"
+                )));
             }
         };
-        op.stamped = spec.state_ttl_ms.is_some() && expires(&checked.ops, i, spec.has_watermark());
-        out.push(op);
+        state.stamped = op.ttl;
+        out.push(state);
     }
     Ok(out)
-}
-
-/// Whether operator `i` of `ops` keeps its keys with the time of their
-/// last upsert, so that they expire (the spec's `state_ttl_ms`): the
-/// driver's choice (`expires` in driver/src/query/check.rs) for a query
-/// that its submit accepted. An aggregation without a window that neither
-/// emits nor reads changes (it feeds no other operator: one that does,
-/// without a window, emits its changes), and a join without a bound.
-fn expires(ops: &[OpInfo], i: usize, watermark: bool) -> bool {
-    let op = &ops[i];
-    match op.kind {
-        Kind::Aggregate => {
-            !op.windowed
-                && !op.session
-                && op.consumer.is_none()
-                && !reads_changes(ops, i, watermark)
-        }
-        Kind::Join => op.join.as_ref().is_none_or(|j| j.bound.is_none()),
-        Kind::TopN => false,
-    }
-}
-
-/// Whether aggregation `i` of `ops` reads another aggregation's changes,
-/// which makes its state the multiset of its input rows: the driver's
-/// choice (`feed` in driver/src/query/check.rs) for a query that its
-/// submit accepted. An aggregation feeds the next one its changes unless
-/// it groups by an event-time window and the query has a watermark.
-fn reads_changes(ops: &[OpInfo], i: usize, watermark: bool) -> bool {
-    ops.iter().any(|o| {
-        o.consumer.is_some_and(|(c, _)| c == i)
-            && o.kind == Kind::Aggregate
-            && !(o.windowed && watermark)
-    })
 }
 
 /// A reduce task of `spec`'s query as far as planning its operators reads

@@ -3,13 +3,14 @@
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Int64Array, RecordBatch};
-use sluice_common::checkpoint::Checkpoint;
+use sluice_common::checkpoint::{Checkpoint, query_location};
 use sluice_common::state::{StateFile, StateStore};
 use sluice_common::storage::Stores;
 
 use super::*;
 use crate::state::codec;
 use crate::state::table::Change;
+use sluice_plan::DEDUP;
 
 const COUNTS: &str =
     "SELECT value % 10 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY value % 10";
@@ -123,7 +124,7 @@ async fn the_state_of_a_version_is_every_partitions_rows() {
     let spec = spec(&format!("sql: \"{COUNTS}\"\n"));
     let op = operators_of(&spec).await.remove(0);
     let dir = tempfile::tempdir().unwrap();
-    let location = format!("{}/queries/q", dir.path().display());
+    let location = query_location(&dir.path().display().to_string(), "q");
     let store = StateStore::open(&Stores::default(), &location).unwrap();
     let two = Lineage {
         partitions: 2,
@@ -184,7 +185,7 @@ async fn restarts_without_a_batch_between_are_rebuilt_from_the_generation_that_c
     let spec = spec(&format!("sql: \"{COUNTS}\"\n"));
     let op = operators_of(&spec).await.remove(0);
     let dir = tempfile::tempdir().unwrap();
-    let location = format!("{}/queries/q", dir.path().display());
+    let location = query_location(&dir.path().display().to_string(), "q");
     let store = StateStore::open(&Stores::default(), &location).unwrap();
     for (p, keys) in [(0u32, 0..3i64), (1, 3..5)] {
         write_first_delta(&store, &op, p, keys, |k| k + 1, None).await;
@@ -244,7 +245,7 @@ async fn a_ttl_stamps_an_aggregation_and_a_rescale_keeps_its_stamps() {
     assert!(!ops[0].stamped, "{ops:?}");
 
     let dir = tempfile::tempdir().unwrap();
-    let location = format!("{}/queries/q", dir.path().display());
+    let location = query_location(&dir.path().display().to_string(), "q");
     let store = StateStore::open(&Stores::default(), &location).unwrap();
     let states = States::default();
     let stored = states.table(op.schema.clone(), op.keys, true).unwrap();

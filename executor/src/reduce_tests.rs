@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use sluice_common::checkpoint::STATE_DIR;
 use sluice_proto::task_result::Outcome;
 use sluice_proto::{
     AggregateWork, OperatorSide, OperatorSides, RateTask, ShuffleMapWork, ShuffleRange, SinkFormat,
@@ -193,7 +194,7 @@ async fn update_mode_emits_the_changed_groups_with_their_running_values() {
     // batch 2 ran.
     caches.background.close();
     caches.background.wait().await;
-    let snapshots = files(&ckpt.join("state"))
+    let snapshots = files(&ckpt.join(STATE_DIR))
         .into_keys()
         .filter(|k| k.ends_with(".snapshot"))
         .count();

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sluice_common::checkpoint::{FileLogEntry, OffsetRecord};
+use sluice_common::checkpoint::{FileLogEntry, Log, OffsetRecord, QUERIES_DIR};
 use sluice_common::storage::Stores;
 use sluice_common::verify::{Report, verify_sink};
 
@@ -27,15 +27,15 @@ pub async fn assert_exactly_once_at(stores: &Stores, location: &str, total: u64)
     report
 }
 
-/// `<root>/queries/<query>`.
+/// `<root>/queries/<query>` ([`QUERIES_DIR`]).
 pub fn query_dir(checkpoint_root: &Path, query: &str) -> PathBuf {
-    checkpoint_root.join("queries").join(query)
+    checkpoint_root.join(QUERIES_DIR).join(query)
 }
 
-/// The entries of a query's log (`"offsets"` or `"commits"`) as
-/// `(batch id, path)`, in batch order. Temporary files are skipped.
-pub fn log_entries(checkpoint_root: &Path, query: &str, log: &str) -> Vec<(u64, PathBuf)> {
-    let dir = query_dir(checkpoint_root, query).join(log);
+/// The entries of a query's log as `(batch id, path)`, in batch order.
+/// Temporary files are skipped.
+pub fn log_entries(checkpoint_root: &Path, query: &str, log: Log) -> Vec<(u64, PathBuf)> {
+    let dir = query_dir(checkpoint_root, query).join(log.dir());
     let mut out: Vec<(u64, PathBuf)> = match std::fs::read_dir(&dir) {
         Ok(rd) => rd
             .filter_map(Result::ok)
@@ -55,17 +55,16 @@ pub fn log_entries(checkpoint_root: &Path, query: &str, log: &str) -> Vec<(u64, 
 }
 
 /// The highest batch id in a log, with its path.
-pub fn latest_entry(checkpoint_root: &Path, query: &str, log: &str) -> Option<(u64, PathBuf)> {
+pub fn latest_entry(checkpoint_root: &Path, query: &str, log: Log) -> Option<(u64, PathBuf)> {
     log_entries(checkpoint_root, query, log).pop()
 }
 
-/// Every record of a query's log (`"offsets"`, `"commits"`,
-/// `"sources/files"`) decoded as `T`, with its batch id, in batch order.
+/// Every record of a query's log decoded as `T`, with its batch id, in batch order.
 /// Panics on a record that cannot be read or decoded.
 pub fn log_records<T: serde::de::DeserializeOwned>(
     checkpoint_root: &Path,
     query: &str,
-    log: &str,
+    log: Log,
 ) -> Vec<(u64, T)> {
     log_entries(checkpoint_root, query, log)
         .into_iter()
@@ -81,7 +80,7 @@ pub fn log_records<T: serde::de::DeserializeOwned>(
 
 /// The plans `offsets/N` of `query` still on disk, in batch order.
 pub fn offset_records(checkpoint_root: &Path, query: &str) -> Vec<OffsetRecord> {
-    log_records::<OffsetRecord>(checkpoint_root, query, "offsets")
+    log_records::<OffsetRecord>(checkpoint_root, query, Log::Offsets)
         .into_iter()
         .map(|(id, r)| {
             assert_eq!(r.batch_id, id, "offsets/{id} holds batch {}", r.batch_id);
@@ -93,7 +92,7 @@ pub fn offset_records(checkpoint_root: &Path, query: &str) -> Vec<OffsetRecord> 
 /// The file source's log `sources/files/N` of `query` (never purged): the
 /// files each batch took, as `(N, file names)`, in batch order.
 pub fn file_log(checkpoint_root: &Path, query: &str) -> Vec<(u64, Vec<String>)> {
-    log_records::<FileLogEntry>(checkpoint_root, query, "sources/files")
+    log_records::<FileLogEntry>(checkpoint_root, query, Log::SourceFiles)
         .into_iter()
         .map(|(id, e)| {
             assert_eq!(
@@ -115,7 +114,7 @@ pub fn commit_epochs(checkpoint_root: &Path, query: &str) -> Vec<(u64, u64)> {
         batch_id: u64,
         epoch: u64,
     }
-    log_records::<Commit>(checkpoint_root, query, "commits")
+    log_records::<Commit>(checkpoint_root, query, Log::Commits)
         .into_iter()
         .map(|(id, r)| {
             assert_eq!(r.batch_id, id, "commits/{id} holds batch_id {}", r.batch_id);

@@ -3,6 +3,7 @@
 //! sink manifest) as it appears, with its epoch and the time it was
 //! written, so that a test can time a failover and prove fencing.
 
+use sluice_common::checkpoint::Log;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -108,7 +109,7 @@ impl Ha {
         let mut watch = Watch::query(&cluster.checkpoint_root(), query).with_sink(&sink);
         let third = watch
             .wait_for(Duration::from_secs(30), |r| {
-                r.log == "commits" && r.batch >= 3
+                r.log == Log::Commits.dir() && r.batch >= 3
             })
             .await
             .expect("commits/3 within 30 s");
@@ -226,8 +227,8 @@ impl Watch {
         let dir = query_dir(checkpoint_root, query);
         Watch {
             dirs: vec![
-                ("offsets".into(), dir.join("offsets")),
-                ("commits".into(), dir.join("commits")),
+                (Log::Offsets.dir().into(), dir.join(Log::Offsets.dir())),
+                (Log::Commits.dir().into(), dir.join(Log::Commits.dir())),
             ],
             seen: BTreeSet::new(),
             records: Vec::new(),
@@ -289,7 +290,7 @@ impl Watch {
 
     /// Waits for the first commit under an epoch above `epoch`.
     pub async fn commit_after_epoch(&mut self, epoch: u64, timeout: Duration) -> Option<Record> {
-        self.wait_for(timeout, |r| r.log == "commits" && r.epoch > epoch)
+        self.wait_for(timeout, |r| r.log == Log::Commits.dir() && r.epoch > epoch)
             .await
     }
 
@@ -304,7 +305,7 @@ impl Watch {
     /// as the batch grows (this sees records that were purged since).
     pub fn assert_commit_epochs_non_decreasing(&self) {
         let commits: Vec<(u64, u64)> = self
-            .of("commits")
+            .of(Log::Commits.dir())
             .iter()
             .map(|r| (r.batch, r.epoch))
             .collect();
@@ -349,8 +350,8 @@ fn read_record(log: &str, batch: u64, path: &Path) -> Option<Record> {
 pub async fn wait_batch_in_flight(root: &Path, query: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        let offsets = log_entries(root, query, "offsets").last().map(|e| e.0);
-        let commits = log_entries(root, query, "commits").last().map(|e| e.0);
+        let offsets = log_entries(root, query, Log::Offsets).last().map(|e| e.0);
+        let commits = log_entries(root, query, Log::Commits).last().map(|e| e.0);
         if offsets.is_some() && offsets > commits {
             return true;
         }

@@ -5,6 +5,7 @@
 //! The oracle is independent of Sluice's execution: a default DataFusion
 //! session, one in-memory table holding every input row, one query.
 
+use sluice_common::checkpoint::Record;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub fn rate_input(start_ms: i64, rows_per_second: u64, total: u64) -> Vec<Record
 
 /// The rate source's start, from the query's checkpoint.
 pub fn rate_start_ms(checkpoint_root: &Path, query: &str) -> i64 {
-    let path = crate::check::query_dir(checkpoint_root, query).join("sources/rate");
+    let path = crate::check::query_dir(checkpoint_root, query).join(Record::RateStart.rel());
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: serde_json::Value = serde_json::from_slice(&bytes).expect("sources/rate is JSON");
     v["start_ms"].as_i64().expect("sources/rate has start_ms")

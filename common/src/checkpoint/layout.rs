@@ -1,11 +1,57 @@
-//! Where each of a query's checkpoint files is, by name: the one place
-//! that spells the layout drawn in [`super`]'s header. Everything else
-//! names a file as a [`Record`] or a [`Log`] entry.
+//! The checkpoint layout: where each of a query's checkpoint files is,
+//! by name. This table is the one description of the layout; this file
+//! and [`crate::state`] (state and shuffle files) are the places that
+//! spell its paths. Everything else names a file as a [`Record`], a
+//! [`Log`] entry or through these constants.
+//!
+//! ```text
+//! <checkpoint-root>/
+//!   epochs/<E>                  a standalone driver's epoch claim (id, address)   create-only (crate::epochs)
+//!   queries/<name>/
+//!     metadata                  {"id", "name", "created_ms", "epoch"}; written last at submit   create-only
+//!     spec.json                 the spec as submitted                             create-only
+//!     stopped                   exists once the user has stopped it               create-only
+//!     failed                    why it FAILED, until it is resubmitted            create-only, removed on resubmit
+//!     offsets/<N>               the plan of batch N (the write-ahead log)         create-only
+//!     commits/<N>               what batch N committed                            create-only
+//!     progress/<N>              the progress batch N reported                     create-only
+//!     transactions/<N>          the Kafka transactions batch N's tasks prepared, committed before commits/N   create-only
+//!     rescales/<G>              the restart that began state generation G (G ≥ 1) with other state partitions   create-only
+//!     sources/rate              the rate source's start time                      create-only
+//!     sources/kafka             a Kafka source's start offset per partition, resolved at submit   create-only
+//!     sources/nexmark           the Nexmark source's start time                   create-only
+//!     sources/schema            a file source's input schema, fixed at submit     create-only
+//!     sources/tables            each static table's schema and place, fixed at submit   create-only
+//!     sources/files/<N>         the files batch N of a file source read (outlives offsets/)   create-only
+//!     inputs/<table>/rate, kafka, nexmark, schema, files/<N>
+//!                               the same source records, per input of a query with `sources:`
+//!     shuffle/<N>/<map>.arrow   a map task's rows of stateful batch N, one IPC stream per bucket; removed after commits/N
+//!     shuffle/<N>/<op + 1>-<p>.arrow   a reduce task's output for the operator it feeds
+//!     state/<op>/<p>/<N>.delta  the rows batch N changed or removed in partition p   create-only
+//!     state/<op>/<p>/<N>.snapshot   the whole partition after batch N             create-only
+//!     state/<op>/g<G>/<p>/…     the same, in state generation G ≥ 1               create-only
+//! ```
+//!
+//! `N`, `E` and `G` in file names are zero-padded to 20 digits
+//! ([`super::padded`]) so that a listing's lexical order is the numeric
+//! order; `<p>` and `<map>` to 5. A background task keeps the last
+//! `--retain-batches` entries of `offsets/`, `commits/` and
+//! `transactions/`, and the last 1000 of `progress/`.
 
 use super::padded;
 
 /// The directory of every query, under the checkpoint root.
 pub const QUERIES_DIR: &str = "queries";
+
+/// The directory of the standalone drivers' epoch claims, under the
+/// checkpoint root.
+pub const EPOCHS_DIR: &str = "epochs";
+
+/// A stateful query's state files, under its directory.
+pub const STATE_DIR: &str = "state";
+
+/// A stateful query's shuffle files, under its directory.
+pub const SHUFFLE_DIR: &str = "shuffle";
 
 /// The location of query `name`'s checkpoint directory under the
 /// checkpoint root `root` (a path or URL, as `--checkpoint-root` takes).
@@ -53,7 +99,7 @@ impl Record {
 
     /// The file's path relative to the query's directory, for the input
     /// stream `scope` names (`None`: the query's one `source:`).
-    pub(super) fn rel_in(self, scope: Option<&str>) -> String {
+    pub fn rel_in(self, scope: Option<&str>) -> String {
         match scope {
             Some(input) if self.of_source() => {
                 let leaf = self.rel().trim_start_matches("sources/");
@@ -64,7 +110,7 @@ impl Record {
     }
 
     /// The file's path relative to the query's directory.
-    pub(super) fn rel(self) -> &'static str {
+    pub fn rel(self) -> &'static str {
         match self {
             Record::Metadata => "metadata",
             Record::Spec => "spec.json",
@@ -101,7 +147,7 @@ pub enum Log {
 
 impl Log {
     /// The log's directory relative to the query's directory.
-    pub(super) fn dir(self) -> &'static str {
+    pub fn dir(self) -> &'static str {
         match self {
             Log::Offsets => "offsets",
             Log::Commits => "commits",
@@ -114,7 +160,7 @@ impl Log {
 
     /// The log's directory for the input stream `scope` names (`None`: the
     /// query's one `source:`).
-    pub(super) fn dir_in(self, scope: Option<&str>) -> String {
+    pub fn dir_in(self, scope: Option<&str>) -> String {
         match (self, scope) {
             (Log::SourceFiles, Some(input)) => format!("{INPUTS_DIR}/{input}/files"),
             _ => self.dir().to_string(),
@@ -122,7 +168,7 @@ impl Log {
     }
 
     /// Batch `batch`'s entry for the input stream `scope` names.
-    pub(super) fn entry_in(self, scope: Option<&str>, batch: u64) -> String {
+    pub fn entry_in(self, scope: Option<&str>, batch: u64) -> String {
         format!("{}/{}", self.dir_in(scope), padded(batch))
     }
 
@@ -166,6 +212,20 @@ mod tests {
         assert_eq!(
             Log::Offsets.entry_in(Some("orders"), 1),
             Log::Offsets.entry(1)
+        );
+        assert_eq!(Record::Failed.rel(), "failed");
+        assert_eq!(
+            Log::Transactions.entry(2),
+            "transactions/00000000000000000002"
+        );
+        assert_eq!(Log::Rescales.entry(1), "rescales/00000000000000000001");
+        assert_eq!(
+            Record::KafkaStart.rel_in(Some("clicks")),
+            "inputs/clicks/kafka"
+        );
+        assert_eq!(
+            (STATE_DIR, SHUFFLE_DIR, EPOCHS_DIR),
+            ("state", "shuffle", "epochs")
         );
         assert_eq!(query_location("s3://b/ckpt/", "q"), "s3://b/ckpt/queries/q");
         assert_eq!(query_location("/data/ckpt", "q"), "/data/ckpt/queries/q");

@@ -2,6 +2,7 @@
 //! progress, older records, and the history read back from storage.
 
 use super::*;
+use crate::checkpoint::{Log, QUERIES_DIR};
 
 #[test]
 fn a_record_gives_back_the_progress_it_was_made_from() {
@@ -127,7 +128,10 @@ async fn the_recent_records_are_read_back_and_old_ones_purged() {
         .await
         .unwrap();
     std::fs::write(
-        dir.path().join("queries/q/progress").join(padded(4)),
+        dir.path()
+            .join(QUERIES_DIR)
+            .join("q")
+            .join(Log::Progress.entry(4)),
         b"{trunc",
     )
     .unwrap();
@@ -151,7 +155,11 @@ async fn the_recent_records_are_read_back_and_old_ones_purged() {
 
     // A valid record copied to another batch's place, or from another
     // query, is damage too.
-    let progress = dir.path().join("queries/q/progress");
+    let progress = dir
+        .path()
+        .join(QUERIES_DIR)
+        .join("q")
+        .join(Log::Progress.dir());
     std::fs::copy(progress.join(padded(5)), progress.join(padded(4))).unwrap();
     let other = cp.query("other");
     let theirs = pb::BatchProgress {
@@ -164,7 +172,10 @@ async fn the_recent_records_are_read_back_and_old_ones_purged() {
         .await
         .unwrap();
     std::fs::copy(
-        dir.path().join("queries/other/progress").join(padded(3)),
+        dir.path()
+            .join(QUERIES_DIR)
+            .join("other")
+            .join(Log::Progress.entry(3)),
         progress.join(padded(3)),
     )
     .unwrap();

@@ -7,7 +7,8 @@ use std::fmt::Debug;
 
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    Checkpoint, CommitRecord, Log, OffsetRecord, SchemaRecord, decode, padded, parse_padded,
+    Checkpoint, CommitRecord, Log, OffsetRecord, QUERIES_DIR, SchemaRecord, decode, padded,
+    parse_padded,
 };
 use sluice_common::epochs::EpochClaim;
 use sluice_common::storage::Stores;
@@ -82,7 +83,11 @@ async fn readers_refuse_damage_by_file_name() {
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::open(&Stores::default(), dir.path().to_str().unwrap()).unwrap();
     let q = cp.query("q");
-    let offsets = dir.path().join("queries/q/offsets");
+    let offsets = dir
+        .path()
+        .join(QUERIES_DIR)
+        .join("q")
+        .join(Log::Offsets.dir());
     std::fs::create_dir_all(&offsets).unwrap();
     let plan = r#"{"version":1,"batch_id":7,"epoch":1,"batch_timestamp_ms":0,
         "source":{"rate":{"start_value":9,"end_value":3}}}"#;

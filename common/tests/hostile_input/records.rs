@@ -11,10 +11,11 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_common::checkpoint::{
-    CommitRecord, FailRecord, FileLogEntry, FileRange, Inputs, KafkaRange, KafkaStart,
-    KafkaStartRecord, OffsetRecord, OperatorState, PartitionProgress, PhaseDurations,
-    ProgressRecord, QueryMetadata, RateSourceMeta, SchemaRecord, SourceFile, SourceOffsets,
-    StateRebuild, StopRecord, TableFile, TableSchema, TablesRecord, decode, encode, padded,
+    CommitRecord, EPOCHS_DIR, FailRecord, FileLogEntry, FileRange, Inputs, KafkaRange, KafkaStart,
+    KafkaStartRecord, Log, OffsetRecord, OperatorState, PartitionProgress, PhaseDurations,
+    ProgressRecord, QUERIES_DIR, QueryMetadata, RateSourceMeta, Record, SchemaRecord, SourceFile,
+    SourceOffsets, StateRebuild, StopRecord, TableFile, TableSchema, TablesRecord, decode, encode,
+    padded,
 };
 use sluice_common::epochs::EpochClaim;
 
@@ -107,7 +108,7 @@ fn schema() -> Schema {
 
 /// Every kind of record: where it lives, a valid one, and its reader.
 pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
-    let q = |rel: &str| format!("/ckpt/queries/q/{rel}");
+    let q = |rel: &str| format!("/ckpt/{QUERIES_DIR}/q/{rel}");
     let files = SourceOffsets::Files {
         start_seq: 3,
         end_seq: 5,
@@ -189,22 +190,22 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
     };
     vec![
         (
-            q(&format!("offsets/{}", padded(7))),
+            q(&Log::Offsets.entry(7)),
             bytes(&offsets(files)),
             decoded::<OffsetRecord> as Check,
         ),
         (
-            q(&format!("offsets/{}", padded(8))),
+            q(&Log::Offsets.entry(8)),
             bytes(&offsets(rate)),
             decoded::<OffsetRecord>,
         ),
         (
-            q(&format!("offsets/{}", padded(9))),
+            q(&Log::Offsets.entry(9)),
             bytes(&offsets(kafka)),
             decoded::<OffsetRecord>,
         ),
         (
-            q("sources/kafka"),
+            q(Record::KafkaStart.rel()),
             bytes(&KafkaStartRecord {
                 version: 1,
                 epoch: 2,
@@ -217,7 +218,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<KafkaStartRecord>,
         ),
         (
-            q(&format!("commits/{}", padded(7))),
+            q(&Log::Commits.entry(7)),
             bytes(&CommitRecord {
                 version: 1,
                 batch_id: 7,
@@ -232,7 +233,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<CommitRecord>,
         ),
         (
-            q(&format!("progress/{}", padded(7))),
+            q(&Log::Progress.entry(7)),
             bytes(&ProgressRecord {
                 version: 1,
                 query: Some("q".into()),
@@ -285,7 +286,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<ProgressRecord>,
         ),
         (
-            q("metadata"),
+            q(Record::Metadata.rel()),
             bytes(&QueryMetadata {
                 version: 1,
                 id: uuid::Uuid::nil(),
@@ -296,7 +297,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<QueryMetadata>,
         ),
         (
-            format!("/ckpt/epochs/{}", padded(3)),
+            format!("/ckpt/{EPOCHS_DIR}/{}", padded(3)),
             bytes(&EpochClaim {
                 version: 1,
                 driver: "d1".into(),
@@ -306,7 +307,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<EpochClaim>,
         ),
         (
-            q(&format!("sources/files/{}", padded(7))),
+            q(&Log::SourceFiles.entry(7)),
             bytes(&FileLogEntry {
                 version: 1,
                 batch_id: 7,
@@ -315,7 +316,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<FileLogEntry>,
         ),
         (
-            q("sources/rate"),
+            q(Record::RateStart.rel()),
             bytes(&RateSourceMeta {
                 version: 1,
                 start_ms: 1,
@@ -324,7 +325,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<RateSourceMeta>,
         ),
         (
-            q("stopped"),
+            q(Record::Stopped.rel()),
             bytes(&StopRecord {
                 version: 1,
                 stopped_ms: 1,
@@ -333,7 +334,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<StopRecord>,
         ),
         (
-            q("failed"),
+            q(Record::Failed.rel()),
             bytes(&FailRecord {
                 version: 1,
                 failed_ms: 1,
@@ -343,7 +344,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<FailRecord>,
         ),
         (
-            q("sources/schema"),
+            q(Record::Schema.rel()),
             bytes(&SchemaRecord {
                 version: 1,
                 schema: schema(),
@@ -352,7 +353,7 @@ pub fn kinds() -> Vec<(String, Vec<u8>, Check)> {
             decoded::<SchemaRecord>,
         ),
         (
-            q("sources/tables"),
+            q(Record::Tables.rel()),
             bytes(&TablesRecord {
                 version: 1,
                 tables: BTreeMap::from([("users".into(), table_schema)]),

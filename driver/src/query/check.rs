@@ -1,6 +1,6 @@
 //! What a query's SQL must give at submit, beside its spec: it plans as
 //! every task will, its stateful operators can feed each other as they
-//! do, its watermarks name timestamp columns, its output mode fits it,
+//! do (`sluice_plan::plan`), its watermarks name timestamp columns, its output mode fits it,
 //! `state_ttl_ms` has an operator to apply to, and the sink's
 //! `partition_by` names output columns. A query that cannot run is
 //! refused, naming why.
@@ -34,8 +34,11 @@ pub(super) async fn check_sql(
             sluice_sql::SqlError::Panicked(_) => DriverError::Internal(format!("field `sql`: {e}")),
             e => DriverError::Invalid(format!("field `sql`: {e}")),
         })?;
-    check_chain(spec, &checked)?;
-    check_ttl(spec, &checked)?;
+    let ops = sluice_plan::plan(spec, &checked).map_err(|e| match e {
+        sluice_plan::PlanError::Invalid(why) => DriverError::Invalid(format!("field `sql`: {why}")),
+        sluice_plan::PlanError::Internal(why) => DriverError::Internal(why),
+    })?;
+    check_ttl(spec, &ops)?;
     check_event_time(spec, streams, &checked)?;
     for op in &checked.ops {
         if let Some(join) = &op.join {
@@ -46,71 +49,14 @@ pub(super) async fn check_sql(
     check_kafka_columns(spec, &checked.output)
 }
 
-/// Each operator that feeds another can feed it as it does.
-fn check_chain(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
-    for i in 0..checked.ops.len() {
-        feed(spec, &checked.ops, i)
-            .map_err(|why| DriverError::Invalid(format!("field `sql`: {why}")))?;
-    }
-    Ok(())
-}
-
-/// What operator `i` of `ops` does with changes (see [`Feed::Changes`]):
-/// emits them to the aggregation it feeds, reads them from the ones that
-/// feed it, or neither. An operator that feeds another as it cannot is
-/// `Invalid`; one that would both emit and read, which [`feed`] refuses
-/// for the query's check, is an internal error.
-pub(super) fn changes(
-    spec: &QuerySpec,
-    ops: &[sluice_sql::OpInfo],
-    i: usize,
-) -> Result<sluice_proto::Changes, DriverError> {
-    use sluice_proto::Changes;
-    let flow = |i| feed(spec, ops, i).map_err(DriverError::Invalid);
-    let emits = flow(i)? == Feed::Changes;
-    let mut reads = false;
-    for (j, o) in ops.iter().enumerate() {
-        if o.consumer.is_some_and(|(c, _)| c == i) && flow(j)? == Feed::Changes {
-            reads = true;
-        }
-    }
-    match (emits, reads) {
-        (false, false) => Ok(Changes::None),
-        (true, false) => Ok(Changes::Emit),
-        (false, true) => Ok(Changes::Read),
-        (true, true) => Err(DriverError::Internal(format!(
-            "operator `{}` both reads and emits changes, which the query's check refuses",
-            ops[i].name
-        ))),
-    }
-}
-
-/// Whether the keys of operator `op`, which does `changes` with changes,
-/// leave its state when idle for the spec's `state_ttl_ms`: an
-/// aggregation without a window that neither emits nor reads changes
-/// (each state row is one group, replaced whole when it changes), and a
-/// join of streams without an event-time bound (whose buffered rows the
-/// watermark never evicts). Every other operator's state is bounded by
-/// the watermark, or holds rows that changes are retracted from (a
-/// forgotten row would make a later retraction wrong).
-pub(super) fn expires(op: &sluice_sql::OpInfo, changes: sluice_proto::Changes) -> bool {
-    use sluice_sql::Kind;
-    match op.kind {
-        Kind::Aggregate => !op.windowed && !op.session && changes == sluice_proto::Changes::None,
-        Kind::Join => op.join.as_ref().is_none_or(|j| j.bound.is_none()),
-        Kind::TopN => false,
-    }
-}
-
-/// A spec with `state_ttl_ms` has an operator it applies to ([`expires`]).
-fn check_ttl(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), DriverError> {
+/// A spec with `state_ttl_ms` has an operator it applies to, one of
+/// `ops` whose keys expire ([`sluice_plan::StatefulOp::ttl`]).
+fn check_ttl(spec: &QuerySpec, ops: &[sluice_plan::StatefulOp]) -> Result<(), DriverError> {
     let Some(ttl) = spec.state_ttl_ms else {
         return Ok(());
     };
-    for (i, op) in checked.ops.iter().enumerate() {
-        if expires(op, changes(spec, &checked.ops, i)?) {
-            return Ok(());
-        }
+    if ops.iter().any(|op| op.ttl) {
+        return Ok(());
     }
     let dedup = match spec.dedup {
         Some(_) => " (dedup forgets a key by its own within_ms)",
@@ -121,59 +67,6 @@ fn check_ttl(spec: &QuerySpec, checked: &sluice_sql::Checked) -> Result<(), Driv
          aggregation and read none's changes) and to joins of streams without an event-time \
          bound; this query has none{dedup}"
     )))
-}
-
-/// How an operator's output flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Feed {
-    /// To the sink, as the query's output mode says.
-    Sink,
-    /// To the next operator, each row once, final: a join's rows, or the
-    /// groups of event-time windows the watermark closes (append).
-    Final,
-    /// To the next aggregation as changes: each changed group's old row
-    /// retracted and its new one added (update and complete modes).
-    Changes,
-}
-
-/// How operator `i` of `ops` feeds the next one, or why it cannot
-/// (naming both operators, and the mode where it decides). An
-/// aggregation without a window, or a top-N, changes its rows with
-/// every batch: only an aggregation that is last can take those changes.
-pub(super) fn feed(spec: &QuerySpec, ops: &[sluice_sql::OpInfo], i: usize) -> Result<Feed, String> {
-    use sluice_sql::Kind;
-    let op = &ops[i];
-    let Some((n, _)) = op.consumer else {
-        return Ok(Feed::Sink);
-    };
-    let next = &ops[n];
-    let feeds = format!("`{}` feeds `{}`", op.name, next.name);
-    let mode = OutputMode::effective(spec.output_mode, true);
-    let window = "group by an event-time window (window, hop, date_bin or session_window) with a watermark on its column";
-    match op.kind {
-        Kind::Join => Ok(Feed::Final),
-        Kind::Aggregate if op.windowed && spec.has_watermark() => Ok(Feed::Final),
-        Kind::Aggregate if op.session => Err(format!(
-            "the session-window aggregation {feeds}, so it emits each session once, when the watermark passes its end: the query needs a watermark"
-        )),
-        Kind::Aggregate if mode == OutputMode::Append => Err(format!(
-            "the aggregation {feeds}, so in append mode it must emit each group once, final: {window}; without one its groups change with every batch (update and complete modes let an aggregation take those changes)"
-        )),
-        Kind::Aggregate if next.kind != Kind::Aggregate => Err(format!(
-            "the aggregation {feeds}: its groups change with every batch, and only an aggregation can take a group's changes (its old row retracted, its new one added): {window}"
-        )),
-        Kind::Aggregate if next.session => Err(format!(
-            "the aggregation {feeds}: its groups change with every batch, and an aggregation by session windows cannot take a group's changes: {window}"
-        )),
-        Kind::Aggregate if next.consumer.is_some() => Err(format!(
-            "the aggregation {feeds}: its groups change with every batch, so `{}` reads its changes, and an aggregation that reads changes must be the last stateful operator",
-            next.name
-        )),
-        Kind::Aggregate => Ok(Feed::Changes),
-        Kind::TopN => Err(format!(
-            "the top-N {feeds}, but a top-N's ranks change as rows arrive: it can only be the last stateful operator"
-        )),
-    }
 }
 
 /// Each watermark names a timestamp column of its input table.

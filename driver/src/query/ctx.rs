@@ -12,6 +12,8 @@ use sluice_common::spec::QuerySpec;
 use sluice_proto as pb;
 use tracing::warn;
 
+pub use sluice_plan::{Operator, StatefulOp};
+
 use super::entry::QueryEntry;
 use super::retry::STORAGE_BACKOFF;
 use crate::error::DriverError;
@@ -42,8 +44,7 @@ pub struct Stateful {
     pub checkpoint: String,
     pub partitions: u32,
     pub snapshot_interval: u64,
-    /// Its operators, in the order they run: the SQL's (see
-    /// `sluice_sql::graph`), or the one dedup.
+    /// Its operators, in the order they run (see [`sluice_plan::plan`]).
     pub ops: Vec<StatefulOp>,
     /// The shuffle and state files under `checkpoint`, in the query's
     /// current state generation.
@@ -51,22 +52,6 @@ pub struct Stateful {
     /// How each state generation after the first began (see
     /// `sluice_common::checkpoint::RescaleRecord`).
     pub rescales: Vec<sluice_common::state::Rescale>,
-}
-
-/// One operator of a stateful query.
-#[derive(Debug, Clone)]
-pub struct StatefulOp {
-    pub operator: Operator,
-    /// Its state directory under `state/`.
-    pub name: String,
-    /// What each of its sides reads.
-    pub sources: Vec<sluice_sql::Source>,
-    /// The operator and side its output feeds; `None`: the sink.
-    pub consumer: Option<(usize, usize)>,
-    /// Whether its keys expire when idle for the spec's `state_ttl_ms`
-    /// (see `check::expires`): its tasks are told the ttl and the batch's
-    /// time.
-    pub ttl: bool,
 }
 
 impl Stateful {
@@ -116,48 +101,6 @@ pub fn rebuilding(
         from_partitions: source.partitions,
         elapsed_ms: 0,
     })
-}
-
-/// A stateful query's operator, as its tasks are told of it.
-#[derive(Debug, Clone)]
-pub enum Operator {
-    /// An aggregation, emitting as the mode says; whether it emits or
-    /// reads changes.
-    Aggregate(sluice_common::spec::OutputMode, sluice_proto::Changes),
-    /// Deduplication by the spec's `dedup` columns.
-    Dedup(sluice_proto::Dedup),
-    /// The join of two streams; whether each side's rows leave the state
-    /// by the bound (left, right).
-    Join([bool; 2]),
-    /// The top N rows of each group, emitted as the mode says.
-    TopN(sluice_common::spec::OutputMode),
-}
-
-impl Operator {
-    /// Its reduce task's work over the state partition `state` names.
-    pub fn reduce(&self, state: sluice_proto::StateWork) -> sluice_proto::task_assignment::Work {
-        use sluice_proto::task_assignment::Work;
-        match self {
-            Operator::Aggregate(mode, changes) => Work::Aggregate(sluice_proto::AggregateWork {
-                state: Some(state),
-                output_mode: mode.to_proto().into(),
-                changes: (*changes).into(),
-            }),
-            Operator::Dedup(d) => Work::Dedup(sluice_proto::DedupWork {
-                state: Some(state),
-                dedup: Some(d.clone()),
-            }),
-            Operator::Join([evict_left, evict_right]) => Work::Join(sluice_proto::JoinWork {
-                state: Some(state),
-                evict_left: *evict_left,
-                evict_right: *evict_right,
-            }),
-            Operator::TopN(mode) => Work::TopN(sluice_proto::TopNWork {
-                state: Some(state),
-                output_mode: mode.to_proto().into(),
-            }),
-        }
-    }
 }
 
 impl Ctx {

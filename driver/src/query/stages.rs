@@ -20,14 +20,13 @@ use sluice_proto as pb;
 use sluice_proto::task_assignment::Work;
 
 use super::attempts;
-use super::check::{self, Feed};
 use super::ctx::{Ctx, Operator, Rebuilding, Stateful, StatefulOp};
 use crate::error::DriverError;
-use sluice_common::spec::OutputMode;
 
 /// How the query of `ctx` runs its batches: `None` when its SQL keeps no
-/// state. The SQL was checked at submit; a failure here is an internal
-/// error.
+/// state. Its operators are [`sluice_plan::plan`]'s, as the submit's
+/// check planned them. The SQL was checked at submit; a failure here is
+/// an internal error.
 pub async fn plan(
     ctx: &Ctx,
     streams: &[(String, arrow_schema::SchemaRef)],
@@ -50,23 +49,10 @@ pub async fn plan(
         }
     }
     .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
-    let ops = match &ctx.spec.dedup {
-        Some(d) => vec![StatefulOp {
-            operator: Operator::Dedup(pb::Dedup {
-                columns: d.columns.clone(),
-                within_ms: d.within_ms,
-            }),
-            name: "dedup".into(),
-            sources: vec![sluice_sql::Source::Streams(
-                streams.iter().map(|(n, _)| n.clone()).collect(),
-            )],
-            consumer: None,
-            ttl: false,
-        }],
-        None => (0..checked.ops.len())
-            .map(|i| operator(ctx, &checked.ops, i))
-            .collect::<Result<_, _>>()?,
-    };
+    let ops = sluice_plan::plan(&ctx.spec, &checked).map_err(|e| match e {
+        sluice_plan::PlanError::Invalid(why) => DriverError::Invalid(why),
+        sluice_plan::PlanError::Internal(why) => DriverError::Internal(why),
+    })?;
     if ops.is_empty() {
         return Ok(None);
     }
@@ -89,59 +75,6 @@ pub async fn plan(
         snapshot_interval: ctx.spec.snapshot_interval(),
         ops,
     }))
-}
-
-/// How the tasks of operator `i` are told of it. The operator whose
-/// output goes to the sink emits as the query's mode says; one that feeds
-/// another emits each row once (append), or its changes to an aggregation
-/// that reads them ([`check::feed`], which the query's check passed).
-/// With the spec's `state_ttl_ms`, its keys expire when
-/// [`check::expires`] says so.
-fn operator(ctx: &Ctx, ops: &[sluice_sql::OpInfo], i: usize) -> Result<StatefulOp, DriverError> {
-    let op = &ops[i];
-    let query_mode = OutputMode::effective(ctx.spec.output_mode, true);
-    let mode = match check::feed(&ctx.spec, ops, i).map_err(DriverError::Invalid)? {
-        Feed::Sink | Feed::Changes => query_mode,
-        Feed::Final => OutputMode::Append,
-    };
-    let changes = check::changes(&ctx.spec, ops, i)?;
-    let operator = match (op.kind, &op.join) {
-        (sluice_sql::Kind::Join, Some(j)) => Operator::Join(evictable(ctx, j)),
-        (sluice_sql::Kind::Join, None) => Operator::Join([false, false]),
-        (sluice_sql::Kind::Aggregate, _) => Operator::Aggregate(mode, changes),
-        (sluice_sql::Kind::TopN, _) => Operator::TopN(mode),
-    };
-    Ok(StatefulOp {
-        operator,
-        name: op.name.clone(),
-        sources: op.sources.clone(),
-        consumer: op.consumer,
-        ttl: ctx.spec.state_ttl_ms.is_some() && check::expires(op, changes),
-    })
-}
-
-/// Whether each side's buffered rows may leave the state by the join's
-/// bound: the other side has a watermark on the bound's time column (or
-/// that column is the window end of the aggregation feeding it), so that
-/// no row of it that could still match arrives later.
-pub fn evictable(ctx: &Ctx, join: &sluice_sql::JoinInfo) -> [bool; 2] {
-    let Some((bound, columns)) = &join.bound else {
-        return [false, false];
-    };
-    // A stream's watermark on the side's time column, or a time column
-    // that is the window end of the aggregation feeding the side.
-    let watermarked = |side: usize| {
-        join.window_end[side]
-            || ctx
-                .spec
-                .input(&join.streams[side])
-                .and_then(|i| i.watermark)
-                .is_some_and(|w| w.column == columns[side])
-    };
-    [
-        bound.upper_ms.is_some() && watermarked(1),
-        bound.lower_ms.is_some() && watermarked(0),
-    ]
 }
 
 /// What the tasks of a batch reported.

@@ -3,6 +3,7 @@
 //! fails the query naming the file and line, or is skipped and counted
 //! with `on_bad_record: skip` while every good row is committed.
 
+use sluice_common::checkpoint::Record;
 use std::time::Duration;
 
 use sluice_tests::inputs::{self, SCHEMA_YAML, rows};
@@ -128,7 +129,10 @@ async fn a_file_source_that_cannot_work_is_refused_naming_the_field() {
             );
         }
         let dir = query_dir(&cluster.checkpoint_root(), &name);
-        assert!(!dir.join("metadata").exists(), "{name}: nothing is created");
+        assert!(
+            !dir.join(Record::Metadata.rel()).exists(),
+            "{name}: nothing is created"
+        );
     }
 }
 

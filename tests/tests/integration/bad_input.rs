@@ -5,6 +5,7 @@
 //! deleted) and a sink that can never be written (refused at submit when
 //! that can be known then, else FAILED at once naming the path).
 
+use sluice_common::checkpoint::Log;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
@@ -138,7 +139,7 @@ async fn a_garbled_commit_fails_only_its_query_and_deletes_nothing() {
 
     driver.kill();
     let root = cluster.checkpoint_root();
-    let (n, garbled) = latest_entry(&root, "a", "commits").expect("a has commits");
+    let (n, garbled) = latest_entry(&root, "a", Log::Commits).expect("a has commits");
     std::fs::write(&garbled, "{\"trunc").expect("garble the commit");
     let before = files_under(&query_dir(&root, "a"));
     eprintln!(
@@ -151,7 +152,7 @@ async fn a_garbled_commit_fails_only_its_query_and_deletes_nothing() {
     let failed = client
         .wait_state("a", QueryState::Failed, Duration::from_secs(30))
         .await;
-    let file_name = format!("commits/{n:020}");
+    let file_name = Log::Commits.entry(n);
     assert!(
         failed.error.contains(&file_name),
         "the error names {file_name}: {failed:#?}"

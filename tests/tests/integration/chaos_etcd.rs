@@ -9,6 +9,7 @@
 //!   all (one epoch in every commit, the same leader driver), and the
 //!   query finishes exactly-once.
 
+use sluice_common::checkpoint::Log;
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::etcd::ETCD_READY_TIMEOUT;
@@ -41,7 +42,7 @@ async fn etcd_killed_no_commit_without_lease_then_finishes() {
     }
     watch.poll();
     let limit_ms = (TTL_MS * 2 / 3 + 300) as i64;
-    let commits = watch.of("commits");
+    let commits = watch.of(Log::Commits.dir());
     let last = commits.last().expect("commits seen");
     let last_ms = ms_between(killed_at, last.written);
     eprintln!(
@@ -72,7 +73,7 @@ async fn etcd_killed_no_commit_without_lease_then_finishes() {
     etcd.restart();
     etcd.wait_healthy(ETCD_READY_TIMEOUT).await;
     let next = watch
-        .wait_for(Duration::from_secs(30), |r| r.log == "commits")
+        .wait_for(Duration::from_secs(30), |r| r.log == Log::Commits.dir())
         .await
         .expect("a commit within 30 s of the etcd restart");
     eprintln!(
@@ -127,7 +128,7 @@ async fn etcd_member_lost_no_failover() {
         ha.etcd.member(raft_leader).name()
     );
     member.kill();
-    let before = watch.of("commits").len();
+    let before = watch.of(Log::Commits.dir()).len();
     // Longer than the TTL: a lost lease would have shown by then.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(TTL_MS * 2) {
@@ -136,7 +137,7 @@ async fn etcd_member_lost_no_failover() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let after = watch.of("commits").len();
+    let after = watch.of(Log::Commits.dir()).len();
     eprintln!(
         "{} commits in the {:?} after the member loss",
         after - before,

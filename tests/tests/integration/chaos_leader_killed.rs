@@ -9,6 +9,7 @@
 //!
 //! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
 
+use sluice_common::checkpoint::Log;
 use std::time::{Duration, Instant, SystemTime};
 
 use sluice_tests::ha::{leader_and_epoch, ms_between, wait_batch_in_flight, wait_leader_except};
@@ -44,7 +45,7 @@ async fn leader_killed_standby_revokes_and_commits_within_the_ttl() {
     ha.drivers[leader].kill();
     watch.poll();
     let last_old = watch
-        .of("commits")
+        .of(Log::Commits.dir())
         .last()
         .map(|r| r.batch)
         .expect("commits seen");

@@ -12,6 +12,7 @@
 //! `SLUICE_CHAOS_SEED` replays a seed (the schedule is drawn from the seed;
 //! its timing relative to the cluster is only as exact as the clock).
 
+use sluice_common::checkpoint::Log;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -218,7 +219,7 @@ async fn random_schedule_keeps_exactly_once() {
         node.bring_back(&mut log);
     }
     log(format!("schedule over; faults: {counts:?}"));
-    let commits_in_chaos = watch.of("commits").len();
+    let commits_in_chaos = watch.of(Log::Commits.dir()).len();
 
     let timeout = Duration::from_secs(120 + seconds);
     let epochs =

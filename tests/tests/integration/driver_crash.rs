@@ -3,6 +3,7 @@
 //! without resubmission. The query still ends FINISHED, exactly-once, with
 //! commit epochs that never decrease. Replay with `SLUICE_TEST_SEED=N`.
 
+use sluice_common::checkpoint::Log;
 use std::time::Duration;
 
 use sluice_tests::{
@@ -40,8 +41,8 @@ async fn driver_killed_and_restarted_keeps_exactly_once() {
         // the run (6000 rows at 1500 rows/s take about 4 s).
         let delay = rng.millis(50, 1200);
         tokio::time::sleep(delay).await;
-        let offsets = log_entries(&root, "crash", "offsets").len();
-        let commits = log_entries(&root, "crash", "commits").len();
+        let offsets = log_entries(&root, "crash", Log::Offsets).len();
+        let commits = log_entries(&root, "crash", Log::Commits).len();
         eprintln!("kill {k}/{kills} after {delay:?}: {offsets} offsets, {commits} commits on disk");
         driver.kill();
         // Sometimes restart at once, sometimes after a pause.
@@ -98,7 +99,7 @@ async fn a_stopped_query_shows_its_commits_after_the_driver_restarts() {
     // holds then is what the status must show.
     driver.kill();
     let root = cluster.checkpoint_root();
-    let (last, path) = sluice_tests::latest_entry(&root, "paused", "commits").expect("commits");
+    let (last, path) = sluice_tests::latest_entry(&root, "paused", Log::Commits).expect("commits");
     let commit: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     let want = (Some(last as i64), commit["input_rows_total"].as_u64());
     assert!(want.1.is_some_and(|r| r > 0), "{commit}");

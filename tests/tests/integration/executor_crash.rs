@@ -2,6 +2,7 @@
 //! `offsets/N` exists and its `commits/N` does not yet). The batch commits
 //! anyway, on the other executor, and the sink is exactly-once.
 
+use sluice_common::checkpoint::Log;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
@@ -35,8 +36,8 @@ async fn executor_killed_mid_batch_work_moves_to_the_other() {
     let root = cluster.checkpoint_root();
     let deadline = Instant::now() + Duration::from_secs(20);
     let in_flight = loop {
-        let planned = latest_entry(&root, "exec", "offsets").map(|e| e.0);
-        let committed = latest_entry(&root, "exec", "commits").map(|e| e.0);
+        let planned = latest_entry(&root, "exec", Log::Offsets).map(|e| e.0);
+        let committed = latest_entry(&root, "exec", Log::Commits).map(|e| e.0);
         if let Some(n) = planned.filter(|&n| Some(n) != committed) {
             break n;
         }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use sluice_common::checkpoint::{OffsetRecord, SourceOffsets};
+use sluice_common::checkpoint::{Log, OffsetRecord, SourceOffsets};
 use sluice_tests::ha::wait_batch_in_flight;
 use sluice_tests::inputs::{self, rows};
 use sluice_tests::oracle::{committed_any, committed_batches, expected_batches_with, normalized};
@@ -78,14 +78,13 @@ async fn oracle(input: Vec<RecordBatch>) -> (SchemaRef, Vec<String>) {
 
 /// The path of the query's `offsets/N`.
 fn plan_path(root: &Path, n: u64) -> PathBuf {
-    let name = sluice_common::checkpoint::padded(n);
-    sluice_tests::query_dir(root, QUERY).join(format!("offsets/{name}"))
+    sluice_tests::query_dir(root, QUERY).join(Log::Offsets.entry(n))
 }
 
 /// The latest planned and committed batches of the query.
 fn progress(root: &Path) -> (Option<u64>, Option<u64>) {
     let last = |log| latest_entry(root, QUERY, log).map(|e| e.0);
-    (last("offsets"), last("commits"))
+    (last(Log::Offsets), last(Log::Commits))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 //! committed equal, as multisets, DataFusion's result over all the input
 //! rows computed here in one piece.
 
+use sluice_common::checkpoint::Log;
 use std::time::Duration;
 
 use sluice_tests::inputs::{self, rows};
@@ -110,8 +111,8 @@ async fn every_shape_and_format_commits_what_datafusion_computes_in_one_piece() 
         client
             .wait_committed(name, 0, Duration::from_secs(60))
             .await;
-        let path = sluice_tests::query_dir(&cluster.checkpoint_root(), name)
-            .join("offsets/00000000000000000000");
+        let path =
+            sluice_tests::query_dir(&cluster.checkpoint_root(), name).join(Log::Offsets.entry(0));
         let plan: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         let files = &plan["source"]["files"]["files"];

@@ -2,6 +2,7 @@
 //! control and reaping, log files, free ports, `/readyz` polling, the spec
 //! builder, the seeded generator and the checkpoint checks.
 
+use sluice_common::checkpoint::Log;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -247,7 +248,7 @@ fn binaries_are_looked_up_next_to_the_test() {
 }
 
 fn write_commit(root: &Path, batch: u64, epoch: u64) {
-    let dir = sluice_tests::query_dir(root, "q").join("commits");
+    let dir = sluice_tests::query_dir(root, "q").join(Log::Commits.dir());
     std::fs::create_dir_all(&dir).unwrap();
     let record =
         serde_json::json!({"version": 1, "batch_id": batch, "epoch": epoch, "num_rows": 1});
@@ -261,13 +262,15 @@ fn epoch_order_is_checked() {
         write_commit(dir.path(), batch, epoch);
     }
     std::fs::write(
-        sluice_tests::query_dir(dir.path(), "q").join("commits/.tmp-x"),
+        sluice_tests::query_dir(dir.path(), "q")
+            .join(Log::Commits.dir())
+            .join(".tmp-x"),
         "{",
     )
     .unwrap();
     let epochs = sluice_tests::assert_epochs_non_decreasing(dir.path(), "q");
     assert_eq!(epochs, vec![(0, 1), (1, 1), (2, 3), (10, 3)]);
-    let latest = sluice_tests::latest_entry(dir.path(), "q", "commits").unwrap();
+    let latest = sluice_tests::latest_entry(dir.path(), "q", Log::Commits).unwrap();
     assert_eq!(latest.0, 10);
 
     write_commit(dir.path(), 11, 2);

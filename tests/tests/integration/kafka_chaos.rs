@@ -4,6 +4,7 @@
 //! holds every produced record exactly once (the checker reads the sink),
 //! and commit epochs never decrease. Replay with `SLUICE_TEST_SEED=N`.
 
+use sluice_common::checkpoint::Log;
 use std::time::Duration;
 
 use sluice_tests::ha::{Ha, leader_and_epoch, wait_leader_except};
@@ -96,7 +97,7 @@ async fn a_leader_failover_with_etcd_keeps_exactly_once() {
     let producing = producer(&broker, "chaos");
     watch
         .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 3
+            r.log == Log::Commits.dir() && r.batch >= 3
         })
         .await
         .expect("commits/3");

@@ -8,6 +8,7 @@
 //! per key. With `at_least_once` on tansu, nothing is lost. Bad input is
 //! refused at submit, named.
 
+use sluice_common::checkpoint::{Log, QUERIES_DIR, Record};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -187,7 +188,7 @@ async fn kafka_to_kafka_is_exactly_once_through_kills_at_every_commit_point() {
 /// The transactions that batches' progress records (in the checkpoint)
 /// say failed task attempts left, aborted by their retries.
 fn aborted_in_progress(root: &Path, query: &str) -> u64 {
-    let dir = root.join("queries").join(query).join("progress");
+    let dir = root.join(QUERIES_DIR).join(query).join(Log::Progress.dir());
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return 0;
     };
@@ -466,9 +467,14 @@ async fn a_cluster_with_tls_and_scram_is_read_and_written() {
     client.stop("secured").await.expect("stop");
     let records = topic_records(&kafka, "output").await;
     assert_each_once(&records, N);
-    let stored =
-        std::fs::read_to_string(cluster.checkpoint_root().join("queries/secured/spec.json"))
-            .expect("the stored spec");
+    let stored = std::fs::read_to_string(
+        cluster
+            .checkpoint_root()
+            .join(QUERIES_DIR)
+            .join("secured")
+            .join(Record::Spec.rel()),
+    )
+    .expect("the stored spec");
     assert!(stored.contains("sasl_password_file"), "{stored}");
     assert!(
         !stored.contains("bob-pw-512"),

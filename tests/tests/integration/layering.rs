@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const CRATES: &[&str] = &[
-    "common", "driver", "executor", "sql", "cli", "proto", "tests",
+    "common", "driver", "executor", "sql", "plan", "cli", "proto", "tests",
 ];
 
 fn workspace() -> PathBuf {

@@ -10,6 +10,7 @@
 //! each run's screen each window appears once and is the oracle's, and the
 //! sink holds every window the last committed watermark closed, once.
 
+use sluice_common::checkpoint::Record;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -227,9 +228,10 @@ fn assert_no_log_lines(screen: &str) {
 /// The oracle's windows over the rate rows up to `until_ms` and a little
 /// after, by start.
 async fn oracle(root: &Path, until_ms: i64) -> BTreeMap<i64, Window> {
-    let spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(query_dir(root, QUERY).join("spec.json")).unwrap())
-            .unwrap();
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(query_dir(root, QUERY).join(Record::Spec.rel())).unwrap(),
+    )
+    .unwrap();
     let rps = spec["source"]["rate"]["rows_per_second"].as_u64().unwrap();
     let start = rate_start_ms(root, QUERY);
     let seconds = u64::try_from((until_ms - start) / 1000 + 2).unwrap();

@@ -20,6 +20,7 @@
 //! The settings checks are in `manifests_settings.rs`, the checks of what
 //! must agree across objects in `manifests_static.rs`.
 
+use sluice_common::checkpoint::QUERIES_DIR;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -146,7 +147,7 @@ async fn dev_overlay_runs_the_example_query_exactly_once() {
     assert_exactly_once(&sink, total).await;
     assert!(
         plan.shared_path("/data/checkpoints")
-            .join("queries")
+            .join(QUERIES_DIR)
             .join(&query)
             .is_dir(),
         "the checkpoint is under SLUICE_CHECKPOINT_ROOT on the shared volume"

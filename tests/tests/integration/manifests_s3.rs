@@ -21,6 +21,7 @@
 //!   exactly-once, the checkpoint is in the bucket, and no local directory
 //!   stands in for a shared volume.
 
+use sluice_common::checkpoint::{QUERIES_DIR, Record};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -255,7 +256,7 @@ async fn s3_overlay_runs_the_example_query_exactly_once() {
 
     // The checkpoint is in the bucket; nothing local held one.
     let checkpoints = s3.stores().open(&root).unwrap();
-    let metadata = Key::from(format!("queries/{query}/metadata"));
+    let metadata = Key::from(format!("{QUERIES_DIR}/{query}/{}", Record::Metadata.rel()));
     assert!(
         checkpoints.get(&metadata).await.unwrap().is_some(),
         "{root}/queries/{query}/metadata is on S3"

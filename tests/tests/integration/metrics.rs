@@ -2,6 +2,7 @@
 //! metric the README documents is there with its labels, and the row and
 //! batch counters equal what the checkpoint's commits and plans say.
 
+use sluice_common::checkpoint::Log;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -141,8 +142,8 @@ async fn every_metric_is_exported_and_the_counters_match_the_checkpoint() {
 
     // The counters against the checkpoint.
     let dir = query_dir(&cluster.checkpoint_root(), QUERY);
-    let commits = records(&dir.join("commits"));
-    let plans = records(&dir.join("offsets"));
+    let commits = records(&dir.join(Log::Commits.dir()));
+    let plans = records(&dir.join(Log::Offsets.dir()));
     let committed_rows: u64 = commits
         .iter()
         .map(|c| c["num_rows"].as_u64().unwrap())

@@ -4,6 +4,7 @@
 //! with a static table. Each sink equals DataFusion's answer over all the
 //! input at once, and each query finishes once all its inputs are.
 
+use sluice_common::checkpoint::{Log, Record};
 use std::path::Path;
 use std::time::Duration;
 
@@ -172,7 +173,7 @@ async fn several_streams_commit_what_datafusion_computes_over_all_their_input() 
 
 /// The rate stream `ticks`'s start, from its own source record.
 fn rate_start(root: &Path, query: &str) -> i64 {
-    let path = sluice_tests::query_dir(root, query).join("inputs/ticks/rate");
+    let path = sluice_tests::query_dir(root, query).join(Record::RateStart.rel_in(Some("ticks")));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     v["start_ms"].as_i64().unwrap()
 }
@@ -304,7 +305,8 @@ async fn a_kafka_stream_and_a_rate_stream_are_read_together_each_row_once() {
     c.client.stop("mixed").await.expect("stopped");
     let want: Vec<u64> = (0..300).chain(1_000_000..1_000_200).collect();
     assert_eq!(kafka::sink_values(&sink), want);
-    let offsets = sluice_tests::query_dir(&c.cluster.checkpoint_root(), "mixed").join("offsets");
+    let offsets =
+        sluice_tests::query_dir(&c.cluster.checkpoint_root(), "mixed").join(Log::Offsets.dir());
     let first = std::fs::read_dir(offsets)
         .unwrap()
         .next()

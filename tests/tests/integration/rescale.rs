@@ -5,6 +5,7 @@
 //! over the rate source, a global aggregate, and a join of two file
 //! streams whose buffered rows are matched only after each rescale.
 
+use sluice_common::checkpoint::{Log, STATE_DIR};
 use std::path::Path;
 use std::time::Duration;
 
@@ -97,7 +98,7 @@ fn write(root: &Path, stream: &str, n: u64) {
 
 /// The directory of `query`'s one state operator.
 fn operator_dir(root: &Path, query: &str) -> std::path::PathBuf {
-    let state = query_dir(root, query).join("state");
+    let state = query_dir(root, query).join(STATE_DIR);
     std::fs::read_dir(&state)
         .unwrap()
         .flatten()
@@ -110,7 +111,7 @@ fn operator_dir(root: &Path, query: &str) -> std::path::PathBuf {
 fn rescales(root: &Path, query: &str) -> Vec<(u64, u64)> {
     (1..=2)
         .map(|g| {
-            let path = query_dir(root, query).join(format!("rescales/{g:020}"));
+            let path = query_dir(root, query).join(Log::Rescales.entry(g));
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let r: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -225,7 +226,7 @@ async fn rescaled_state_partitions_4_12_3_are_exact() {
     assert_eq!(got.len(), want.len(), "join: row counts differ");
     assert!(got == want, "join: the sink differs from the oracle");
     for g in 1..=2 {
-        let record = query_dir(&ckpt, "join").join(format!("rescales/{g:020}"));
+        let record = query_dir(&ckpt, "join").join(Log::Rescales.entry(g));
         assert!(record.exists(), "{} records the rescale", record.display());
     }
 }

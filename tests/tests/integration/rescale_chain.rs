@@ -7,6 +7,7 @@
 //! progress counts them), none of the generations in between gets a file,
 //! and the output is what DataFusion computes over all the input.
 
+use sluice_common::checkpoint::{Log, STATE_DIR};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,7 @@ async fn a_chain_of_rescales_without_a_batch_between_rebuilds_once_from_the_stat
             .unwrap_or_else(|e| panic!("restart with {partitions} refused: {e}"));
     }
     let ckpt = cluster.checkpoint_root();
-    let commits = log_records::<serde_json::Value>(&ckpt, "chain", "commits");
+    let commits = log_records::<serde_json::Value>(&ckpt, "chain", Log::Commits);
     assert_eq!(
         commits.len(),
         1,
@@ -81,7 +82,7 @@ async fn a_chain_of_rescales_without_a_batch_between_rebuilds_once_from_the_stat
         .await;
     let took = started.elapsed();
     assert!(status.error.is_empty(), "{status:#?}");
-    let progress = log_records::<serde_json::Value>(&ckpt, "chain", "progress");
+    let progress = log_records::<serde_json::Value>(&ckpt, "chain", Log::Progress);
     let (_, batch1) = progress.iter().find(|(n, _)| *n == 1).expect("batch 1");
     eprintln!("batch 1 took {took:?} from its file to FINISHED; progress: {batch1}");
 
@@ -91,7 +92,7 @@ async fn a_chain_of_rescales_without_a_batch_between_rebuilds_once_from_the_stat
     assert_matches("chain", "update", &got, &["city"], &want);
 
     // No generation between the first and the last got a file.
-    let op = std::fs::read_dir(query_dir(&ckpt, "chain").join("state"))
+    let op = std::fs::read_dir(query_dir(&ckpt, "chain").join(STATE_DIR))
         .unwrap()
         .flatten()
         .next()

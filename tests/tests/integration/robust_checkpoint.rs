@@ -3,6 +3,7 @@
 //! committed `offsets/N` that was truncated fails its query naming that
 //! file. The other query runs on, and nothing is deleted.
 
+use sluice_common::checkpoint::{Log, Record};
 use std::time::Duration;
 
 use sluice_tests::{Cluster, QueryState, Spec, latest_entry, query_dir};
@@ -27,10 +28,10 @@ async fn a_missing_metadata_and_a_truncated_committed_plan_are_reported() {
     driver.kill();
 
     let root = cluster.checkpoint_root();
-    let metadata = query_dir(&root, "nometa").join("metadata");
+    let metadata = query_dir(&root, "nometa").join(Record::Metadata.rel());
     std::fs::remove_file(&metadata).unwrap();
-    let (n, offsets) = latest_entry(&root, "trunc", "offsets").expect("offsets");
-    let (m, _) = latest_entry(&root, "trunc", "commits").expect("commits");
+    let (n, offsets) = latest_entry(&root, "trunc", Log::Offsets).expect("offsets");
+    let (m, _) = latest_entry(&root, "trunc", Log::Commits).expect("commits");
     assert_eq!(n, m, "a finished query's latest plan is committed");
     let bytes = std::fs::read(&offsets).unwrap();
     std::fs::write(&offsets, &bytes[..bytes.len() / 2]).unwrap();

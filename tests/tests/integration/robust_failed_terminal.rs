@@ -3,6 +3,7 @@
 //! to run it), until it is resubmitted with the same spec, which runs it
 //! again from its checkpoint.
 
+use sluice_common::checkpoint::Record;
 use std::time::Duration;
 
 use sluice_tests::{Cluster, QueryState, READY_TIMEOUT, Spec, query_dir};
@@ -21,7 +22,7 @@ async fn a_failed_query_stays_failed_across_restarts_until_resubmitted() {
         .wait_state("poison", QueryState::Failed, Duration::from_secs(60))
         .await;
     assert!(failed.error.contains("Divide by zero"), "{failed:#?}");
-    let marker = query_dir(&cluster.checkpoint_root(), "poison").join("failed");
+    let marker = query_dir(&cluster.checkpoint_root(), "poison").join(Record::Failed.rel());
     assert!(marker.exists(), "no failure marker at {}", marker.display());
 
     executor.process().kill();

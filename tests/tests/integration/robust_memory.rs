@@ -6,6 +6,7 @@
 //!   two tasks of 3 M rows each, about 170 MB of JSON lines apiece), and the
 //!   output is exactly-once.
 
+use sluice_common::checkpoint::Log;
 use std::time::{Duration, Instant};
 
 use sluice_tests::{
@@ -76,7 +77,7 @@ async fn large_tasks_run_in_bounded_executor_memory() {
 
     // Every plan respects the cap, and records it.
     let root = cluster.checkpoint_root();
-    for (n, path) in log_entries(&root, "big", "offsets") {
+    for (n, path) in log_entries(&root, "big", Log::Offsets) {
         let record: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         let rows = record["source"]["rate"]["end_value"].as_u64().unwrap()

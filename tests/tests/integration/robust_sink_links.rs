@@ -4,6 +4,7 @@
 //! executor before it writes, failing only that query; the other query's
 //! checkpoint holds nothing of it and it runs on.
 
+use sluice_common::checkpoint::Log;
 use std::io::ErrorKind;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -23,7 +24,7 @@ async fn a_sink_linked_into_a_checkpoint_is_refused() {
         .submit(&victim.to_yaml())
         .await
         .expect("submit victim");
-    let offsets = query_dir(&cluster.checkpoint_root(), "victim").join("offsets");
+    let offsets = query_dir(&cluster.checkpoint_root(), "victim").join(Log::Offsets.dir());
     std::fs::create_dir_all(&offsets).unwrap();
 
     // At submit: the link exists.

@@ -6,6 +6,7 @@
 //! - an epoch counter at `u64::MAX` is a clear error naming the file, at
 //!   once, not a wrap to epoch 0 and a spin that ignores SIGTERM.
 
+use sluice_common::checkpoint::EPOCHS_DIR;
 use std::time::{Duration, Instant};
 
 use sluice_proto::LEADER_METADATA_KEY;
@@ -75,7 +76,7 @@ async fn a_deposed_standalone_driver_points_at_its_successor_and_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_epoch_counter_at_its_maximum_is_an_error_naming_the_file() {
     let cluster = Cluster::new("epoch-max");
-    let epochs = cluster.checkpoint_root().join("epochs");
+    let epochs = cluster.checkpoint_root().join(EPOCHS_DIR);
     std::fs::create_dir_all(&epochs).unwrap();
     let last = epochs.join(u64::MAX.to_string());
     std::fs::write(&last, br#"{"version":1,"driver":"old"}"#).unwrap();

@@ -3,6 +3,7 @@
 //! loaded, failing the query with the file named, instead of silently
 //! merging another partition's counts.
 
+use sluice_common::checkpoint::STATE_DIR;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use sluice_tests::{Cluster, QueryState, Spec, query_dir};
 
 /// `state/<operator>/<partition>` of the query's one operator.
 fn partition_dir(root: &std::path::Path, query: &str, partition: u32) -> PathBuf {
-    let state = query_dir(root, query).join("state");
+    let state = query_dir(root, query).join(STATE_DIR);
     let operator = std::fs::read_dir(&state)
         .unwrap()
         .flatten()

@@ -6,6 +6,7 @@
 //!   names the other query or the checkpoint, after `..` and `.` are
 //!   normalized.
 
+use sluice_common::checkpoint::QUERIES_DIR;
 use sluice_tests::{Cluster, Spec};
 use tonic::Code;
 
@@ -71,7 +72,7 @@ async fn overlapping_sinks_and_the_checkpoint_are_refused_naming_them() {
         ("the checkpoint root", checkpoint.clone(), "checkpoint"),
         (
             "inside a query's checkpoint directory",
-            checkpoint.join("queries/first/out"),
+            checkpoint.join(QUERIES_DIR).join("first/out"),
             "checkpoint",
         ),
     ];

@@ -7,6 +7,7 @@
 //! `leader_refused`), and the query finishes exactly-once with commit
 //! epochs that never decrease.
 
+use sluice_common::checkpoint::Log;
 use std::time::Duration;
 
 use sluice_tests::etcd_tls::driver_tls_args;
@@ -65,7 +66,7 @@ async fn a_secured_cluster_fails_over_exactly_once() {
     let mut watch = Watch::query(&root, QUERY).with_sink(&sink);
     let first = watch
         .wait_for(Duration::from_secs(30), |r| {
-            r.log == "commits" && r.batch >= 2
+            r.log == Log::Commits.dir() && r.batch >= 2
         })
         .await
         .expect("commits/2 within 30 s");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use arrow_array::{RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use sluice_common::checkpoint::ProgressRecord;
+use sluice_common::checkpoint::{Log, ProgressRecord};
 use sluice_tests::stateful::{batches, latest};
 use sluice_tests::{Cluster, Spec, inputs, log_records};
 use tonic::Code;
@@ -130,7 +130,7 @@ async fn idle_keys_expire_counted_and_come_back_fresh() {
         (1, 2, 1),
         "{progress:#?}"
     );
-    let stored = log_records::<ProgressRecord>(&cluster.checkpoint_root(), QUERY, "progress");
+    let stored = log_records::<ProgressRecord>(&cluster.checkpoint_root(), QUERY, Log::Progress);
     let expired: Vec<(u64, u64)> = stored.iter().map(|(n, r)| (*n, r.state_expired)).collect();
     assert_eq!(&expired[..2], [(0, 0), (1, 2)], "progress/N records it");
 

@@ -13,6 +13,7 @@
 //! - a state was rebuilt from storage (snapshot and deltas) after a kill;
 //! - commit epochs never decrease.
 
+use sluice_common::checkpoint::{Log, STATE_DIR};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -34,10 +35,10 @@ enum Kill {
 /// stage: a state delta of it exists, and it has not committed.
 async fn wait_reduce_in_flight(root: &Path, query: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    let state = query_dir(root, query).join("state/aggregate");
+    let state = query_dir(root, query).join(STATE_DIR).join("aggregate");
     while Instant::now() < deadline {
-        let planned = latest_entry(root, query, "offsets").map(|e| e.0);
-        let committed = latest_entry(root, query, "commits").map(|e| e.0);
+        let planned = latest_entry(root, query, Log::Offsets).map(|e| e.0);
+        let committed = latest_entry(root, query, Log::Commits).map(|e| e.0);
         if let Some(n) = planned.filter(|&n| Some(n) != committed) {
             let delta = format!("{}.delta", sluice_common::checkpoint::padded(n));
             let started = sluice_tests::files_under(&state)
@@ -87,7 +88,7 @@ async fn stateful_queries_are_exact_through_driver_and_executor_kills() {
         if matches!(kill, Kill::Executor | Kill::Both) {
             victim.kill();
         }
-        let planned = latest_entry(&root, "counts", "offsets").map(|e| e.0);
+        let planned = latest_entry(&root, "counts", Log::Offsets).map(|e| e.0);
         eprintln!("kill {k}: {kill:?} with batch {planned:?} planned");
         tokio::time::sleep(rng.millis(0, 300)).await;
         if matches!(kill, Kill::Executor | Kill::Both) {
@@ -114,7 +115,7 @@ async fn stateful_queries_are_exact_through_driver_and_executor_kills() {
         .sum();
     eprintln!("state reloads: {reloads}");
     assert!(reloads > 0, "a state was rebuilt from storage after a kill");
-    let snapshots = sluice_tests::files_under(&query_dir(&root, "counts").join("state"))
+    let snapshots = sluice_tests::files_under(&query_dir(&root, "counts").join(STATE_DIR))
         .iter()
         .filter(|f| f.to_string_lossy().ends_with(".snapshot"))
         .count();

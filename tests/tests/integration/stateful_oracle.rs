@@ -4,6 +4,7 @@
 //! and a reduce task per state partition; the sink, read batch by batch,
 //! holds what DataFusion computes over all of the input in one piece.
 
+use sluice_common::checkpoint::SHUFFLE_DIR;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -138,7 +139,7 @@ async fn stateful_queries_commit_what_datafusion_computes_in_one_piece() {
         );
         assert_matches(case.name, case.mode, &got, case.keys, &want);
         // Shuffle files go once their batch commits.
-        let shuffle = sluice_tests::query_dir(&root, case.name).join("shuffle");
+        let shuffle = sluice_tests::query_dir(&root, case.name).join(SHUFFLE_DIR);
         let left = sluice_tests::files_under(&shuffle);
         assert!(
             left.len() <= 2 * 5,

@@ -9,6 +9,7 @@
 //! every match, and every order without one exactly once, NULL-padded
 //! (the last files move the watermark past every order's bound).
 
+use sluice_common::checkpoint::{Log, Record};
 use std::path::Path;
 use std::time::Duration;
 
@@ -161,7 +162,7 @@ fn rate_join(name: &str, sink: &Path, sql: &str, watermarks: bool) -> String {
 /// Every batch's state rows and input rows, from the query's progress
 /// records.
 fn state_rows(root: &Path, query: &str) -> Vec<(u64, u64)> {
-    let dir = sluice_tests::query_dir(root, query).join("progress");
+    let dir = sluice_tests::query_dir(root, query).join(Log::Progress.dir());
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -195,7 +196,8 @@ async fn with_watermarks_and_a_bound_the_state_stays_bounded_while_keys_pass_thr
     assert!(status.error.is_empty(), "{status:#?}");
     let root = cluster.checkpoint_root();
     let start = |s: &str| {
-        let path = sluice_tests::query_dir(&root, "bounded").join(format!("inputs/{s}/rate"));
+        let path =
+            sluice_tests::query_dir(&root, "bounded").join(Record::RateStart.rel_in(Some(s)));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         v["start_ms"].as_i64().unwrap()
     };

@@ -7,6 +7,7 @@
 //! NULL-time rows included; the batches' progress counts them; and the
 //! last batch, after the end of the input, leaves no row in the state.
 
+use sluice_common::checkpoint::Log;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,7 +126,7 @@ async fn rows_without_an_event_time_leave_an_outer_join_at_once_padded_and_count
         .sum::<u64>();
     assert!(untimed > 10, "the input has rows without a time");
     let ckpt = cluster.checkpoint_root();
-    let progress = log_records::<serde_json::Value>(&ckpt, "full", "progress");
+    let progress = log_records::<serde_json::Value>(&ckpt, "full", Log::Progress);
     let n = |v: &serde_json::Value, f: &str| v[f].as_u64().unwrap_or(0);
     let counted: u64 = progress
         .iter()

@@ -16,6 +16,7 @@
 //!
 //! Screenshots of every page go to `$CARGO_TARGET_TMPDIR/web_ui/`.
 
+use sluice_common::checkpoint::Log;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,10 +38,8 @@ fn shots() -> PathBuf {
 }
 
 /// A checkpoint record of `query`: `log/N` as JSON.
-fn record(root: &Path, query: &str, log: &str, batch: u64) -> Value {
-    let path = query_dir(root, query)
-        .join(log)
-        .join(format!("{batch:020}"));
+fn record(root: &Path, query: &str, log: Log, batch: u64) -> Value {
+    let path = query_dir(root, query).join(log.entry(batch));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -139,8 +138,8 @@ async fn the_web_ui_shows_live_charts_that_match_the_checkpoint() {
                 .iter()
                 .map(|c| c.as_str().unwrap())
                 .collect();
-            let progress = record(&root, QUERY, "progress", batch);
-            let plan = record(&root, QUERY, "offsets", batch);
+            let progress = record(&root, QUERY, Log::Progress, batch);
+            let plan = record(&root, QUERY, Log::Offsets, batch);
             assert_eq!(
                 number(cells[3]),
                 progress["num_input_rows"].as_u64().unwrap(),

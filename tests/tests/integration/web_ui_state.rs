@@ -11,6 +11,7 @@
 //!
 //! A screenshot goes to `$CARGO_TARGET_TMPDIR/web_ui/query-state.png`.
 
+use sluice_common::checkpoint::Log;
 use std::path::Path;
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ fn shown_bytes(text: &str) -> (f64, f64) {
 /// `progress/N` of `query`, as JSON.
 fn progress(root: &Path, query: &str, batch: u64) -> Value {
     let path = query_dir(root, query)
-        .join("progress")
+        .join(Log::Progress.dir())
         .join(format!("{batch:020}"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
