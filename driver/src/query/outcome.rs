@@ -66,7 +66,7 @@ impl Outcome {
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
         check_reported_rows(batch, writers, sink)?;
-        let kafka = writers.iter().filter_map(|o| o.kafka.as_ref());
+        let kafka = writers.iter().filter_map(|o| kafka_written(o));
         let transactions = kafka
             .clone()
             .filter_map(|k| k.transaction.as_ref())
@@ -79,7 +79,7 @@ impl Outcome {
         let files: Vec<SinkFile> = outputs
             .writers()
             .iter()
-            .flat_map(|o| &o.files)
+            .flat_map(files_written)
             .map(|f| SinkFile {
                 path: f.path.clone(),
                 rows: f.rows,
@@ -101,7 +101,7 @@ impl Outcome {
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: writers.iter().map(|o| o.rows).sum(),
             sink_bytes: files.iter().map(|f| f.bytes).sum::<u64>()
-                + writers.iter().map(|o| o.discarded_bytes).sum::<u64>()
+                + writers.iter().map(discarded).sum::<u64>()
                 + kafka.clone().map(|k| k.bytes).sum::<u64>(),
             longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
             writer_retries: outputs.writer_retries,
@@ -293,20 +293,24 @@ fn check_reported_rows(
         SinkSpec::Kafka(_) => "is Kafka",
     };
     for (task, o) in writers.iter().enumerate() {
-        let bad = (!files && !o.files.is_empty())
-            || (!discard && o.discarded_bytes > 0)
-            || (kafka.is_none() && o.kafka.is_some());
+        let bad = (!files && !files_written(o).is_empty())
+            || (!discard && discarded(o) > 0)
+            || (kafka.is_none() && kafka_written(o).is_some());
         if bad {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} files, {} discarded \
                  bytes and Kafka records {}, but the sink {name}",
-                o.files.len(),
-                o.discarded_bytes,
-                if o.kafka.is_some() { "written" } else { "none" }
+                files_written(o).len(),
+                discarded(o),
+                if kafka_written(o).is_some() {
+                    "written"
+                } else {
+                    "none"
+                }
             )));
         }
         let exactly_once = kafka == Some(sluice_common::spec::Delivery::ExactlyOnce);
-        let txn = o.kafka.as_ref().and_then(|k| k.transaction.as_ref());
+        let txn = kafka_written(o).and_then(|k| k.transaction.as_ref());
         if exactly_once && o.rows > 0 && txn.is_none() {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written to Kafka \
@@ -314,7 +318,7 @@ fn check_reported_rows(
                 o.rows
             )));
         }
-        let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
+        let in_files: u64 = files_written(o).iter().map(|f| f.rows).sum();
         if files && o.rows != in_files {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written, but the files \
@@ -324,6 +328,30 @@ fn check_reported_rows(
         }
     }
     Ok(())
+}
+
+/// The files a task's report lists (none for another sink's report).
+fn files_written(o: &pb::TaskOutput) -> &[pb::SinkFile] {
+    match &o.sink {
+        Some(pb::task_output::Sink::Files(f)) => &f.files,
+        _ => &[],
+    }
+}
+
+/// The bytes a task's report says it discarded (0 for another sink's).
+fn discarded(o: &pb::TaskOutput) -> u64 {
+    match &o.sink {
+        Some(pb::task_output::Sink::Discard(d)) => d.bytes,
+        _ => 0,
+    }
+}
+
+/// What a task's report says it wrote to Kafka (none for another sink's).
+fn kafka_written(o: &pb::TaskOutput) -> Option<&pb::KafkaWritten> {
+    match &o.sink {
+        Some(pb::task_output::Sink::Kafka(k)) => Some(k),
+        _ => None,
+    }
 }
 
 /// When each phase of a batch started or how long it took.
