@@ -14,6 +14,7 @@ use sluice_proto as pb;
 use super::ctx::{Ctx, Stateful};
 use super::stages::Outputs;
 use crate::error::DriverError;
+use crate::sink::{discarded, files_written, kafka_written};
 use crate::source::Streams;
 
 /// A batch's task reports, summed.
@@ -54,7 +55,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report against the query's `sink` (see [`check_reported_rows`]);
+    /// report against the query's `sink` (see [`crate::sink::check_reports`]);
     /// the state by operator of `stateful` (see [`operator_state`]).
     pub fn of(
         batch: u64,
@@ -65,8 +66,8 @@ impl Outcome {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
-        check_reported_rows(batch, writers, sink)?;
-        let kafka = writers.iter().filter_map(|o| kafka_written(o));
+        crate::sink::check_reports(batch, writers, sink)?;
+        let kafka = writers.iter().filter_map(kafka_written);
         let transactions = kafka
             .clone()
             .filter_map(|k| k.transaction.as_ref())
@@ -270,88 +271,6 @@ fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), Dri
          with a watermark",
         ctx.entry.name
     )))
-}
-
-/// An executor's report is checked where it can be: the rows a task says
-/// it wrote are the rows of the files it lists, so a batch never commits
-/// rows that no file holds (a faulty or rogue executor's report); a task
-/// of the discard or the Kafka sink lists no file; a task that wrote
-/// records with exactly_once reports its transaction.
-fn check_reported_rows(
-    batch: u64,
-    writers: &[pb::TaskOutput],
-    sink: &SinkSpec,
-) -> Result<(), DriverError> {
-    let (files, discard, kafka) = match sink {
-        SinkSpec::Files(_) => (true, false, None),
-        SinkSpec::Discard(_) => (false, true, None),
-        SinkSpec::Kafka(k) => (false, false, Some(k.delivery)),
-    };
-    let name = match sink {
-        SinkSpec::Files(_) => "writes files",
-        SinkSpec::Discard(_) => "is discard",
-        SinkSpec::Kafka(_) => "is Kafka",
-    };
-    for (task, o) in writers.iter().enumerate() {
-        let bad = (!files && !files_written(o).is_empty())
-            || (!discard && discarded(o) > 0)
-            || (kafka.is_none() && kafka_written(o).is_some());
-        if bad {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} files, {} discarded \
-                 bytes and Kafka records {}, but the sink {name}",
-                files_written(o).len(),
-                discarded(o),
-                if kafka_written(o).is_some() {
-                    "written"
-                } else {
-                    "none"
-                }
-            )));
-        }
-        let exactly_once = kafka == Some(sluice_common::spec::Delivery::ExactlyOnce);
-        let txn = kafka_written(o).and_then(|k| k.transaction.as_ref());
-        if exactly_once && o.rows > 0 && txn.is_none() {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written to Kafka \
-                 without the transaction that holds them",
-                o.rows
-            )));
-        }
-        let in_files: u64 = files_written(o).iter().map(|f| f.rows).sum();
-        if files && o.rows != in_files {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written, but the files \
-                 it lists hold {in_files}",
-                o.rows
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The files a task's report lists (none for another sink's report).
-fn files_written(o: &pb::TaskOutput) -> &[pb::SinkFile] {
-    match &o.sink {
-        Some(pb::task_output::Sink::Files(f)) => &f.files,
-        _ => &[],
-    }
-}
-
-/// The bytes a task's report says it discarded (0 for another sink's).
-fn discarded(o: &pb::TaskOutput) -> u64 {
-    match &o.sink {
-        Some(pb::task_output::Sink::Discard(d)) => d.bytes,
-        _ => 0,
-    }
-}
-
-/// What a task's report says it wrote to Kafka (none for another sink's).
-fn kafka_written(o: &pb::TaskOutput) -> Option<&pb::KafkaWritten> {
-    match &o.sink {
-        Some(pb::task_output::Sink::Kafka(k)) => Some(k),
-        _ => None,
-    }
 }
 
 /// When each phase of a batch started or how long it took.
