@@ -5,6 +5,7 @@
 //! second phase of an exactly-once batch); the file sink's manifests are
 //! `sluice_common::sink`'s.
 
+pub mod discard;
 pub mod kafka;
 
 use sluice_common::spec::SinkSpec;
@@ -34,14 +35,14 @@ pub fn check_reports(
     };
     for (task, o) in writers.iter().enumerate() {
         let bad = (!files && !files_written(o).is_empty())
-            || (!discard && discarded(o) > 0)
+            || (!discard && discard::bytes(o) > 0)
             || (kafka.is_none() && kafka_written(o).is_some());
         if bad {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} files, {} discarded \
                  bytes and Kafka records {}, but the sink {name}",
                 files_written(o).len(),
-                discarded(o),
+                discard::bytes(o),
                 if kafka_written(o).is_some() {
                     "written"
                 } else {
@@ -75,14 +76,6 @@ pub fn files_written(o: &pb::TaskOutput) -> &[pb::SinkFile] {
     match &o.sink {
         Some(pb::task_output::Sink::Files(f)) => &f.files,
         _ => &[],
-    }
-}
-
-/// The bytes a task's report says it discarded (0 for another sink's).
-pub fn discarded(o: &pb::TaskOutput) -> u64 {
-    match &o.sink {
-        Some(pb::task_output::Sink::Discard(d)) => d.bytes,
-        _ => 0,
     }
 }
 

@@ -14,6 +14,7 @@
 //! its name to the spec and one encoder module here, named in [`encoder`].
 
 mod csv;
+pub mod discard;
 pub mod files;
 mod hive;
 mod jsonl;
@@ -87,7 +88,7 @@ pub fn writer(sink: &TaskSink) -> Result<Arc<dyn SinkWriter>, String> {
     match &sink.kind {
         Some(task_sink::Kind::Files(f)) => Ok(Arc::new(files::FilesWriter::new(f)?)),
         Some(task_sink::Kind::Kafka(k)) => Ok(Arc::new(kafka::KafkaWriter(k.clone()))),
-        Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(Discard)),
+        Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(discard::Discard)),
         None => Err("missing sink".into()),
     }
 }
@@ -97,59 +98,6 @@ pub fn files_path(sink: &TaskSink) -> Option<&str> {
     match &sink.kind {
         Some(task_sink::Kind::Files(f)) if !f.path.is_empty() => Some(&f.path),
         _ => None,
-    }
-}
-
-/// The discard sink: its rows are counted, and nothing is written.
-struct Discard;
-
-/// Counts the Arrow bytes of the rows (of their slices of shared buffers).
-#[derive(Default)]
-struct Counted(u64);
-
-impl SinkWriter for Discard {
-    fn encoder(&self, _: TaskOut, _: &SchemaRef) -> Result<Box<dyn Encode>, ExecutorError> {
-        Ok(Box::<Counted>::default())
-    }
-
-    fn write<'a>(
-        &'a self,
-        _: &'a Arc<Caches>,
-        _: u32,
-        mut rx: mpsc::Receiver<Piece>,
-    ) -> BoxFuture<'a, Result<Written, ExecutorError>> {
-        Box::pin(async move {
-            let mut report = None;
-            while let Some(p) = rx.recv().await {
-                match p {
-                    Piece::Report(r @ task_output::Sink::Discard(_)) => report = Some(r),
-                    _ => {
-                        return Err(ExecutorError::TaskPanicked(
-                            "output made for the discard sink".into(),
-                        ));
-                    }
-                }
-            }
-            Ok(Written::Done(report))
-        })
-    }
-}
-
-impl Encode for Counted {
-    fn write(&mut self, batch: &RecordBatch, _: &mut Vec<Piece>) -> Result<u64, ExecutorError> {
-        self.0 += batch
-            .columns()
-            .iter()
-            .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
-            .sum::<u64>();
-        Ok(0)
-    }
-
-    fn finish(self: Box<Self>, out: &mut Vec<Piece>) -> Result<(), ExecutorError> {
-        out.push(Piece::Report(task_output::Sink::Discard(
-            sluice_proto::DiscardWritten { bytes: self.0 },
-        )));
-        Ok(())
     }
 }
 

@@ -413,3 +413,42 @@ fn the_reader_expands_use_trees() {
         Some(m.clone())
     );
 }
+
+/// The kinds of a task's sink and of its report are matched on only in
+/// the sink modules (`driver/src/sink/`, `executor/src/sink/`) and where
+/// the spec makes the task's sink (`common/src/spec*`): production code
+/// elsewhere goes through their traits and accessors. Tests may build
+/// and read any kind.
+#[test]
+fn only_the_sink_modules_match_on_sink_kinds() {
+    let owners = ["driver/src/sink/", "executor/src/sink/", "common/src/spec"];
+    let mut hits = Vec::new();
+    for word in ["task_sink::Kind::", "task_output::Sink::"] {
+        for krate in ["common", "driver", "executor", "cli"] {
+            let mut list = Vec::new();
+            rust_files(&workspace().join(krate).join("src"), &mut list);
+            for f in list {
+                let rel = f
+                    .strip_prefix(workspace())
+                    .unwrap()
+                    .to_string_lossy()
+                    .to_string();
+                if owners.iter().any(|o| rel.starts_with(o)) || rel.ends_with("tests.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&f).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                for (i, line) in code.lines().enumerate() {
+                    if line.split("//").next().unwrap_or("").contains(word) {
+                        hits.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "sink kinds matched outside the sink modules:\n{}",
+        hits.join("\n")
+    );
+}
