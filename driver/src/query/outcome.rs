@@ -14,7 +14,7 @@ use sluice_proto as pb;
 use super::ctx::{Ctx, Stateful};
 use super::stages::Outputs;
 use crate::error::DriverError;
-use crate::sink::{discard, files_written, kafka_written};
+use crate::sink::{files_written, kafka_written};
 use crate::source::Streams;
 
 /// A batch's task reports, summed.
@@ -101,9 +101,7 @@ impl Outcome {
             max_event_times: max_event_times(outputs),
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: writers.iter().map(|o| o.rows).sum(),
-            sink_bytes: files.iter().map(|f| f.bytes).sum::<u64>()
-                + writers.iter().map(discard::bytes).sum::<u64>()
-                + kafka.clone().map(|k| k.bytes).sum::<u64>(),
+            sink_bytes: writers.iter().map(crate::sink::bytes).sum(),
             longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
             writer_retries: outputs.writer_retries,
             transactions,

@@ -79,6 +79,17 @@ pub fn files_written(o: &pb::TaskOutput) -> &[pb::SinkFile] {
     }
 }
 
+/// The bytes a task's report says it wrote (or, for the discard sink,
+/// counted), whatever its sink's kind.
+pub fn bytes(o: &pb::TaskOutput) -> u64 {
+    match &o.sink {
+        Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.bytes).sum(),
+        Some(pb::task_output::Sink::Discard(_)) => discard::bytes(o),
+        Some(pb::task_output::Sink::Kafka(k)) => k.bytes,
+        None => 0,
+    }
+}
+
 /// What a task's report says it wrote to Kafka (none for another sink's).
 pub fn kafka_written(o: &pb::TaskOutput) -> Option<&pb::KafkaWritten> {
     match &o.sink {
