@@ -441,12 +441,12 @@ impl FileSinkSpec {
             _ => pb::SinkFormat::Unspecified,
         };
         pb::TaskSink {
-            path: self.path.clone(),
-            format: format.into(),
-            partition_by: self.partition_by.clone(),
-            max_file_bytes: self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
-            discard: false,
-            kafka: None,
+            kind: Some(pb::task_sink::Kind::Files(pb::FilesTaskSink {
+                path: self.path.clone(),
+                format: format.into(),
+                partition_by: self.partition_by.clone(),
+                max_file_bytes: self.max_file_bytes.unwrap_or(DEFAULT_MAX_FILE_BYTES),
+            })),
         }
     }
 }
@@ -476,12 +476,10 @@ impl SinkSpec {
         match self {
             SinkSpec::Files(f) => f.to_task(),
             SinkSpec::Kafka(k) => pb::TaskSink {
-                kafka: Some(k.to_task(query)),
-                ..Default::default()
+                kind: Some(pb::task_sink::Kind::Kafka(k.to_task(query))),
             },
             SinkSpec::Discard(_) => pb::TaskSink {
-                discard: true,
-                ..Default::default()
+                kind: Some(pb::task_sink::Kind::Discard(pb::DiscardTaskSink {})),
             },
         }
     }

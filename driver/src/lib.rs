@@ -27,6 +27,7 @@ pub mod query;
 pub mod recovery;
 pub mod reload;
 mod server;
+pub mod sink;
 pub mod source;
 pub mod state;
 pub mod tls;

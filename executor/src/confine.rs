@@ -57,12 +57,10 @@ fn targets(task: &TaskAssignment) -> Vec<Target> {
             files(format!("tables.{}.path", t.name), f);
         }
     }
-    if let Some(s) = task.sink.as_ref()
-        && !s.path.is_empty()
-    {
+    if let Some(path) = task.sink.as_ref().and_then(crate::sink::files_path) {
         out.push(Target {
             field: "sink.files.path".into(),
-            root: s.path.clone(),
+            root: path.to_string(),
             file: None,
         });
     }
@@ -107,7 +105,9 @@ fn sink_overlap(task: &TaskAssignment) -> impl FnOnce() -> Result<(), ExecutorEr
     let sink = task
         .sink
         .as_ref()
-        .map_or_else(String::new, |s| s.path.clone());
+        .and_then(crate::sink::files_path)
+        .unwrap_or_default()
+        .to_string();
     move || {
         if root.is_empty() || sink.is_empty() || !overlap_resolved(&sink, &root) {
             return Ok(());
@@ -122,7 +122,9 @@ fn sink_overlap(task: &TaskAssignment) -> impl FnOnce() -> Result<(), ExecutorEr
 mod tests {
     use std::os::unix::fs::symlink;
 
-    use sluice_proto::{FileRange, TablePlan, TaskPlan, TaskSink, TaskSource};
+    use sluice_proto::{
+        FileRange, FilesTaskSink, TablePlan, TaskPlan, TaskSink, TaskSource, task_sink,
+    };
 
     use super::*;
 
@@ -158,8 +160,10 @@ mod tests {
                 ..Default::default()
             }),
             sink: Some(TaskSink {
-                path: sink.into(),
-                ..Default::default()
+                kind: Some(task_sink::Kind::Files(FilesTaskSink {
+                    path: sink.into(),
+                    ..Default::default()
+                })),
             }),
             ..Default::default()
         }

@@ -20,7 +20,7 @@ use crate::error::ExecutorError;
 use crate::input::Input;
 use crate::late::LateFilter;
 use crate::output::{self, Emitter};
-use crate::sink::parts::Layout;
+use crate::sink::{SinkWriter, TaskOut};
 use crate::source::{self, ReadCounters, SourceReader};
 
 /// What one map task does, validated.
@@ -35,9 +35,9 @@ pub struct TaskPlan {
     pub input_schema: SchemaRef,
     /// How long planning `sql` may take.
     pub budget: std::time::Duration,
-    /// The sink, and the layout of its files.
-    pub sink: sluice_proto::TaskSink,
-    pub layout: Layout,
+    /// The sink's writer, and the most bytes the task may write to it.
+    pub sink: Arc<dyn SinkWriter>,
+    pub max_output_bytes: u64,
     /// The static tables the SQL joins with, as this batch reads them.
     pub tables: Vec<sluice_proto::TablePlan>,
     /// A query with a watermark: its event time and late rows.
@@ -76,27 +76,10 @@ pub fn plan(task: &TaskAssignment, caches: &Caches) -> Result<TaskPlan, Executor
             "the plan's input schema is not the source's".into(),
         ));
     }
-    let Some(files) = task.sink.as_ref() else {
-        return Err(malformed("missing sink".into()));
-    };
-    let writes_files = !files.discard && files.kafka.is_none();
-    if files.path.is_empty() && writes_files {
-        return Err(malformed("missing sink path".into()));
-    }
-    if writes_files {
-        crate::sink::encoder(files.format(), source.schema())
-            .map_err(|e| malformed(e.to_string()))?;
-    }
-    let layout = Layout {
-        discard: files.discard,
-        format: files.format(),
-        partition_by: files.partition_by.clone(),
-        max_file_bytes: files.max_file_bytes.max(1),
-        max_task_bytes: crate::output::task_cap(query.max_output_bytes),
-        batch: task.batch_id,
-        partition: task.partition,
-        kafka: files.kafka.clone(),
-    };
+    let sink = crate::sink::writer(task.sink.as_ref().unwrap_or(&Default::default()))
+        .map_err(malformed)?;
+    sink.check(&source.schema())
+        .map_err(|e| malformed(e.to_string()))?;
     let late = match &task.event_time {
         None => None,
         Some(e) => {
@@ -112,8 +95,8 @@ pub fn plan(task: &TaskAssignment, caches: &Caches) -> Result<TaskPlan, Executor
         budget: sluice_sql::guard::budget_ms(query.plan_budget_ms),
         input_schema,
         streams,
-        sink: files.clone(),
-        layout,
+        sink,
+        max_output_bytes: crate::output::task_cap(query.max_output_bytes),
         tables: query.tables.clone(),
     })
 }
@@ -132,11 +115,12 @@ pub async fn run(
             ..Default::default()
         });
     }
-    let sink = output::open_sink(&caches, &plan.sink, plan.partition).await?;
+    let (sink, partition) = (plan.sink.clone(), plan.partition);
     let (tx, rx) = output::channel();
     let runtime = tokio::runtime::Handle::current();
-    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &caches));
-    let written = output::write(&sink, rx).await;
+    let blocking = caches.clone();
+    let producer = tokio::task::spawn_blocking(move || produce(plan, &runtime, tx, &blocking));
+    let written = sink.write(&caches, partition, rx).await;
     let produced = producer
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;
@@ -144,9 +128,7 @@ pub async fn run(
     produced.check(planned)?;
     Ok(TaskOutput {
         rows: produced.rows,
-        discarded_bytes: produced.discarded_bytes,
-        files: delivered.files,
-        kafka: delivered.kafka,
+        sink: delivered,
         duration_ms: started.elapsed().as_millis() as u64,
         input_rows: produced.input_rows,
         bad_records: produced.bad_records,
@@ -161,8 +143,6 @@ pub async fn run(
 pub(crate) struct Produced {
     pub input_rows: u64,
     pub rows: u64,
-    /// The discard sink: the Arrow bytes of the output rows.
-    pub discarded_bytes: u64,
     pub bad_records: u64,
     pub records_lost: u64,
     /// Input rows older than the watermark, dropped.
@@ -198,7 +178,6 @@ impl Opened {
     pub fn produced(&self, emitted: output::Emitted) -> Produced {
         Produced {
             rows: emitted.rows,
-            discarded_bytes: emitted.discarded_bytes,
             input_rows: self.read.get(),
             bad_records: self.counters.bad_records.get(),
             records_lost: self.counters.records_lost.get(),
@@ -244,7 +223,12 @@ fn produce(
         &opened.tables,
         caches.task_limits(plan.budget),
     ))?;
-    let mut emitter = Emitter::new(plan.layout, &output.schema(), tx)?;
+    let task = TaskOut {
+        batch: plan.batch_id,
+        partition: plan.partition,
+    };
+    let schema = output.schema();
+    let mut emitter = Emitter::new(&*plan.sink, task, plan.max_output_bytes, &schema, tx)?;
     // The input's own error says whether a retry may help.
     let failed = |e: sluice_sql::SqlError| opened.failure.take().unwrap_or(e.into());
     while let Some(batch) = runtime.block_on(output.next()) {

@@ -158,9 +158,7 @@ pub fn done(
 ) -> sluice_proto::TaskOutput {
     let out = sluice_proto::TaskOutput {
         rows: emitted.rows,
-        discarded_bytes: emitted.discarded_bytes,
-        files: delivered.files,
-        kafka: delivered.kafka,
+        sink: delivered,
         duration_ms: started.elapsed().as_millis() as u64,
         state_rows: table.len() as u64,
         state_bytes: table.bytes() as u64,

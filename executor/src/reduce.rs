@@ -80,8 +80,7 @@ pub async fn run<O: Operator>(
     };
     let (written, shuffle) = match next {
         None => {
-            let layout = stage::layout(files, task);
-            let out = stage::write(&caches, files, layout, op.output_schema(), output).await?;
+            let out = stage::write(&caches, files, task, op.output_schema(), output).await?;
             (out, Vec::new())
         }
         Some((buckets, Some((next, side)))) => {

@@ -16,6 +16,7 @@ use sluice_proto::{
 use tokio::sync::Semaphore;
 
 use crate::cache::Caches;
+use crate::sink::files::files_of;
 use crate::task::execute;
 
 const SQL: &str =
@@ -31,9 +32,13 @@ fn base(sink_dir: &str, batch: u64, partition: u32) -> TaskAssignment {
         partition,
         epoch: 1,
         sink: Some(TaskSink {
-            path: sink_dir.into(),
-            format: SinkFormat::Jsonl.into(),
-            ..Default::default()
+            kind: Some(sluice_proto::task_sink::Kind::Files(
+                sluice_proto::FilesTaskSink {
+                    path: sink_dir.into(),
+                    format: SinkFormat::Jsonl.into(),
+                    ..Default::default()
+                },
+            )),
         }),
         plan: Some(sluice_proto::TaskPlan {
             sql: SQL.into(),
@@ -96,7 +101,7 @@ async fn batch(
         let out = run(t, caches).await;
         assert_eq!(out.input_rows, (end - start) / 2);
         assert!(
-            out.files.is_empty(),
+            files_of(&out).is_empty(),
             "a map task of a stateful query writes no sink file"
         );
         assert_eq!(out.shuffle.len(), BUCKETS as usize, "one range per bucket");
@@ -131,7 +136,7 @@ async fn batch(
 
 /// k -> (n, s) of every jsonl row the tasks wrote, the last row winning.
 fn latest(sink_dir: &Path, outs: &[TaskOutput], into: &mut BTreeMap<i64, (i64, i64)>) {
-    for f in outs.iter().flat_map(|o| &o.files) {
+    for f in outs.iter().flat_map(files_of) {
         let text = std::fs::read_to_string(sink_dir.join(&f.path)).unwrap();
         for line in text.lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();

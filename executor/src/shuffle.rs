@@ -143,10 +143,7 @@ fn partials(
     }
     let rows = parts.iter().map(Part::rows).sum();
     let (bytes, ranges) = encode(parts, (0, plan.partition))?;
-    let produced = opened.produced(crate::output::Emitted {
-        rows,
-        discarded_bytes: 0,
-    });
+    let produced = opened.produced(crate::output::Emitted { rows });
     Ok((produced, bytes, ranges))
 }
 

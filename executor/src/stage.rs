@@ -16,7 +16,7 @@ use sluice_sql::WindowEnd;
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 use crate::output::{self, Emitter};
-use crate::sink::parts::Layout;
+use crate::sink::TaskOut;
 use crate::state::codec;
 use crate::state::table::StateTable;
 
@@ -80,20 +80,6 @@ pub fn streams(
         (None, None) => return Err("the plan has no stream".into()),
     };
     Ok(sluice_sql::Streams { tables, reading })
-}
-
-/// Where a reduce task's output goes: its state partition's part files.
-pub fn layout(files: &sluice_proto::TaskSink, task: &TaskAssignment) -> Layout {
-    Layout {
-        format: files.format(),
-        partition_by: files.partition_by.clone(),
-        max_file_bytes: files.max_file_bytes.max(1),
-        max_task_bytes: output::task_cap(task.plan.as_ref().map_or(0, |p| p.max_output_bytes)),
-        batch: task.batch_id,
-        partition: task.partition,
-        discard: files.discard,
-        kafka: files.kafka.clone(),
-    }
 }
 
 /// The state store at `location`, opened on first use.
@@ -208,22 +194,29 @@ pub fn closed(
     filter(rows, &keep)
 }
 
-/// Writes the output rows as part files (counts them, for the discard
-/// sink); returns what was written and the files.
+/// Writes reduce task `task`'s output rows into its sink; returns what
+/// was written and the sink's report.
 pub async fn write(
     caches: &Arc<Caches>,
     sink: &sluice_proto::TaskSink,
-    layout: Layout,
+    task: &TaskAssignment,
     schema: arrow_schema::SchemaRef,
     output: Vec<RecordBatch>,
 ) -> Result<(output::Emitted, output::Delivered), ExecutorError> {
     if output.iter().all(|b| b.num_rows() == 0) {
         return Ok((output::Emitted::default(), Default::default()));
     }
-    let sink = output::open_sink(caches, sink, layout.partition).await?;
+    let malformed = |m| ExecutorError::MalformedTask(format!("task {}: {m}", task.task_id));
+    let sink = crate::sink::writer(sink).map_err(malformed)?;
+    let max_bytes = output::task_cap(task.plan.as_ref().map_or(0, |p| p.max_output_bytes));
+    let out = TaskOut {
+        batch: task.batch_id,
+        partition: task.partition,
+    };
     let (tx, rx) = output::channel();
+    let writer = sink.clone();
     let emitter = tokio::task::spawn_blocking(move || {
-        let mut emitter = Emitter::new(layout, &schema, tx)?;
+        let mut emitter = Emitter::new(&*writer, out, max_bytes, &schema, tx)?;
         for b in &output {
             if !emitter.write(b)? {
                 break;
@@ -231,7 +224,7 @@ pub async fn write(
         }
         emitter.finish()
     });
-    let written = output::write(&sink, rx).await;
+    let written = sink.write(caches, task.partition, rx).await;
     let emitted = emitter
         .await
         .map_err(|e| ExecutorError::TaskPanicked(e.to_string()))?;

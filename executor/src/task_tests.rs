@@ -9,7 +9,11 @@ fn slot() -> OwnedSemaphorePermit {
     Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap()
 }
 
-use sluice_proto::{RateTask, SinkFormat, TaskSink, TaskSource, task_source};
+use crate::sink::files::files_of as files;
+use crate::sink::files_path;
+use sluice_proto::{
+    FilesTaskSink, RateTask, SinkFormat, TaskSink, TaskSource, task_sink, task_source,
+};
 
 fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment {
     TaskAssignment {
@@ -33,9 +37,11 @@ fn assignment(dir: &str, partition: u32, start: u64, end: u64) -> TaskAssignment
             table: String::new(),
         }),
         sink: Some(TaskSink {
-            path: dir.into(),
-            format: SinkFormat::Jsonl.into(),
-            ..Default::default()
+            kind: Some(task_sink::Kind::Files(FilesTaskSink {
+                path: dir.into(),
+                format: SinkFormat::Jsonl.into(),
+                ..Default::default()
+            })),
         }),
         work: Some(sluice_proto::task_assignment::Work::Map(
             sluice_proto::MapWork {},
@@ -75,14 +81,14 @@ async fn a_task_runs_its_sql_and_reports_rows_read_and_written() {
         panic!("task failed: {r:?}");
     };
     assert_eq!((out.input_rows, out.rows), (20, 10));
-    let text = std::fs::read_to_string(dir.path().join(&out.files[0].path)).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(&files(&out)[0].path)).unwrap();
     assert_eq!(text.lines().next(), Some(r#"{"value":0,"k":0}"#));
     // Determinism: a second run writes the same bytes, and is adopted.
-    let first = std::fs::read(dir.path().join(&out.files[0].path)).unwrap();
+    let first = std::fs::read(dir.path().join(&files(&out)[0].path)).unwrap();
     let again = execute(with_sql(assignment(&root, 0, 0, 40), sql), slot(), sinks).await;
     assert!(matches!(again.outcome, Some(Outcome::Ok(ref o)) if o.rows == 10));
     assert_eq!(
-        std::fs::read(dir.path().join(&out.files[0].path)).unwrap(),
+        std::fs::read(dir.path().join(&files(&out)[0].path)).unwrap(),
         first
     );
 }
@@ -99,7 +105,7 @@ async fn a_task_whose_query_keeps_no_row_writes_no_file() {
     let Some(Outcome::Ok(out)) = r.outcome else {
         panic!("task failed: {r:?}");
     };
-    assert_eq!((out.input_rows, out.rows, out.files.len()), (20, 0, 0));
+    assert_eq!((out.input_rows, out.rows, files(&out).len()), (20, 0, 0));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -116,15 +122,17 @@ async fn a_task_run_twice_writes_the_same_bytes_in_every_format() {
         for _ in 0..2 {
             let dir = tempfile::tempdir().unwrap();
             let mut t = with_sql(assignment(dir.path().to_str().unwrap(), 1, 0, 5_000), sql);
-            let f = t.sink.as_mut().expect("a sink");
+            let Some(task_sink::Kind::Files(f)) = t.sink.as_mut().and_then(|s| s.kind.as_mut())
+            else {
+                panic!("a file sink")
+            };
             f.format = format.into();
             f.partition_by = partition_by.clone();
             let r = execute(t, slot(), Arc::new(Caches::default())).await;
             let Some(Outcome::Ok(out)) = r.outcome else {
                 panic!("{format:?} task failed: {r:?}");
             };
-            let files: Vec<(String, Vec<u8>)> = out
-                .files
+            let files: Vec<(String, Vec<u8>)> = files(&out)
                 .iter()
                 .map(|f| {
                     (
@@ -230,8 +238,12 @@ fn plans_reject_malformed_assignments() {
     let good = assignment("/tmp/out", 1, 0, 10);
     let p = plan(&good, &Default::default()).unwrap();
     assert_eq!(
-        (p.batch_id, p.partition, p.sink.path.as_str()),
-        (7, 1, "/tmp/out")
+        (
+            p.batch_id,
+            p.partition,
+            good.sink.as_ref().and_then(files_path)
+        ),
+        (7, 1, Some("/tmp/out"))
     );
 
     let mut no_source = good.clone();
@@ -281,8 +293,8 @@ async fn a_rate_task_writes_its_part_file() {
         panic!("task failed: {r:?}");
     };
     assert_eq!((out.rows, out.input_rows), (5, 5));
-    assert_eq!(out.files.len(), 1);
-    let f = &out.files[0];
+    assert_eq!(files(&out).len(), 1);
+    let f = &files(&out)[0];
     assert_eq!(f.path, "part-00000000000000000007-00000.jsonl");
     assert_eq!(f.rows, 5);
     let text = std::fs::read_to_string(dir.path().join(&f.path)).unwrap();
@@ -302,7 +314,7 @@ async fn a_rate_task_writes_its_part_file() {
     let Some(Outcome::Ok(out)) = empty.outcome else {
         panic!("empty task failed: {empty:?}");
     };
-    assert_eq!((out.rows, out.files.len()), (0, 0));
+    assert_eq!((out.rows, files(&out).len()), (0, 0));
     let names: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())

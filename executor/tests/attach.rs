@@ -63,10 +63,14 @@ async fn attach_run_refuse_cancel_reconnect_and_drain() {
     assert_eq!((r.task_id.as_str(), r.epoch), ("t1", 5));
     let o = ok(&r);
     assert_eq!(o.rows, 5);
-    assert_eq!(o.files.len(), 1);
-    assert_eq!(o.files[0].path, "part-00000000000000000003-00000.jsonl");
-    let text = std::fs::read_to_string(out.path().join(&o.files[0].path)).unwrap();
-    assert_eq!(o.files[0].bytes, text.len() as u64);
+    let Some(sluice_proto::task_output::Sink::Files(written)) = &o.sink else {
+        panic!("no files in {o:?}");
+    };
+    let files = &written.files;
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].path, "part-00000000000000000003-00000.jsonl");
+    let text = std::fs::read_to_string(out.path().join(&files[0].path)).unwrap();
+    assert_eq!(files[0].bytes, text.len() as u64);
     let first = text.lines().next().unwrap();
     assert_eq!(first, r#"{"value":0,"timestamp_ms":10000}"#);
     assert_eq!(text.lines().count(), 5);

@@ -2,7 +2,7 @@
 //! (see [`super::stages`]); their reports summed and checked (see
 //! [`super::outcome`]); the sink files checked, the sink manifest (and,
 //! every `compact_interval` batches, a manifest segment), or the Kafka
-//! sink's transactions recorded and committed (see [`super::kafka_sink`]);
+//! sink's transactions recorded and committed (see [`crate::sink::kafka`]);
 //! then `commits/N`; then the batch's progress, stored and published.
 //!
 //! Invariant (docs/design-notes.md, 2): `commits/N` is created only after every task
@@ -23,10 +23,10 @@ use sluice_proto as pb;
 use tracing::{debug, warn};
 
 use super::ctx::Ctx;
-use super::kafka_sink::{self, Prepared};
 use super::outcome::{self, Outcome, Phases};
 use super::stages;
 use crate::error::DriverError;
+use crate::sink::kafka::{self as kafka_sink, Prepared};
 use crate::source::Streams;
 use crate::watermark::Clocks;
 

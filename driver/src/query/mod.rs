@@ -16,7 +16,6 @@ pub mod ctx;
 pub mod entry;
 pub mod history;
 mod join;
-pub mod kafka_sink;
 pub mod outcome;
 pub mod paths;
 pub mod registry;
@@ -175,7 +174,7 @@ pub async fn submit(
     let specs = existing
         .iter()
         .filter_map(|e| Some((e.name.as_str(), e.spec.as_ref()?)));
-    kafka_sink::check_prefix(&spec, specs)?;
+    crate::sink::kafka::check_prefix(&spec, specs)?;
     let others: Vec<(String, String)> = existing
         .iter()
         .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path()?.to_string())))
@@ -189,7 +188,7 @@ pub async fn submit(
     if let Some(sink) = spec.sink_path() {
         probe_sink(stores, sink).await?;
     }
-    kafka_sink::check_topic(&spec, &driver.config.secrets, KAFKA_SUBMIT_DEADLINE).await?;
+    crate::sink::kafka::check_topic(&spec, &driver.config.secrets, KAFKA_SUBMIT_DEADLINE).await?;
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
     check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;

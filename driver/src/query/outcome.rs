@@ -14,6 +14,7 @@ use sluice_proto as pb;
 use super::ctx::{Ctx, Stateful};
 use super::stages::Outputs;
 use crate::error::DriverError;
+use crate::sink::{files_written, kafka_written};
 use crate::source::Streams;
 
 /// A batch's task reports, summed.
@@ -54,7 +55,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report against the query's `sink` (see [`check_reported_rows`]);
+    /// report against the query's `sink` (see [`crate::sink::check_reports`]);
     /// the state by operator of `stateful` (see [`operator_state`]).
     pub fn of(
         batch: u64,
@@ -65,8 +66,8 @@ impl Outcome {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
-        check_reported_rows(batch, writers, sink)?;
-        let kafka = writers.iter().filter_map(|o| o.kafka.as_ref());
+        crate::sink::check_reports(batch, writers, sink)?;
+        let kafka = writers.iter().filter_map(kafka_written);
         let transactions = kafka
             .clone()
             .filter_map(|k| k.transaction.as_ref())
@@ -79,7 +80,7 @@ impl Outcome {
         let files: Vec<SinkFile> = outputs
             .writers()
             .iter()
-            .flat_map(|o| &o.files)
+            .flat_map(files_written)
             .map(|f| SinkFile {
                 path: f.path.clone(),
                 rows: f.rows,
@@ -100,9 +101,7 @@ impl Outcome {
             max_event_times: max_event_times(outputs),
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: writers.iter().map(|o| o.rows).sum(),
-            sink_bytes: files.iter().map(|f| f.bytes).sum::<u64>()
-                + writers.iter().map(|o| o.discarded_bytes).sum::<u64>()
-                + kafka.clone().map(|k| k.bytes).sum::<u64>(),
+            sink_bytes: writers.iter().map(crate::sink::bytes).sum(),
             longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
             writer_retries: outputs.writer_retries,
             transactions,
@@ -270,60 +269,6 @@ fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), Dri
          with a watermark",
         ctx.entry.name
     )))
-}
-
-/// An executor's report is checked where it can be: the rows a task says
-/// it wrote are the rows of the files it lists, so a batch never commits
-/// rows that no file holds (a faulty or rogue executor's report); a task
-/// of the discard or the Kafka sink lists no file; a task that wrote
-/// records with exactly_once reports its transaction.
-fn check_reported_rows(
-    batch: u64,
-    writers: &[pb::TaskOutput],
-    sink: &SinkSpec,
-) -> Result<(), DriverError> {
-    let (files, discard, kafka) = match sink {
-        SinkSpec::Files(_) => (true, false, None),
-        SinkSpec::Discard(_) => (false, true, None),
-        SinkSpec::Kafka(k) => (false, false, Some(k.delivery)),
-    };
-    let name = match sink {
-        SinkSpec::Files(_) => "writes files",
-        SinkSpec::Discard(_) => "is discard",
-        SinkSpec::Kafka(_) => "is Kafka",
-    };
-    for (task, o) in writers.iter().enumerate() {
-        let bad = (!files && !o.files.is_empty())
-            || (!discard && o.discarded_bytes > 0)
-            || (kafka.is_none() && o.kafka.is_some());
-        if bad {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} files, {} discarded \
-                 bytes and Kafka records {}, but the sink {name}",
-                o.files.len(),
-                o.discarded_bytes,
-                if o.kafka.is_some() { "written" } else { "none" }
-            )));
-        }
-        let exactly_once = kafka == Some(sluice_common::spec::Delivery::ExactlyOnce);
-        let txn = o.kafka.as_ref().and_then(|k| k.transaction.as_ref());
-        if exactly_once && o.rows > 0 && txn.is_none() {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written to Kafka \
-                 without the transaction that holds them",
-                o.rows
-            )));
-        }
-        let in_files: u64 = o.files.iter().map(|f| f.rows).sum();
-        if files && o.rows != in_files {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written, but the files \
-                 it lists hold {in_files}",
-                o.rows
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// When each phase of a batch started or how long it took.

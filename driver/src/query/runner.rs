@@ -66,7 +66,7 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let stopped = entry.state() == QueryState::Stopped;
     if stopped && let Some(spec) = &entry.spec {
         let qc = driver.checkpoint.query(&entry.name);
-        super::kafka_sink::complete_stopped(spec, &driver.config.secrets, &qc).await;
+        crate::sink::kafka::complete_stopped(spec, &driver.config.secrets, &qc).await;
     }
     let ended = matches!(result, Ok(())) || stopped;
     if let Some(path) = sink_path.filter(|_| ended)

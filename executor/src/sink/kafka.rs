@@ -20,22 +20,64 @@
 //! and the driver commits it with the batch. A retry of the task, under the
 //! same transactional id, fences this attempt and aborts what it wrote.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
+use futures::future::BoxFuture;
 use sluice_common::kafka::{Delivery, Kafka};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::KafkaSecurity;
-use sluice_proto::{KafkaTaskSink, KafkaWritten, PreparedTransaction};
+use sluice_proto::{KafkaTaskSink, KafkaWritten, PreparedTransaction, task_output};
 use tokio::sync::mpsc;
 
 use super::parts::{OutRecord, Piece};
+use super::{Encode, SinkWriter, TaskOut, Written};
+use crate::cache::Caches;
 use crate::error::ExecutorError;
 
 /// The deadline of each call to the brokers.
 const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The Kafka sink a task writes.
+pub struct KafkaWriter(pub KafkaTaskSink);
+
+impl SinkWriter for KafkaWriter {
+    fn encoder(&self, _: TaskOut, schema: &SchemaRef) -> Result<Box<dyn Encode>, ExecutorError> {
+        Ok(Box::new(Records::new(&self.0, schema)?))
+    }
+
+    fn write<'a>(
+        &'a self,
+        caches: &'a Arc<Caches>,
+        partition: u32,
+        rx: mpsc::Receiver<Piece>,
+    ) -> BoxFuture<'a, Result<Written, ExecutorError>> {
+        Box::pin(async move {
+            Ok(
+                match deliver(&self.0, partition, &caches.secrets, rx).await? {
+                    Some(w) => Written::Done(Some(task_output::Sink::Kafka(w))),
+                    None => Written::Unfinished("the Kafka sink's records".into()),
+                },
+            )
+        })
+    }
+}
+
+impl Encode for Records {
+    fn write(&mut self, batch: &RecordBatch, out: &mut Vec<Piece>) -> Result<u64, ExecutorError> {
+        let (records, bytes) = self.encode(batch)?;
+        out.push(Piece::Records(records));
+        Ok(bytes)
+    }
+
+    fn finish(self: Box<Self>, out: &mut Vec<Piece>) -> Result<(), ExecutorError> {
+        out.push(Piece::RecordsEnd);
+        Ok(())
+    }
+}
 
 /// Turns output rows into records.
 pub struct Records {

@@ -42,6 +42,9 @@ pub enum Piece {
     Records(Vec<OutRecord>),
     /// The task's last record for the Kafka sink was sent.
     RecordsEnd,
+    /// The encoder's own report of what it made, for the writer to pass on
+    /// (the discard sink's count).
+    Report(sluice_proto::task_output::Sink),
 }
 
 /// One record for the Kafka sink.
@@ -51,21 +54,14 @@ pub struct OutRecord {
     pub value: Vec<u8>,
 }
 
-/// Where a task's output goes.
+/// How a task's output files are laid out.
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub format: SinkFormat,
     pub partition_by: Vec<String>,
     pub max_file_bytes: u64,
-    /// The most bytes of part files the task may write, in all (`u64::MAX`:
-    /// no cap).
-    pub max_task_bytes: u64,
     pub batch: u64,
     pub partition: u32,
-    /// The discard sink: rows are counted, and no file is made.
-    pub discard: bool,
-    /// The Kafka sink: rows are records, and no file is made.
-    pub kafka: Option<sluice_proto::KafkaTaskSink>,
 }
 
 struct Open {

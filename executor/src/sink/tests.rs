@@ -65,11 +65,8 @@ fn pieces(format: SinkFormat, partition_by: &[&str], max_file_bytes: u64) -> Vec
         format,
         partition_by: partition_by.iter().map(|s| s.to_string()).collect(),
         max_file_bytes,
-        max_task_bytes: u64::MAX,
         batch: 7,
         partition: 2,
-        discard: false,
-        kafka: None,
     };
     let mut parts = Parts::new(layout, &b.schema()).unwrap();
     let mut out = Vec::new();

@@ -148,9 +148,13 @@ pub fn task(id: &str, epoch: u64, dir: &str, partitions: u32, end: u64) -> drive
             table: String::new(),
         }),
         sink: Some(TaskSink {
-            path: dir.into(),
-            format: SinkFormat::Jsonl.into(),
-            ..Default::default()
+            kind: Some(sluice_proto::task_sink::Kind::Files(
+                sluice_proto::FilesTaskSink {
+                    path: dir.into(),
+                    format: SinkFormat::Jsonl.into(),
+                    ..Default::default()
+                },
+            )),
         }),
         work: Some(sluice_proto::task_assignment::Work::Map(
             sluice_proto::MapWork {},

@@ -276,6 +276,12 @@ fn no_import_cycles_between_files() {
 }
 
 fn names_outside(word: &str, owner: &str) -> Vec<String> {
+    names_outside_of(word, &[owner], |_| true)
+}
+
+/// Where `word` is named in code outside every one of `owners`, in the
+/// files `scanned` keeps (by their path from the workspace root).
+fn names_outside_of(word: &str, owners: &[&str], scanned: impl Fn(&str) -> bool) -> Vec<String> {
     let mut hits = Vec::new();
     for krate in CRATES {
         let mut list = Vec::new();
@@ -286,7 +292,8 @@ fn names_outside(word: &str, owner: &str) -> Vec<String> {
                 .unwrap()
                 .to_string_lossy()
                 .to_string();
-            if rel.starts_with(owner) || rel.starts_with("tests/tests/integration/layering.rs") {
+            let owned = owners.iter().any(|o| rel.starts_with(o));
+            if owned || rel.starts_with("tests/tests/integration/layering.rs") || !scanned(&rel) {
                 continue;
             }
             let text = std::fs::read_to_string(&f).unwrap();
@@ -411,5 +418,33 @@ fn the_reader_expands_use_trees() {
     assert_eq!(
         resolve(&m, "crate::q::r::f", false, &files),
         Some(m.clone())
+    );
+}
+
+/// The kinds of a task's sink and of its report are matched on only in
+/// the sink modules (`driver/src/sink/`, `executor/src/sink/`) and where
+/// the spec makes the task's sink (`common/src/spec*`): production code
+/// elsewhere goes through their traits and accessors. Tests may build
+/// and read any kind.
+#[test]
+fn only_the_sink_modules_match_on_sink_kinds() {
+    let owners = ["driver/src/sink/", "executor/src/sink/", "common/src/spec"];
+    // Production code: each crate's `src/`, less its test files; inline
+    // test modules (`confine.rs`'s) are listed by name.
+    let production = |rel: &str| {
+        ["common/", "driver/", "executor/", "cli/"]
+            .iter()
+            .any(|k| rel.starts_with(&format!("{k}src/")))
+            && !rel.ends_with("tests.rs")
+            && rel != "executor/src/confine.rs"
+    };
+    let mut hits = Vec::new();
+    for word in ["task_sink::Kind::", "task_output::Sink::"] {
+        hits.extend(names_outside_of(word, &owners, production));
+    }
+    assert!(
+        hits.is_empty(),
+        "sink kinds matched outside the sink modules:\n{}",
+        hits.join("\n")
     );
 }

@@ -87,7 +87,7 @@ async fn a_rogue_executors_reports_are_checked() {
         outcome: Some(task_result::Outcome::Ok(TaskOutput {
             rows: 100,
             input_rows: planned,
-            files: Vec::new(),
+            sink: None,
             ..Default::default()
         })),
     };

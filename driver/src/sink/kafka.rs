@@ -25,8 +25,8 @@ use sluice_common::secrets::Secrets;
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkSpec};
 use tracing::{debug, info, warn};
 
-use super::ctx::Ctx;
 use crate::error::DriverError;
+use crate::query::ctx::Ctx;
 
 /// The deadline of one call to the brokers.
 const DEADLINE: Duration = Duration::from_secs(10);

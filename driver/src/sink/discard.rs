@@ -1,0 +1,31 @@
+//! The discard sink on the driver: its tasks write nothing, so a batch
+//! has nothing to make visible before `commits/N`; what a task counted is
+//! its report's bytes.
+
+use sluice_proto as pb;
+
+/// The bytes a task's report says it discarded (0 for another sink's).
+pub fn bytes(o: &pb::TaskOutput) -> u64 {
+    match &o.sink {
+        Some(pb::task_output::Sink::Discard(d)) => d.bytes,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_discard_report_has_discarded_bytes() {
+        let report = |sink| pb::TaskOutput {
+            sink,
+            ..Default::default()
+        };
+        let discard = pb::task_output::Sink::Discard(pb::DiscardWritten { bytes: 7 });
+        assert_eq!(bytes(&report(Some(discard))), 7);
+        let files = pb::task_output::Sink::Files(pb::FilesWritten::default());
+        assert_eq!(bytes(&report(Some(files))), 0);
+        assert_eq!(bytes(&report(None)), 0);
+    }
+}
