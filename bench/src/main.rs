@@ -18,36 +18,10 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    // Executors run queries on this runtime's threads.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(sluice_executor::THREAD_STACK_BYTES)
-        .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(start()),
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-async fn start() -> ExitCode {
-    let mut args = std::env::args_os().skip(1).peekable();
-    let result = match node::Node::named(args.peek()) {
-        Some(node) => node::run(node, args.skip(1)).await.map(|()| 0),
-        None => {
-            init_quiet_logs();
-            sluice_bench::run(Cli::parse().args).await
-        }
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    node::main(|| {
+        init_quiet_logs();
+        sluice_bench::run(Cli::parse().args)
+    })
 }
 
 /// Logs for a scenario: warnings only unless SLUICE_LOG or RUST_LOG says

@@ -2,9 +2,9 @@
 //! driver`, `sluice executor`), is the command-line client of a cluster,
 //! and runs `sluice local` (a whole cluster in one process), `sluice verify`
 //! (the exactly-once checker) and `sluice state` (SQL over a query's
-//! state). This file owns the flags, the dispatch, and the one place where
-//! errors are printed (`error: ...`, exit code 1); the commands are in the
-//! crate's library (`lib.rs`).
+//! state). This file owns the flags and the dispatch; the commands are in
+//! the crate's library (`lib.rs`), the runtime and the printing of errors
+//! in `node::main`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -145,33 +145,7 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
-    // Executors (embedded or not) run queries on this runtime's threads.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(sluice_executor::THREAD_STACK_BYTES)
-        .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(start()),
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-async fn start() -> ExitCode {
-    let mut args = std::env::args_os().skip(1).peekable();
-    let result = match node::Node::named(args.peek()) {
-        Some(node) => node::run(node, args.skip(1)).await.map(|()| 0),
-        None => run(Cli::parse()).await,
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    node::main(|| run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
