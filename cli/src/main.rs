@@ -1,28 +1,10 @@
 //! `sluice`: the one Sluice binary. It runs a cluster's nodes (`sluice
 //! driver`, `sluice executor`), is the command-line client of a cluster,
 //! and runs `sluice local` (a whole cluster in one process), `sluice verify`
-//! (the exactly-once checker), `sluice state` (SQL over a query's state)
-//! and `sluice bench`. This file owns the flags, the dispatch, and the one
-//! place where errors are printed (`error: ...`, exit code 1).
-
-mod bench;
-mod certs;
-mod client;
-mod commands;
-#[cfg(test)]
-mod fake_driver;
-mod inproc;
-mod live;
-mod local;
-mod nexmark;
-mod node;
-mod output;
-mod progress;
-mod queries;
-mod retry;
-mod state;
-mod stats;
-mod verify;
+//! (the exactly-once checker) and `sluice state` (SQL over a query's
+//! state). This file owns the flags and the dispatch; the commands are in
+//! the crate's library (`lib.rs`), the runtime and the printing of errors
+//! in `node::main`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,7 +12,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::client::Client;
+use sluice_cli::client::{self, Client};
+use sluice_cli::{certs, commands, local, nexmark, node, progress, state, verify};
 
 /// Sluice, a distributed micro-batch stream processor: its nodes (`sluice
 /// driver`, `sluice executor`), its client, and a whole cluster in one
@@ -136,8 +119,6 @@ enum Command {
     Token(TokenCommand),
     /// Run a driver, two executors and a demo query in this process.
     Local(local::LocalArgs),
-    /// Run a benchmark scenario on a local cluster; prints JSON.
-    Bench(bench::BenchArgs),
     /// The Nexmark benchmark's events as files.
     #[command(subcommand)]
     Nexmark(nexmark::NexmarkCommand),
@@ -164,33 +145,7 @@ enum TokenCommand {
 }
 
 fn main() -> ExitCode {
-    // Executors (embedded or not) run queries on this runtime's threads.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(sluice_executor::THREAD_STACK_BYTES)
-        .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(start()),
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-async fn start() -> ExitCode {
-    let mut args = std::env::args_os().skip(1).peekable();
-    let result = match node::Node::named(args.peek()) {
-        Some(node) => node::run(node, args.skip(1)).await.map(|()| 0),
-        None => run(Cli::parse()).await,
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    node::main(|| run(Cli::parse()))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -235,24 +190,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Local(args) => local::run(args).await,
         Command::Nexmark(cmd) => nexmark::command(cmd),
-        Command::Bench(args) => {
-            init_quiet_logs();
-            bench::run(args).await
-        }
     }
-}
-
-/// Logs for `bench`: warnings only unless SLUICE_LOG or RUST_LOG says
-/// otherwise, so that logging does not weigh on the figures.
-fn init_quiet_logs() {
-    let filter = std::env::var("SLUICE_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "warn".to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
 }
 
 #[cfg(test)]
@@ -281,9 +219,5 @@ mod tests {
                 ..
             }
         ));
-        let cli = Cli::try_parse_from(["sluice", "bench", "overhead", "--json"]).unwrap();
-        assert!(
-            matches!(cli.command, Command::Bench(b) if b.json && b.scenario == bench::Scenario::Overhead)
-        );
     }
 }

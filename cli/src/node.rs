@@ -8,6 +8,7 @@
 //! the client's global ones of the same names.
 
 use std::ffi::OsString;
+use std::process::ExitCode;
 
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +27,41 @@ impl Node {
             "driver" => Some(Node::Driver),
             "executor" => Some(Node::Executor),
             _ => None,
+        }
+    }
+}
+
+/// A binary's `main`: on the runtime executors need (embedded or not,
+/// they run queries on its threads), a node when the first argument names
+/// one, else `other`. The one place where a binary's errors are printed
+/// (`error: ...`, exit code 1).
+pub fn main<F>(other: impl FnOnce() -> F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<u8>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(sluice_executor::THREAD_STACK_BYTES)
+        .build();
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        let mut args = std::env::args_os().skip(1).peekable();
+        match Node::named(args.peek()) {
+            Some(node) => run(node, args.skip(1)).await.map(|()| 0),
+            None => other().await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
         }
     }
 }

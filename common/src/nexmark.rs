@@ -28,8 +28,6 @@ use nexmark::event::{Event, EventType};
 use crate::error::{Error, Result};
 use crate::spec::{NexmarkSpec, NexmarkTable};
 
-pub mod queries;
-
 /// Rows per generated `RecordBatch`.
 pub const CHUNK_ROWS: u64 = 32 * 1024;
 

@@ -10,7 +10,7 @@
 //!                   └─ task::execute   one task: generate, encode, write
 //! ```
 //!
-//! `sluice local` and `sluice bench` embed executors in-process through
+//! `sluice local` and `sluice-bench` embed executors in-process through
 //! [`run`]; `sluice executor` wraps it with flags and signals.
 
 use std::sync::Arc;

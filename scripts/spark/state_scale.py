@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Spark Structured Streaming's side of `sluice bench state-scale` (local[2]).
+"""Spark Structured Streaming's side of `sluice-bench state-scale` (local[2]).
 
 The query, as Sluice's scenario runs it:
 

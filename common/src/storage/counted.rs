@@ -1,4 +1,4 @@
-//! Counting the requests a store serves, by kind, for `sluice bench`'s
+//! Counting the requests a store serves, by kind, for `sluice-bench`'s
 //! "requests per batch" and for operators comparing backends. Every client
 //! that [`super::Stores`] opens is wrapped; the counts are shared by every
 //! root opened through one `Stores`.

@@ -1,6 +1,8 @@
 //! The shape of the source tree, checked on every test run:
 //!
 //! - no import cycles between the files of a crate;
+//! - the benchmarks (`bench/`, `sluice-bench`) stay out of the product:
+//!   no crate of the `sluice` binary depends on them or names them;
 //! - each external system has one owner: only `driver/src/leader/` names
 //!   `etcd_client`, only `common/src/storage/` names `object_store`, only
 //!   `common/src/kafka/` names `krafka` and `kafka_protocol`, and only
@@ -16,7 +18,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const CRATES: &[&str] = &[
-    "common", "driver", "executor", "sql", "plan", "cli", "proto", "tests",
+    "common", "driver", "executor", "sql", "plan", "cli", "bench", "proto", "tests",
+];
+
+/// The crates of the `sluice` binary: none of them depends on `bench/`.
+const PRODUCT: &[&str] = &[
+    "common", "driver", "executor", "sql", "plan", "cli", "proto",
 ];
 
 fn workspace() -> PathBuf {
@@ -395,6 +402,35 @@ fn only_sql_names_datafusion() {
     assert!(
         hits.is_empty(),
         "datafusion named outside sql/ and the tests' oracle:\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn the_product_does_not_depend_on_the_benchmarks() {
+    let mut hits = Vec::new();
+    for krate in PRODUCT {
+        let manifest = workspace().join(krate).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        hits.extend(
+            text.lines()
+                .filter(|l| l.trim_start().starts_with("sluice-bench"))
+                .map(|l| format!("{krate}/Cargo.toml: {l}")),
+        );
+        let mut list = Vec::new();
+        rust_files(&workspace().join(krate), &mut list);
+        for f in list {
+            let text = std::fs::read_to_string(&f).unwrap();
+            hits.extend(
+                text.lines()
+                    .filter(|l| l.split("//").next().unwrap_or("").contains("sluice_bench"))
+                    .map(|l| format!("{}: {}", f.display(), l.trim())),
+            );
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "the product names sluice-bench:\n{}",
         hits.join("\n")
     );
 }

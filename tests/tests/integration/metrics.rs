@@ -1,5 +1,5 @@
 //! `/metrics` after a stateful query with a watermark has run: every
-//! metric the README documents is there with its labels, and the row and
+//! metric docs/ui-and-metrics.md documents is there with its labels, and the row and
 //! batch counters equal what the checkpoint's commits and plans say.
 
 use sluice_common::checkpoint::Log;

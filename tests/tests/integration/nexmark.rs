@@ -4,7 +4,7 @@
 //! - `generate` writes the same bytes twice, and exactly the rows a query
 //!   over the source reads, for the same settings;
 //! - Nexmark's q1, q17, q18 and q19 (over bids), q3 and q8 (persons
-//!   joined with auctions), as `sluice bench nexmark` runs them, while the
+//!   joined with auctions), as `sluice-bench nexmark` runs them, while the
 //!   driver and an executor are SIGKILLed and restarted, equal what
 //!   DataFusion computes over `generate`'s Parquet files.
 
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use sluice_common::nexmark::queries::{self, Mode};
+use sluice_bench::nexmark::queries::{self, Mode};
 use sluice_tests::cli::run_cli;
 use sluice_tests::oracle::{committed, concat, expected_with};
 use sluice_tests::stateful::{batches, latest, oracle};

@@ -1,4 +1,4 @@
-//! The README's stateful example runs as written: its spec (with the sink
+//! The stateful example of docs/stateful.md runs as written: its spec (with the sink
 //! moved into the test's directory) finishes, and each window it emitted
 //! holds DataFusion's one-piece result, once.
 
@@ -9,13 +9,13 @@ use sluice_tests::{Cluster, QueryState};
 
 const ORACLE: &str = "SELECT named_struct('start', date_bin(INTERVAL '1 second', timestamp_ms), 'end', date_bin(INTERVAL '1 second', timestamp_ms) + INTERVAL '1 second') AS w, value % 10 AS page, count(*) AS clicks, max(value) AS last_value FROM input GROUP BY 1, 2";
 
-/// The YAML block after the README's `<!-- example: windowed -->` marker.
+/// The YAML block after docs/stateful.md's `<!-- example: windowed -->` marker.
 fn example() -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let (_, after) = readme
+    let page = std::fs::read_to_string(root.join("docs/stateful.md")).unwrap();
+    let (_, after) = page
         .split_once("<!-- example: windowed -->\n```yaml\n")
-        .expect("the README has the windowed example");
+        .expect("docs/stateful.md has the windowed example");
     after
         .split_once("```")
         .expect("the block ends")

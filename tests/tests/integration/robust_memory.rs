@@ -2,7 +2,7 @@
 //! - a spec with no `max_rows_per_batch` at 10^12 rows/s plans batches of at
 //!   most `--max-rows-per-task` rows per partition (recorded in offsets/N);
 //! - an executor writes a task's rows in chunks, so its resident memory
-//!   stays under the bound the README states however large the task (here
+//!   stays under the bound docs/concepts.md states however large the task (here
 //!   two tasks of 3 M rows each, about 170 MB of JSON lines apiece), and the
 //!   output is exactly-once.
 
@@ -13,7 +13,7 @@ use sluice_tests::{
     Cluster, DriverOpts, ExecutorOpts, QueryState, Spec, assert_exactly_once, log_entries,
 };
 
-/// The README's bound on an executor's resident memory: 64 MiB, plus
+/// The bound of docs/concepts.md on an executor's resident memory: 64 MiB, plus
 /// 32 MiB per slot.
 const RSS_BOUND_KIB: u64 = (64 + 2 * 32) * 1024;
 const PER_TASK: u64 = 3_000_000;

@@ -21,10 +21,13 @@ use sluice_common::nexmark;
 use sluice_common::spec::NexmarkSpec;
 use tokio_util::sync::CancellationToken;
 
+pub mod queries;
+
+use queries::{Mode, Query, Runs};
+
 use super::args::{BenchArgs, NexmarkInput, cores, workdir};
 use super::cluster::{self, Run};
-use crate::stats::{Summary, round3};
-use sluice_common::nexmark::queries::{self, Mode, Query, Runs};
+use sluice_cli::stats::{Summary, round3};
 
 /// The source partitions of each table.
 const PARTITIONS: u32 = 4;
@@ -202,7 +205,7 @@ fn files(args: &BenchArgs, spec: &NexmarkSpec) -> anyhow::Result<Value> {
     let dir = args.files_dir.join(spec.table.as_str());
     if !dir.exists() {
         let format = sluice_proto::SinkFormat::Parquet;
-        crate::nexmark::write_table(spec, format, &dir, FILE_ROWS)?;
+        sluice_cli::nexmark::write_table(spec, format, &dir, FILE_ROWS)?;
     }
     let dir = std::path::absolute(&dir)?;
     let count = std::fs::read_dir(&dir)

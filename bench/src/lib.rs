@@ -1,4 +1,4 @@
-//! `sluice bench SCENARIO`: runs a scenario on a local cluster and prints
+//! `sluice-bench SCENARIO`: runs a scenario on a local cluster and prints
 //! its figures as JSON. Every result carries `cores` and the scenario's
 //! parameters, and every scenario ends by checking its sink.
 //!
@@ -15,7 +15,7 @@
 //! | `state-scale` | `state_scale.rs`: 10 M keys of state, batches touching 1 % of them: batch times, executor RSS, restarts after SIGKILLs |
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
 //! | `kafka-sink` | `kafka_sink.rs`: JSON records through a projection into another topic, at-least-once and exactly-once |
-//! | `nexmark` | `nexmark.rs`: the Nexmark queries (`sluice_common::nexmark::queries`) into the discard sink |
+//! | `nexmark` | `nexmark.rs`: the Nexmark queries (`crate::nexmark::queries`) into the discard sink |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -23,9 +23,9 @@
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::inproc;
-use crate::stats::round3;
-use crate::verify;
+use sluice_cli::inproc;
+use sluice_cli::stats::round3;
+use sluice_cli::verify;
 
 mod args;
 mod child;
@@ -35,7 +35,7 @@ mod join;
 mod kafka;
 mod kafka_sink;
 mod latency;
-mod nexmark;
+pub mod nexmark;
 mod recovery;
 mod secure;
 mod sql;

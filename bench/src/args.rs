@@ -1,4 +1,4 @@
-//! The flags of `sluice bench` and the setup every scenario shares.
+//! The flags of `sluice-bench` and the setup every scenario shares.
 
 use std::time::Duration;
 

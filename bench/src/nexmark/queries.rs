@@ -1,4 +1,4 @@
-//! The Nexmark queries q0 to q22 as Sluice runs them (`sluice bench
+//! The Nexmark queries q0 to q22 as Sluice runs them (`sluice-bench
 //! nexmark`, and the oracle tests): Flink's Nexmark SQL
 //! (the nexmark repository's `queries/`) in DataFusion's dialect over the
 //! tables `person`, `auction` and `bid`, or the feature a query still

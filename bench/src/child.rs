@@ -155,9 +155,10 @@ pub fn driver_and_executor(
     name: &str,
     slots: u32,
 ) -> anyhow::Result<(String, ChildProcess, ChildProcess)> {
-    let listen = crate::inproc::free_addr()?;
-    let addr = crate::inproc::advertise(listen);
-    let driver_args = crate::inproc::driver_args(listen, None, root, &format!("{name}-driver"));
+    let listen = sluice_cli::inproc::free_addr()?;
+    let addr = sluice_cli::inproc::advertise(listen);
+    let driver_args =
+        sluice_cli::inproc::driver_args(listen, None, root, &format!("{name}-driver"));
     let driver = ChildProcess::sluice("driver", driver_args, dir.join("driver.log"))?;
     let executor_args = [
         "--driver",

@@ -1,4 +1,4 @@
-//! `sluice bench recovery`: `sluice driver` runs as a child
+//! `sluice-bench recovery`: `sluice driver` runs as a child
 //! process (always killed on exit or panic by [`ChildProcess`]'s `Drop`),
 //! with one in-process executor. Each round SIGKILLs the driver, restarts it
 //! at once with the same flags, and times the kill → first new commit, by
@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 use super::args::{BenchArgs, cores};
 use super::child::{ChildProcess, POLL, commit_above, highest_commit};
 use super::storage::BenchStorage;
-use crate::client::Client;
-use crate::inproc::{self, InProcess};
-use crate::queries::{self, RateQuery};
-use crate::stats::{Summary, round3};
-use crate::verify;
+use sluice_cli::client::Client;
+use sluice_cli::inproc::{self, InProcess};
+use sluice_cli::queries::{self, RateQuery};
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::verify;
 
 const TRIGGER_MS: u64 = 200;
 const ROWS_PER_SECOND: u64 = 100_000;

@@ -31,8 +31,8 @@ use super::args::{BenchArgs, cores, workdir};
 use super::cluster::{self, Run};
 use super::sql::rates;
 use super::state_check::{Windows, check_latest, count_below};
-use crate::queries::RateQuery;
-use crate::stats::Summary;
+use sluice_cli::queries::RateQuery;
+use sluice_cli::stats::Summary;
 
 const STATEFUL_SQL: &str =
     "SELECT value % 1000 AS k, count(*) AS n, sum(value) AS s FROM input GROUP BY value % 1000";

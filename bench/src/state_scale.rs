@@ -1,4 +1,4 @@
-//! `sluice bench state-scale`: a large state touched a little at a time.
+//! `sluice-bench state-scale`: a large state touched a little at a time.
 //! `SELECT value % K AS k, count(*) AS n FROM input GROUP BY value % K` in
 //! update mode over the rate source, K = `--keys` (10 M), on a `sluice
 //! driver` and one `sluice executor` child process (2 slots, its defaults:
@@ -49,7 +49,7 @@
 //! says which held. The query runs to FINISHED, and the sink check reads
 //! every row the jsonl sink committed (K fill rows and T × K/100 more,
 //! keeping one slot per key in memory: at 10 M keys about 6 s, and 1.3 GB
-//! peak for the whole `sluice bench` process, in a release build) and
+//! peak for the whole `sluice-bench` process, in a release build) and
 //! wants the last row of every key to hold its exact count; it decides the
 //! exit code, the targets do not.
 
@@ -69,10 +69,10 @@ use tokio_util::sync::CancellationToken;
 use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, kept_on_failure, workdir};
 use super::child::{self, ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
-use crate::client::Client;
-use crate::queries::{self, RateQuery};
-use crate::stats::{Summary, round3};
-use crate::{output, progress};
+use sluice_cli::client::Client;
+use sluice_cli::queries::{self, RateQuery};
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::{output, progress};
 
 const QUERY: &str = "bench-state-scale";
 const SLOTS: u32 = 2;

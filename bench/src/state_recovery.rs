@@ -1,4 +1,4 @@
-//! `sluice bench state-recovery`: a query with `--keys` (1 M) keys of
+//! `sluice-bench state-recovery`: a query with `--keys` (1 M) keys of
 //! state, `SELECT value % K AS k, count(*) AS n FROM input GROUP BY
 //! value % K` in update mode, on a `sluice driver` and a `sluice executor`
 //! child process (always killed on exit by [`ChildProcess`]'s `Drop`).
@@ -33,10 +33,10 @@ use tokio_util::sync::CancellationToken;
 use super::args::{BenchArgs, RUN_LIMIT, UNBOUNDED_RPS, cores, kept_on_failure, workdir};
 use super::child::{self, ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::state_check::{check_latest, count_below};
-use crate::client::Client;
-use crate::queries::{self, RateQuery};
-use crate::stats::{Summary, round3};
-use crate::{output, progress};
+use sluice_cli::client::Client;
+use sluice_cli::queries::{self, RateQuery};
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::{output, progress};
 
 const QUERY: &str = "bench-state-recovery";
 const SLOTS: u32 = 2;

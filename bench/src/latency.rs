@@ -16,8 +16,8 @@ use super::args::{BenchArgs, UNBOUNDED_RPS, cores};
 use super::cluster;
 use super::secure::BenchTls;
 use super::storage::BenchStorage;
-use crate::stats::{Summary, round3};
-use crate::verify;
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::verify;
 
 /// Rows per partition per batch in `partitions`; rows per batch in `overhead`.
 const ROWS: u64 = 10;

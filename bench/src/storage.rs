@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 
 use super::args::{StorageKind, workdir};
 use super::child::ChildProcess;
-use crate::inproc;
+use sluice_cli::inproc;
 
 const BUCKET: &str = "bench";
 const MOTO_READY: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ impl BenchStorage {
                 dir,
                 root,
                 out,
-                stores: crate::verify::stores(),
+                stores: sluice_cli::verify::stores(),
                 env: Vec::new(),
                 kind,
                 _moto: None,

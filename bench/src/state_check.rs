@@ -13,7 +13,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use sluice_common::sink::FileSink;
 
-use crate::verify;
+use sluice_cli::verify;
 
 /// How many values below `x` have the remainder `k` by `keys`.
 pub fn count_below(x: u64, keys: u64, k: u64) -> u64 {

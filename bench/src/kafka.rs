@@ -1,4 +1,4 @@
-//! `sluice bench kafka`: a Kafka topic of JSON records, pre-loaded into a
+//! `sluice-bench kafka`: a Kafka topic of JSON records, pre-loaded into a
 //! real broker (tansu, SQLite storage, a child process), read by a query
 //! through a filter and a projection into Parquet.
 //!
@@ -27,8 +27,8 @@ use super::args::{BenchArgs, RUN_LIMIT, cores, workdir};
 use super::child::ChildProcess;
 use super::cluster;
 use super::sql::check;
-use crate::inproc::free_addr;
-use crate::stats::round3;
+use sluice_cli::inproc::free_addr;
+use sluice_cli::stats::round3;
 
 const TOPIC: &str = "bench";
 pub(super) const PARTITIONS: i32 = 4;
@@ -95,7 +95,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
     let (seconds, batches) = c
         .supervise(async {
             let started = Instant::now();
-            crate::queries::submit(&mut client, &spec.to_string()).await?;
+            sluice_cli::queries::submit(&mut client, &spec.to_string()).await?;
             let batches = read_to_end(&mut client, "bench-kafka", records).await?;
             let seconds = started.elapsed().as_secs_f64();
             client
@@ -109,7 +109,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
             Ok((seconds, batches))
         })
         .await?;
-    c.shutdown(crate::inproc::GRACE).await?;
+    c.shutdown(sluice_cli::inproc::GRACE).await?;
     broker.signal(Signal::SIGTERM)?;
     broker.reap(Duration::from_secs(10)).await?;
     let (verify, exact) = check(&out, records, kept).await?;
@@ -234,7 +234,7 @@ pub(super) async fn read_back(kafka: &Kafka, topic: &str) -> anyhow::Result<u64>
 /// Polls the query until its progress shows every partition read to its
 /// end (`records` in all); returns the batches it took.
 async fn read_to_end(
-    client: &mut crate::client::Client,
+    client: &mut sluice_cli::client::Client,
     query: &str,
     records: u64,
 ) -> anyhow::Result<u64> {

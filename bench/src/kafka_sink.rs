@@ -1,4 +1,4 @@
-//! `sluice bench kafka-sink`: JSON records pre-loaded into a topic of a
+//! `sluice-bench kafka-sink`: JSON records pre-loaded into a topic of a
 //! broker with transactions (noida-db, a child process), read by a query
 //! through a projection into another topic, once with `at_least_once` and
 //! once with `exactly_once`.
@@ -30,8 +30,8 @@ use super::args::{BenchArgs, RUN_LIMIT, cores, workdir};
 use super::child::ChildProcess;
 use super::cluster;
 use super::kafka::{PARTITIONS, connect, load, read_back, source};
-use crate::inproc::free_addr;
-use crate::stats::round3;
+use sluice_cli::inproc::free_addr;
+use sluice_cli::stats::round3;
 
 const INPUT: &str = "input";
 const SQL: &str = "SELECT value, upper(city) AS city, score * 2 AS score2 FROM input";
@@ -90,7 +90,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
             Ok((alo, eo))
         })
         .await?;
-    c.shutdown(crate::inproc::GRACE).await?;
+    c.shutdown(sluice_cli::inproc::GRACE).await?;
 
     let (alo_seen, alo_dups) = output(&kafka, "alo", records).await?;
     let (eo_seen, eo_dups) = output(&kafka, "eo", records).await?;
@@ -140,7 +140,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
 /// Runs the projection from `input` into `topic` with `delivery` until it
 /// has read every record, then stops it.
 async fn query(
-    client: &mut crate::client::Client,
+    client: &mut sluice_cli::client::Client,
     args: &BenchArgs,
     servers: &str,
     delivery: &str,
@@ -155,7 +155,7 @@ async fn query(
         "sink": {"kafka": {"bootstrap_servers": servers, "topic": topic, "delivery": delivery}},
     });
     let started = Instant::now();
-    crate::queries::submit(client, &spec.to_string()).await?;
+    sluice_cli::queries::submit(client, &spec.to_string()).await?;
     let mut run = Run {
         seconds: 0.0,
         batches: 0,

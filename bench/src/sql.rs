@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{BenchArgs, SinkFormat, cores, workdir};
 use super::cluster::{self, Run};
-use crate::stats::{Summary, round3};
-use crate::verify;
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::verify;
 
 /// Spark's `w1` query, over the rate source's `input`.
 const STATELESS_SQL: &str = "SELECT value, value % 1000 AS k FROM input WHERE value % 1000 < 900";

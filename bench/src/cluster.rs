@@ -12,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{RUN_LIMIT, UNBOUNDED_RPS};
 use super::secure::BenchTls;
-use crate::client::Client;
-use crate::inproc::{self, InProcess};
-use crate::queries::RateQuery;
-use crate::{output, progress, queries};
+use sluice_cli::client::Client;
+use sluice_cli::inproc::{self, InProcess};
+use sluice_cli::queries::RateQuery;
+use sluice_cli::{output, progress, queries};
 
 /// The executor's task slots.
 pub const SLOTS: u32 = 2;
@@ -26,7 +26,7 @@ pub async fn start(
     root: &str,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
-    start_on(root, &crate::verify::stores(), None, shutdown).await
+    start_on(root, &sluice_cli::verify::stores(), None, shutdown).await
 }
 
 /// [`start`], with the nodes allowed `inputs` (absolute directories) as
@@ -37,7 +37,7 @@ pub async fn start_reading(
     state_bytes: u64,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
-    let stores = crate::verify::stores();
+    let stores = sluice_cli::verify::stores();
     start_with(root, &stores, None, (inputs, Some(state_bytes)), shutdown).await
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use sluice_common::tls::{Bearer, ClientTls};
 
-use crate::certs::{self, InitArgs};
+use sluice_cli::certs::{self, InitArgs};
 
 /// The certificates and tokens of one benchmark run.
 pub struct BenchTls {

@@ -1,4 +1,4 @@
-//! `sluice bench failover`: a three-process cluster (2 drivers, 1
+//! `sluice-bench failover`: a three-process cluster (2 drivers, 1
 //! executor) on a local etcd with a 2 s lease. Each round signals the
 //! leader (SIGKILL, then SIGTERM for planned handovers) and times the
 //! signal → the first commit of a newer epoch, by polling the query's
@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 use super::args::{BenchArgs, cores, workdir};
 use super::child::{ChildProcess, POLL, commit, commit_above, highest_commit};
 use super::secure::BenchTls;
-use crate::client::Client;
-use crate::inproc::{self, free_addr};
-use crate::queries::{self, RateQuery};
-use crate::stats::{Summary, round3};
-use crate::verify;
+use sluice_cli::client::Client;
+use sluice_cli::inproc::{self, free_addr};
+use sluice_cli::queries::{self, RateQuery};
+use sluice_cli::stats::{Summary, round3};
+use sluice_cli::verify;
 
 const TTL_MS: u64 = 2000;
 const QUERY: &str = "bench-failover";

@@ -8,7 +8,7 @@ use sluice_common::sink::FileSink;
 async fn sink_of(batches: &[Vec<Value>]) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
-    let sink = FileSink::open(&crate::verify::stores(), &path).unwrap();
+    let sink = FileSink::open(&sluice_cli::verify::stores(), &path).unwrap();
     for (b, rows) in batches.iter().enumerate() {
         let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
         let f = sink
