@@ -305,6 +305,14 @@ impl QuerySpec {
         }
     }
 
+    /// The security settings of a Kafka sink, with their field.
+    pub fn sink_security(&self) -> Option<(&'static str, &KafkaSecurity)> {
+        match &self.sink {
+            SinkSpec::Kafka(k) => Some(("sink.kafka.security", &k.security)),
+            SinkSpec::Files(_) | SinkSpec::Discard(_) => None,
+        }
+    }
+
     /// Field-by-field differences from `other`, as `field: old -> new`.
     pub fn diff(&self, other: &QuerySpec) -> Vec<String> {
         let mut a = Vec::new();

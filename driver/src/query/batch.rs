@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use sluice_common::checkpoint::{
     CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION, TransactionsRecord,
 };
-use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{debug, warn};
@@ -26,7 +25,7 @@ use super::ctx::Ctx;
 use super::outcome::{self, Outcome, Phases};
 use super::stages;
 use crate::error::DriverError;
-use crate::sink::kafka::{self as kafka_sink, Prepared};
+use crate::sink::{Committer, Prepared};
 use crate::source::Streams;
 use crate::watermark::Clocks;
 
@@ -60,18 +59,19 @@ pub struct Executed {
     pub max_event_times: std::collections::BTreeMap<String, i64>,
 }
 
-/// Runs batch `offsets.batch_id` to its commit. `clocks` are what the
-/// batches before it said of event time.
+/// Runs batch `offsets.batch_id` to its commit, reading `streams` and
+/// writing to `sink`. `clocks` are what the batches before it said of
+/// event time.
 pub async fn execute(
     ctx: &Ctx,
-    streams: &Streams,
+    (streams, sink): (&Streams, &dyn Committer),
     offsets: &OffsetRecord,
     timings: Timings,
     clocks: &Clocks,
 ) -> Result<Executed, DriverError> {
     let batch = offsets.batch_id;
     let t = Instant::now();
-    let (outcome, prepared) = match kafka_sink::recorded(ctx, batch).await? {
+    let (outcome, prepared) = match sink.recorded(batch).await? {
         // A driver before this one prepared the batch: its tasks' Kafka
         // transactions are committed, and no task runs again.
         Some(record) => (
@@ -95,8 +95,7 @@ pub async fn execute(
     let execution = t.elapsed();
 
     let t = Instant::now();
-    commit_sink(ctx, batch, &outcome.files).await?;
-    let committed = kafka_sink::commit(ctx, prepared).await?;
+    let committed = sink.commit(batch, &outcome.files, prepared).await?;
     let sink_commit = t.elapsed();
 
     let t = Instant::now();
@@ -138,11 +137,11 @@ pub async fn execute(
         commit,
     };
     let mut progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
-    if kafka_sink::exactly_once(&ctx.spec).is_some() {
+    if let Some((transactions, took)) = committed.transactions {
         // From a task's first record to the last commit's answer, at most.
-        let longest = Duration::from_millis(outcome.longest_open_ms) + committed.took;
+        let longest = Duration::from_millis(outcome.longest_open_ms) + took;
         progress.kafka_transactions = Some(pb::KafkaTransactions {
-            committed: committed.committed,
+            committed: transactions,
             aborted: outcome.writer_retries,
             longest_ms: longest.as_millis() as u64,
         });
@@ -175,39 +174,6 @@ async fn run_tasks(
         plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
     }
     stages::run(ctx, offsets, streams.tasks(offsets)?, &plan).await
-}
-
-/// Makes the batch's files visible in the sink: checked, listed in the
-/// batch's manifest, and compacted into a segment when the batch is one
-/// that compacts. Before `commits/N` too: a replay of N rebuilds the same
-/// manifests from the same files and adopts them.
-async fn commit_sink(ctx: &Ctx, batch: u64, files: &[SinkFile]) -> Result<(), DriverError> {
-    let Some(sink) = &ctx.sink else {
-        // The discard sink: nothing to make visible (its tasks list no
-        // file: `Outcome::of`).
-        return Ok(());
-    };
-    // An executor's word is checked: the manifest lists only files that
-    // exist with the size that was reported.
-    ctx.storage("check sink files", || sink.check_files(files))
-        .await?;
-    let manifest = FileSink::manifest(batch, ctx.term.epoch, files.to_vec());
-    let stored = ctx
-        .storage("write sink manifest", || sink.write_manifest(&manifest))
-        .await?;
-    if stored.abandoned {
-        // Invariant: only a stopped query abandons a batch, and a stopped
-        // query never runs again.
-        return Err(DriverError::Internal(format!(
-            "batch {batch} was abandoned when its query stopped; it cannot commit"
-        )));
-    }
-    let interval = ctx.driver.config.compact_interval;
-    ctx.storage("compact sink manifests", || {
-        sink.write_compact(&stored, interval)
-    })
-    .await?;
-    Ok(())
 }
 
 /// Writes `commits/N`; one already there (another driver's, for the same

@@ -1,8 +1,8 @@
 //! What a query's SQL must give at submit, beside its spec: it plans as
 //! every task will, its stateful operators can feed each other as they
 //! do (`sluice_plan::plan`), its watermarks name timestamp columns, its output mode fits it,
-//! `state_ttl_ms` has an operator to apply to, and the sink's
-//! `partition_by` names output columns. A query that cannot run is
+//! `state_ttl_ms` has an operator to apply to, and the sink suits its
+//! output columns (`crate::sink::check_output`). A query that cannot run is
 //! refused, naming why.
 
 use std::collections::BTreeMap;
@@ -45,8 +45,7 @@ pub(super) async fn check_sql(
             join::check(spec, join, op.consumer.is_none())?;
         }
     }
-    check_partition_by(spec, &checked.output)?;
-    check_kafka_columns(spec, &checked.output)
+    crate::sink::check_output(spec, &checked.output)
 }
 
 /// A spec with `state_ttl_ms` has an operator it applies to, one of
@@ -197,82 +196,6 @@ fn check_dedup(
     if matches!(spec.output_mode, Some(m) if m != OutputMode::Append) {
         return Err(DriverError::Invalid(
             "output_mode: dedup emits each row once, in append mode".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The Kafka sink's `key` names an output column of a scalar type, and a
-/// `raw` sink has a `value` column of bytes or text.
-fn check_kafka_columns(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
-    let sluice_common::spec::SinkSpec::Kafka(sink) = &spec.sink else {
-        return Ok(());
-    };
-    let names = || {
-        let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
-        names.join(", ")
-    };
-    if let Some(key) = &sink.key {
-        let Ok(field) = output.field_with_name(key) else {
-            return Err(DriverError::Invalid(format!(
-                "sink.kafka.key: {key:?} is not an output column of the query; its columns are {}",
-                names()
-            )));
-        };
-        if field.data_type().is_nested() {
-            return Err(DriverError::Invalid(format!(
-                "sink.kafka.key: column {key:?} is {}, not a scalar type",
-                field.data_type()
-            )));
-        }
-    }
-    if sink.format == sluice_common::spec::SinkRecordFormat::Raw {
-        use arrow_schema::DataType::*;
-        match output.field_with_name("value").map(|f| f.data_type()) {
-            Ok(Binary | LargeBinary | BinaryView | Utf8 | LargeUtf8 | Utf8View) => {}
-            Ok(t) => {
-                return Err(DriverError::Invalid(format!(
-                    "sink.kafka.format: raw writes the `value` column's bytes, but it is {t}; \
-                     cast it to a string or binary, or use format json"
-                )));
-            }
-            Err(_) => {
-                return Err(DriverError::Invalid(format!(
-                    "sink.kafka.format: raw writes the `value` column, which the query does not \
-                     have; its columns are {}",
-                    names()
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The sink's `partition_by` names output columns, and leaves at least
-/// one for the files.
-fn check_partition_by(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
-    let sluice_common::spec::SinkSpec::Files(sink) = &spec.sink else {
-        return Ok(());
-    };
-    for (i, c) in sink.partition_by.iter().enumerate() {
-        let Ok(field) = output.field_with_name(c) else {
-            let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
-            return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: {c:?} is not an output column of the query; its columns are {}",
-                names.join(", ")
-            )));
-        };
-        if field.data_type().is_nested() {
-            return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: column {c:?} is {}, not a scalar type",
-                field.data_type()
-            )));
-        }
-    }
-    if !sink.partition_by.is_empty() && sink.partition_by.len() >= output.fields().len() {
-        return Err(DriverError::Invalid(
-            "sink.files.partition_by: names every output column; the files need at least one"
-                .into(),
         ));
     }
     Ok(())

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_common::checkpoint::QueryCheckpoint;
-use sluice_common::sink::FileSink;
 use sluice_common::spec::QuerySpec;
 use sluice_proto as pb;
 use tracing::warn;
@@ -26,8 +25,6 @@ pub struct Ctx {
     pub entry: Arc<QueryEntry>,
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
-    /// The file sink, once open; `None` for the discard sink.
-    pub sink: Option<FileSink>,
     /// What every task of the query runs (the tables' files are set per
     /// batch).
     pub plan: pb::TaskPlan,
@@ -104,12 +101,6 @@ pub fn rebuilding(
 }
 
 impl Ctx {
-    pub fn sink(&self) -> Result<&FileSink, DriverError> {
-        self.sink
-            .as_ref()
-            .ok_or_else(|| DriverError::Internal("sink not open".into()))
-    }
-
     /// Sleeps unless the query is stopped or the term ends first.
     pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
         sleep(&self.entry, d).await

@@ -10,7 +10,6 @@
 pub mod attempts;
 pub mod batch;
 mod check;
-pub mod cleanup;
 pub mod conflict;
 pub mod ctx;
 pub mod entry;
@@ -32,9 +31,7 @@ use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{
     CommitRecord, Log, QueryCheckpoint, QueryMetadata, RECORD_VERSION, Record, StopRecord,
 };
-use sluice_common::sink::FileSink;
 use sluice_common::spec::QuerySpec;
-use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
 
@@ -145,9 +142,6 @@ fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEn
     e
 }
 
-/// How long a submit waits for the Kafka sink's brokers.
-const KAFKA_SUBMIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Submits a new query: writes its checkpoint and starts its runner.
 pub async fn submit(
     driver: &Arc<Driver>,
@@ -171,24 +165,13 @@ pub async fn submit(
         return Err(conflict::conflict(&driver.config, &spec, old, existing.state()).await);
     }
     let existing = term.queries.list();
-    let specs = existing
-        .iter()
-        .filter_map(|e| Some((e.name.as_str(), e.spec.as_ref()?)));
-    crate::sink::kafka::check_prefix(&spec, specs)?;
-    let others: Vec<(String, String)> = existing
-        .iter()
-        .filter_map(|e| Some((e.name.clone(), e.spec.as_ref()?.sink_path()?.to_string())))
-        .collect();
     paths::check(&driver.config.allowed_paths, &spec).await?;
     paths::check_secrets(&driver.config.secrets, &spec)?;
-    let (checked, root) = (spec.clone(), driver.config.checkpoint_root.clone());
-    tokio::task::spawn_blocking(move || check_sink(&checked, &others, &root))
-        .await
-        .map_err(|e| DriverError::Internal(format!("the check of the sink panicked: {e}")))??;
-    if let Some(sink) = spec.sink_path() {
-        probe_sink(stores, sink).await?;
-    }
-    crate::sink::kafka::check_topic(&spec, &driver.config.secrets, KAFKA_SUBMIT_DEADLINE).await?;
+    let others: Vec<(String, QuerySpec)> = existing
+        .iter()
+        .filter_map(|e| Some((e.name.clone(), e.spec.clone()?)))
+        .collect();
+    crate::sink::check(&driver.config, &spec, others).await?;
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
     check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
@@ -254,48 +237,6 @@ async fn resubmit_failed(
     Ok(entry)
 }
 
-/// Refuses a sink that can never be written (see
-/// [`check_sink_location`]) or that overlaps (is, contains or lies inside)
-/// another query's sink or the checkpoint root, as written or with its
-/// symbolic links followed: their files would collide, or a sink would
-/// write into a checkpoint. `others` are (name, sink) pairs. Reads the disk.
-fn check_sink(
-    spec: &QuerySpec,
-    others: &[(String, String)],
-    checkpoint_root: &str,
-) -> Result<(), DriverError> {
-    let Some(sink) = spec.sink_path() else {
-        return Ok(());
-    };
-    check_sink_location(sink).map_err(|r| DriverError::Invalid(format!("sink.files.path: {r}")))?;
-    if overlap_resolved(sink, checkpoint_root) {
-        return Err(DriverError::Invalid(format!(
-            "sink.files.path: {sink} overlaps the checkpoint root {checkpoint_root}"
-        )));
-    }
-    if let Some((name, other)) = others.iter().find(|(_, o)| overlap_resolved(sink, o)) {
-        return Err(DriverError::Invalid(format!(
-            "sink.files.path: {sink} overlaps the sink of query {name:?} ({other})"
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses a sink in an object store bucket that is missing or refuses
-/// the credentials; a store that does not answer is a retryable error.
-async fn probe_sink(stores: &Stores, sink: &str) -> Result<(), DriverError> {
-    let invalid = |e: sluice_common::Error| match e {
-        sluice_common::Error::Config(r) => DriverError::Invalid(format!("sink.files.path: {r}")),
-        e => DriverError::Common(e),
-    };
-    stores
-        .open(sink)
-        .map_err(invalid)?
-        .probe()
-        .await
-        .map_err(invalid)
-}
-
 /// Stops a query: writes the `stopped` marker, then cancels its runner.
 pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEntry>, DriverError> {
     let entry = term.queries.find(key)?;
@@ -317,14 +258,18 @@ pub async fn stop(driver: &Driver, term: &Term, key: &str) -> Result<Arc<QueryEn
     entry.transition(QueryState::Stopped, None);
     entry.stop.cancel();
     // A FAILED query's runner has ended: nothing else abandons its batch.
-    if was_failed
-        && let Some(spec) = &entry.spec
-        && let Some(path) = spec.sink_path()
-        && let Ok(sink) = FileSink::open(&driver.config.stores, path)
-    {
+    if was_failed && let Some(spec) = entry.spec.clone() {
+        let (config, epoch) = (driver.config.clone(), term.epoch);
         let qc = driver.checkpoint.query(&entry.name);
-        term.tasks
-            .spawn(cleanup::abandon_uncommitted(sink, qc, term.epoch));
+        term.tasks.spawn(async move {
+            let end = crate::sink::Ended {
+                config: &config,
+                qc: &qc,
+                epoch,
+                stopped: true,
+            };
+            crate::sink::ended(&spec.sink, &end).await;
+        });
     }
     info!(query = %entry.name, epoch = term.epoch, "query stopped");
     Ok(entry)

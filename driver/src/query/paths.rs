@@ -11,7 +11,7 @@
 //! [`check_secrets`] refuses a spec that names another, before any is read.
 
 use sluice_common::secrets::Secrets;
-use sluice_common::spec::{KafkaSecurity, QuerySpec, SinkSpec, SourceSpec};
+use sluice_common::spec::{KafkaSecurity, QuerySpec, SourceSpec};
 use sluice_common::storage::AllowedPaths;
 
 use crate::error::DriverError;
@@ -47,10 +47,10 @@ fn locations(spec: &QuerySpec) -> Vec<Named> {
             input: true,
         });
     }
-    if let SinkSpec::Files(sink) = &spec.sink {
+    if let Some(path) = spec.sink_path() {
         out.push(Named {
             field: "sink.files.path".into(),
-            location: sink.path.clone(),
+            location: path.to_string(),
             input: false,
         });
     }
@@ -90,8 +90,8 @@ fn kafka_settings(spec: &QuerySpec) -> Vec<(String, &KafkaSecurity)> {
             out.push((field, &k.security));
         }
     }
-    if let SinkSpec::Kafka(k) = &spec.sink {
-        out.push(("sink.kafka.security".into(), &k.security));
+    if let Some((field, security)) = spec.sink_security() {
+        out.push((field.into(), security));
     }
     out
 }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use sluice_common::checkpoint::query_location;
 use sluice_common::checkpoint::{Log, QueryCheckpoint, RECORD_VERSION, RescaleRecord};
-use sluice_common::sink::FileSink;
 use sluice_common::spec::QuerySpec;
 use sluice_common::state::StateStore;
 use sluice_common::time::now_ms;
@@ -69,12 +68,9 @@ pub async fn restart(
         .filter(|&n| Some(n) != committed);
     // The batch the stop abandoned may commit after all: its abandoned
     // sink manifest goes; a real one (its commit had written it) stays.
-    let written = match (spec.sink_path(), uncommitted) {
-        (Some(path), Some(batch)) => FileSink::open(&driver.config.stores, path)?
-            .reopen(batch)
-            .await?
-            .is_some(),
-        _ => false,
+    let written = match uncommitted {
+        Some(batch) => crate::sink::reopen(&driver.config, &spec.sink, batch).await?,
+        None => false,
     };
     if let Some((from, to)) = rescale {
         refuse_written(&qc, written, uncommitted).await?;

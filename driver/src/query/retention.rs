@@ -1,4 +1,4 @@
-//! Retention: what a query's checkpoint and sink no longer need, deleted in
+//! Retention: what a query's checkpoint no longer needs, deleted in
 //! the background every ten batches, never on a batch's critical path.
 //!
 //! - `offsets/N` and `commits/N` older than the last `retain_batches`;
@@ -7,30 +7,18 @@
 //!   to be rebuilt (see `sluice_common::state::expired`), and the files of
 //!   state generations before a rescale once the new one stands alone
 //!   (`sluice_common::state::standalone`);
-//! - shuffle files of committed batches that a crash left behind;
-//! - after each batch that writes a sink manifest segment: the per-batch
-//!   sink manifests that a segment lists and that are older than the last
-//!   `retain_batches` (see `sluice_common::sink::manifest::purge_candidates`).
-//!   Segments are kept; readers read them all and the deltas after the
-//!   latest, and list again when a file they listed is gone.
+//! - shuffle files of committed batches that a crash left behind.
+//!
+//! What a sink no longer needs is its own (`crate::sink::Committer::after_commit`).
 
 use sluice_common::checkpoint::PROGRESS_RETAINED;
-use sluice_common::sink::FileSink;
-use sluice_common::sink::manifest::compacts_at;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::ctx::Ctx;
 
 /// After batch `committed` commits: starts the purges that are due.
 pub fn after_commit(ctx: &Ctx, committed: u64) {
     let retain = ctx.driver.config.retain_batches;
-    if compacts_at(committed, ctx.driver.config.compact_interval)
-        && let Ok(sink) = ctx.sink()
-    {
-        ctx.term
-            .tasks
-            .spawn(purge_sink(sink.clone(), committed, retain));
-    }
     if !committed.is_multiple_of(10) {
         return;
     }
@@ -74,18 +62,4 @@ pub fn after_commit(ctx: &Ctx, committed: u64) {
             warn!(error = %e, keep_from, "purging old state failed; will try again later");
         }
     });
-}
-
-/// Deletes the sink manifests readers no longer need after `committed`; a
-/// failure is logged and left for the next batch that compacts.
-async fn purge_sink(sink: FileSink, committed: u64, retain: u64) {
-    match sink.purge_manifests(committed, retain).await {
-        Ok(0) => {}
-        Ok(removed) => debug!(removed, committed, "old sink manifests removed"),
-        Err(e) => warn!(
-            error = %e,
-            committed,
-            "purging old sink manifests failed; will try again later"
-        ),
-    }
 }

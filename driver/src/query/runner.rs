@@ -19,19 +19,18 @@ use sluice_common::Error as CommonError;
 use sluice_common::checkpoint::{
     CommitRecord, FailRecord, Inputs, Log, OffsetRecord, RECORD_VERSION,
 };
-use sluice_common::sink::FileSink;
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
-use super::cleanup::{self, Cleaner};
 use super::ctx::Ctx;
 use super::entry::QueryEntry;
 use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::recovery::{Recovery, decide};
+use crate::sink::{self, SinkIo};
 use crate::source::{self, Limits, Next, SourceIo, Streams};
 use crate::state::{Driver, Term};
 use crate::watermark::{Clocks, EventClock};
@@ -53,32 +52,23 @@ pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
 
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
     let stop = entry.stop.clone();
-    let sink_path = entry
-        .spec
-        .as_ref()
-        .and_then(|s| Some(s.sink_path()?.to_string()));
-    let stores = driver.config.stores.clone();
     let result = tokio::select! {
         biased;
         _ = stop.cancelled() => Err(DriverError::Cancelled),
         r = drive(driver.clone(), term.clone(), entry.clone()) => r,
     };
     let stopped = entry.state() == QueryState::Stopped;
-    if stopped && let Some(spec) = &entry.spec {
-        let qc = driver.checkpoint.query(&entry.name);
-        crate::sink::kafka::complete_stopped(spec, &driver.config.secrets, &qc).await;
-    }
-    let ended = matches!(result, Ok(())) || stopped;
-    if let Some(path) = sink_path.filter(|_| ended)
-        && let Ok(sink) = FileSink::open(&stores, &path)
+    if (matches!(result, Ok(())) || stopped)
+        && let Some(spec) = &entry.spec
     {
-        // Nothing of this query runs any more: no temporary file is in
-        // use, and a stopped query never re-runs what it did not commit.
-        if stopped {
-            let qc = driver.checkpoint.query(&entry.name);
-            cleanup::abandon_uncommitted(sink.clone(), qc, term.epoch).await;
-        }
-        cleanup::purge(sink, None).await;
+        let qc = driver.checkpoint.query(&entry.name);
+        let end = sink::Ended {
+            config: &driver.config,
+            qc: &qc,
+            epoch: term.epoch,
+            stopped,
+        };
+        sink::ended(&spec.sink, &end).await;
     }
     match result {
         Ok(()) => {
@@ -142,7 +132,6 @@ async fn drive(
         entry,
         spec,
         qc,
-        sink: None,
         plan,
         tables: None,
         stateful: None,
@@ -159,14 +148,7 @@ async fn drive(
         })
         .collect();
     ctx.stateful = super::stages::plan(&ctx, &schemas).await?;
-    if let Some(path) = ctx.spec.sink_path().map(str::to_string) {
-        ctx.sink = Some(
-            ctx.storage("open sink", || async {
-                FileSink::open(&ctx.driver.config.stores, &path)
-            })
-            .await?,
-        );
-    }
+    let sink = sink::open(&SinkIo::of(&ctx), &ctx.spec.sink).await?;
 
     let Resumed {
         mut next,
@@ -177,9 +159,8 @@ async fn drive(
     let mut clocks = event_clocks(&ctx, &streams, next).await?;
     let committed_end = committed.as_ref().map_or(0, Inputs::end_value);
     ctx.entry.set_committed(next as i64 - 1, rows);
-    let mut cleaner = Cleaner::default();
     if let Some(committed) = next.checked_sub(1) {
-        cleaner.after_commit(&ctx, committed);
+        sink.after_commit(committed);
     }
     info!(
         batch = next,
@@ -213,7 +194,7 @@ async fn drive(
             },
         };
         last_start = Some(timings.started);
-        let done = batch::execute(&ctx, &streams, &offsets, timings, &clocks)
+        let done = batch::execute(&ctx, (&streams, sink.as_ref()), &offsets, timings, &clocks)
             .instrument(info_span!("batch", batch = offsets.batch_id))
             .await?;
         let rows = done.input_rows;
@@ -222,7 +203,7 @@ async fn drive(
         committed = Some(offsets.inputs.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
         super::retention::after_commit(&ctx, offsets.batch_id);
-        cleaner.after_commit(&ctx, offsets.batch_id);
+        sink.after_commit(offsets.batch_id);
     }
 }
 

@@ -2,7 +2,46 @@
 //! has nothing to make visible before `commits/N`; what a task counted is
 //! its report's bytes.
 
+use futures::future::BoxFuture;
+use sluice_common::sink::SinkFile;
 use sluice_proto as pb;
+
+use super::{Committed, Committer, Prepared, Reported, SinkIo, SinkKind};
+use crate::error::DriverError;
+
+/// The discard sink: nothing to check at submit, nothing to commit.
+pub(super) struct Kind;
+
+impl SinkKind for Kind {
+    fn describe(&self) -> &'static str {
+        "is discard"
+    }
+
+    fn reports(&self) -> Reported {
+        Reported::Discard
+    }
+
+    fn open<'a>(
+        &'a self,
+        _io: &'a SinkIo,
+    ) -> BoxFuture<'a, Result<Box<dyn Committer>, DriverError>> {
+        Box::pin(async { Ok(Box::new(Discard) as Box<dyn Committer>) })
+    }
+}
+
+/// A running query's discard sink.
+struct Discard;
+
+impl Committer for Discard {
+    fn commit<'a>(
+        &'a self,
+        _batch: u64,
+        _files: &'a [SinkFile],
+        _prepared: Prepared,
+    ) -> BoxFuture<'a, Result<Committed, DriverError>> {
+        Box::pin(async { Ok(Committed::default()) })
+    }
+}
 
 /// The bytes a task's report says it discarded (0 for another sink's).
 pub fn bytes(o: &pb::TaskOutput) -> u64 {

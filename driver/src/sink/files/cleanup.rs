@@ -19,8 +19,6 @@ use sluice_common::checkpoint::{Log, QueryCheckpoint};
 use sluice_common::sink::FileSink;
 use tracing::{debug, info, warn};
 
-use super::ctx::Ctx;
-
 /// The least time between two purges after commits.
 pub const EVERY: Duration = Duration::from_secs(10);
 
@@ -39,22 +37,6 @@ impl Cleaner {
         }
         due
     }
-
-    /// After batch `committed`: purges in the background when due.
-    pub fn after_commit(&mut self, ctx: &Ctx, committed: u64) {
-        if self.due(Instant::now()) {
-            spawn_purge(ctx, Some(committed));
-        }
-    }
-}
-
-/// Purges the temporary files of batches up to `upto` (all when `None`)
-/// in a task owned by the term.
-pub fn spawn_purge(ctx: &Ctx, upto: Option<u64>) {
-    let Ok(sink) = ctx.sink().cloned() else {
-        return;
-    };
-    ctx.term.tasks.spawn(purge(sink, upto));
 }
 
 /// Purges now; a failure is logged and left for the next purge.

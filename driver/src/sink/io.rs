@@ -1,0 +1,82 @@
+//! What a sink may touch of its running query (its narrow door): the
+//! query's checkpoint, the stores and secrets, storage and broker calls
+//! retried under the term's fence, the term's epoch and its background
+//! tasks. Nothing else of the runner: not the scheduler, the sources, or
+//! other queries.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_common::checkpoint::QueryCheckpoint;
+
+use crate::config::DriverConfig;
+use crate::error::DriverError;
+use crate::query::ctx::{self, Ctx};
+use crate::query::entry::QueryEntry;
+use crate::state::{Driver, Term};
+
+/// A sink's handles on its query; cheap to clone.
+#[derive(Clone)]
+pub struct SinkIo {
+    driver: Arc<Driver>,
+    term: Arc<Term>,
+    entry: Arc<QueryEntry>,
+    qc: QueryCheckpoint,
+}
+
+impl SinkIo {
+    /// The door of `ctx`'s query.
+    pub fn of(ctx: &Ctx) -> Self {
+        SinkIo {
+            driver: ctx.driver.clone(),
+            term: ctx.term.clone(),
+            entry: ctx.entry.clone(),
+            qc: ctx.qc.clone(),
+        }
+    }
+
+    /// The query's checkpoint.
+    pub fn checkpoint(&self) -> &QueryCheckpoint {
+        &self.qc
+    }
+
+    /// The driver's settings (stores, secrets, retention, compaction).
+    pub fn config(&self) -> &DriverConfig {
+        &self.driver.config
+    }
+
+    /// The epoch of the term the query runs in.
+    pub fn epoch(&self) -> u64 {
+        self.term.epoch
+    }
+
+    /// Runs a storage or broker operation, retried while its errors are
+    /// retryable and the term may still commit (see [`ctx::retried`]).
+    pub async fn storage<T, F, Fut>(&self, what: &str, op: F) -> Result<T, DriverError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = sluice_common::Result<T>>,
+    {
+        ctx::retried(&self.term, &self.entry, what, op).await
+    }
+
+    /// Sleeps unless the query is stopped first.
+    pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
+        ctx::sleep(&self.entry, d).await
+    }
+
+    /// Confirms that this driver still leads, after finding a record
+    /// another driver wrote.
+    pub async fn confirm_leadership(&self) -> Result<(), DriverError> {
+        self.driver.confirm_leadership(&self.term).await
+    }
+
+    /// Runs `work` in the background, owned by the term (it ends with it).
+    pub fn spawn<F>(&self, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.term.tasks.spawn(work);
+    }
+}
