@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod batch_loop;
 pub mod cluster;
 pub mod config;
 pub mod conns;

@@ -35,7 +35,7 @@ pub fn start_ha_driver_with(cluster: &Cluster, etcd: &EtcdCluster, args: Vec<Str
         extra_args: args,
         env: vec![(
             "RUST_LOG".into(),
-            "info,sluice_driver::query::batch=debug".into(),
+            "info,sluice_driver::batch_loop::batch=debug".into(),
         )],
         ..DriverOpts::default()
     })

@@ -12,12 +12,13 @@
 
 use std::sync::Arc;
 
-use sluice_common::checkpoint::{PROGRESS_RETAINED, QueryCheckpoint};
+use sluice_common::Error as CommonError;
+use sluice_common::checkpoint::{CommitRecord, Log, PROGRESS_RETAINED, QueryCheckpoint};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::entry::QueryEntry;
-use super::retry::STORAGE_BACKOFF;
+use crate::batch_loop::retry::STORAGE_BACKOFF;
 use crate::state::Term;
 
 /// Starts restoring `entry`'s history, as a task owned by the term.
@@ -66,5 +67,25 @@ async fn restore(entry: Arc<QueryEntry>, qc: QueryCheckpoint, cancel: Cancellati
                 return;
             }
         }
+    }
+}
+
+/// Sets what `entry`'s status shows of its committed batches from the
+/// checkpoint: its last `commits/N` and the input rows up to it. A STOPPED
+/// or FAILED query has no runner to read them; a running one's reads them
+/// again when it resumes. A record that cannot be read is logged, and the
+/// status shows no commit (a runner fails on it, naming it).
+pub async fn show_committed(entry: &QueryEntry, qc: &QueryCheckpoint) {
+    let read = async {
+        let Some(batch) = qc.latest(Log::Commits).await? else {
+            return Ok(None);
+        };
+        let c: CommitRecord = qc.require_entry(Log::Commits, batch).await?;
+        Ok::<_, CommonError>(Some((batch, c.rows_so_far())))
+    };
+    match read.await {
+        Ok(Some((batch, rows))) => entry.set_committed(batch as i64, rows),
+        Ok(None) => {}
+        Err(e) => warn!(query = %entry.name, error = %e, "the last commit cannot be read"),
     }
 }

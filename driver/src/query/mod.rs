@@ -1,4 +1,6 @@
-//! Queries: submitting, loading from the checkpoint, stopping, and running.
+//! Queries, their control side: submitting, loading from the checkpoint,
+//! stopping, restarting, and the registry of a term's queries. Each
+//! running query's batches are [`crate::batch_loop`]'s.
 //!
 //! ```text
 //!  submit ─► sink unique, paths allowed ─► source schema, SQL checked ─► sources/… ─► spec.json ─► metadata ─► runner
@@ -7,30 +9,19 @@
 //!  submit(STOPPED, same spec or other state_partitions) ─► restart (see `restart`)
 //! ```
 
-pub mod attempts;
-pub mod batch;
 mod check;
 pub mod conflict;
-pub mod ctx;
 pub mod entry;
 pub mod history;
 mod join;
-pub mod outcome;
 pub mod paths;
 pub mod registry;
 pub mod restart;
-pub mod retention;
-pub mod retry;
-pub mod runner;
-pub mod stages;
-pub mod summary;
 
 use std::sync::Arc;
 
 use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{
-    CommitRecord, Log, QueryCheckpoint, QueryMetadata, RECORD_VERSION, Record, StopRecord,
-};
+use sluice_common::checkpoint::{Log, QueryMetadata, RECORD_VERSION, Record, StopRecord};
 use sluice_common::spec::QuerySpec;
 use sluice_common::time::now_ms;
 use tracing::{error, info, warn};
@@ -93,7 +84,7 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
         };
         let entry = Arc::new(entry);
         if entry.spec.is_some() {
-            show_committed(&entry, &qc).await;
+            history::show_committed(&entry, &qc).await;
         }
         term.queries.insert(entry.clone());
         if entry.spec.is_some() {
@@ -102,30 +93,10 @@ pub async fn load_all(driver: &Arc<Driver>, term: &Arc<Term>) -> Result<(), Driv
             entry.restore(Vec::new());
         }
         if entry.state() == QueryState::Running {
-            runner::spawn(driver.clone(), term.clone(), entry);
+            crate::batch_loop::runner::spawn(driver.clone(), term.clone(), entry);
         }
     }
     Ok(())
-}
-
-/// Sets what `entry`'s status shows of its committed batches from the
-/// checkpoint: its last `commits/N` and the input rows up to it. A STOPPED
-/// or FAILED query has no runner to read them; a running one's reads them
-/// again when it resumes. A record that cannot be read is logged, and the
-/// status shows no commit (a runner fails on it, naming it).
-async fn show_committed(entry: &QueryEntry, qc: &QueryCheckpoint) {
-    let read = async {
-        let Some(batch) = qc.latest(Log::Commits).await? else {
-            return Ok(None);
-        };
-        let c: CommitRecord = qc.require_entry(Log::Commits, batch).await?;
-        Ok::<_, CommonError>(Some((batch, c.rows_so_far())))
-    };
-    match read.await {
-        Ok(Some((batch, rows))) => entry.set_committed(batch as i64, rows),
-        Ok(None) => {}
-        Err(e) => warn!(query = %entry.name, error = %e, "the last commit cannot be read"),
-    }
 }
 
 fn failed_entry(id: String, name: String, term: &Term, error: String) -> QueryEntry {
@@ -218,7 +189,7 @@ pub async fn submit(
     // A new query has no history to read back.
     entry.restore(Vec::new());
     term.queries.insert(entry.clone());
-    runner::spawn(driver.clone(), term.clone(), entry.clone());
+    crate::batch_loop::runner::spawn(driver.clone(), term.clone(), entry.clone());
     Ok(entry)
 }
 

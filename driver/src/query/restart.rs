@@ -23,7 +23,8 @@ use sluice_common::time::now_ms;
 use tracing::info;
 
 use super::entry::QueryEntry;
-use super::{history, runner};
+use super::history;
+use crate::batch_loop::runner;
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::state::{Driver, Term};

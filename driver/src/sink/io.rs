@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use sluice_common::checkpoint::QueryCheckpoint;
 
+use crate::batch_loop::ctx::{self, Query};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
-use crate::query::ctx::{self, Ctx};
 use crate::query::entry::QueryEntry;
 use crate::state::{Driver, Term};
 
@@ -26,13 +26,13 @@ pub struct SinkIo {
 }
 
 impl SinkIo {
-    /// The door of `ctx`'s query.
-    pub fn of(ctx: &Ctx) -> Self {
+    /// The door of `query`.
+    pub fn of(query: &Query) -> Self {
         SinkIo {
-            driver: ctx.driver.clone(),
-            term: ctx.term.clone(),
-            entry: ctx.entry.clone(),
-            qc: ctx.qc.clone(),
+            driver: query.driver.clone(),
+            term: query.term.clone(),
+            entry: query.entry.clone(),
+            qc: query.qc.clone(),
         }
     }
 

@@ -11,8 +11,8 @@ use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::secrets::Secrets;
 use sluice_common::storage::{AllowedPaths, Stores};
 
+use crate::batch_loop::ctx::{self, Query};
 use crate::error::DriverError;
-use crate::query::ctx::{self, Ctx};
 use crate::query::entry::QueryEntry;
 use crate::state::Term;
 
@@ -32,17 +32,17 @@ pub struct SourceIo {
 }
 
 impl SourceIo {
-    /// The door of `ctx`'s query.
-    pub fn of(ctx: &Ctx) -> Self {
+    /// The door of `query`.
+    pub fn of(query: &Query) -> Self {
         SourceIo {
-            qc: ctx.qc.clone(),
+            qc: query.qc.clone(),
             field: "source".into(),
             table: sluice_common::spec::INPUT.into(),
-            stores: ctx.driver.config.stores.clone(),
-            allowed: ctx.driver.config.allowed_paths.clone(),
-            secrets: ctx.driver.config.secrets.clone(),
-            term: ctx.term.clone(),
-            entry: ctx.entry.clone(),
+            stores: query.driver.config.stores.clone(),
+            allowed: query.driver.config.allowed_paths.clone(),
+            secrets: query.driver.config.secrets.clone(),
+            term: query.term.clone(),
+            entry: query.entry.clone(),
         }
     }
 

@@ -24,13 +24,13 @@ use sluice_proto as pb;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
-use super::ctx::Ctx;
-use super::entry::QueryEntry;
+use super::ctx::{Ctx, Query};
 use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
+use crate::query::entry::QueryEntry;
 use crate::recovery::{Recovery, decide};
-use crate::sink::{self, SinkIo};
+use crate::sink::{self, Committer, SinkIo};
 use crate::source::{self, Limits, Next, SourceIo, Streams};
 use crate::state::{Driver, Term};
 use crate::watermark::{Clocks, EventClock};
@@ -79,7 +79,7 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
             // here, read last: nothing of the query waits for it.
             if stopped {
                 let qc = driver.checkpoint.query(&entry.name);
-                super::show_committed(&entry, &qc).await;
+                crate::query::history::show_committed(&entry, &qc).await;
             }
         }
         Err(e) => {
@@ -108,47 +108,80 @@ async fn record_failure(driver: &Driver, term: &Term, name: &str, error: &str) {
     }
 }
 
-async fn drive(
+/// What a runner works with, built once before its first batch: the
+/// context, its input streams (and the door they plan through) and its
+/// sink.
+struct Opened {
+    ctx: Ctx,
+    streams: Streams,
+    io: SourceIo,
+    sink: Box<dyn Committer>,
+}
+
+/// Opens a query's sources, works out its plan and opens its sink.
+async fn open(
     driver: Arc<Driver>,
     term: Arc<Term>,
     entry: Arc<QueryEntry>,
-) -> Result<(), DriverError> {
+) -> Result<Opened, DriverError> {
     let spec = entry
         .spec
         .clone()
         .ok_or_else(|| DriverError::Internal("query has no spec".into()))?;
     let qc = driver.checkpoint.query(&entry.name);
-    driver.metrics.query_started(&entry.name);
-    let plan = pb::TaskPlan {
-        sql: spec.sql().to_string(),
-        streams: Vec::new(),
-        tables: Vec::new(),
-        plan_budget_ms: driver.config.sql_plan_budget.as_millis() as u64,
-        max_output_bytes: driver.config.max_output_bytes_per_task,
-    };
-    let mut ctx = Ctx {
+    let query = Query {
         driver,
         term,
         entry,
         spec,
         qc,
-        plan,
-        tables: None,
-        stateful: None,
     };
-    let io = SourceIo::of(&ctx);
-    ctx.tables = source::tables::load(&io, &ctx.spec).await?;
-    let streams = Streams::open(&io, &ctx.spec).await?;
+    let io = SourceIo::of(&query);
+    let tables = source::tables::load(&io, &query.spec).await?;
+    let streams = Streams::open(&io, &query.spec).await?;
     let schemas = streams.schemas();
-    ctx.plan.streams = schemas
-        .iter()
-        .map(|(name, schema)| pb::StreamPlan {
-            name: name.clone(),
-            schema: sluice_sql::encode_schema(schema),
-        })
-        .collect();
-    ctx.stateful = super::stages::plan(&ctx, &schemas).await?;
-    let sink = sink::open(&SinkIo::of(&ctx), &ctx.spec.sink).await?;
+    let stateful = super::stages::plan(&query, tables.as_ref(), &schemas).await?;
+    let sink = sink::open(&SinkIo::of(&query), &query.spec.sink).await?;
+    let config = &query.driver.config;
+    let plan = pb::TaskPlan {
+        sql: query.spec.sql().to_string(),
+        streams: schemas
+            .iter()
+            .map(|(name, schema)| pb::StreamPlan {
+                name: name.clone(),
+                schema: sluice_sql::encode_schema(schema),
+            })
+            .collect(),
+        tables: Vec::new(),
+        plan_budget_ms: config.sql_plan_budget.as_millis() as u64,
+        max_output_bytes: config.max_output_bytes_per_task,
+    };
+    let ctx = Ctx {
+        query,
+        plan,
+        tables,
+        stateful,
+    };
+    Ok(Opened {
+        ctx,
+        streams,
+        io,
+        sink,
+    })
+}
+
+async fn drive(
+    driver: Arc<Driver>,
+    term: Arc<Term>,
+    entry: Arc<QueryEntry>,
+) -> Result<(), DriverError> {
+    driver.metrics.query_started(&entry.name);
+    let Opened {
+        ctx,
+        streams,
+        io,
+        sink,
+    } = open(driver, term, entry).await?;
 
     let Resumed {
         mut next,
@@ -158,7 +191,7 @@ async fn drive(
     } = recover(&ctx, &streams).await?;
     let mut clocks = event_clocks(&ctx, &streams, next).await?;
     let committed_end = committed.as_ref().map_or(0, Inputs::end_value);
-    ctx.entry.set_committed(next as i64 - 1, rows);
+    ctx.query.entry.set_committed(next as i64 - 1, rows);
     if let Some(committed) = next.checked_sub(1) {
         sink.after_commit(committed);
     }
@@ -220,8 +253,12 @@ async fn event_clocks(ctx: &Ctx, streams: &Streams, next: u64) -> Result<Clocks,
     let Some(last) = next.checked_sub(1).filter(|_| !clocks.inputs.is_empty()) else {
         return Ok(clocks);
     };
-    let o = ctx.storage("read offsets", || ctx.qc.offsets(last)).await?;
-    let c = ctx.storage("read commit", || ctx.qc.commit(last)).await?;
+    let o = ctx
+        .storage("read offsets", || ctx.query.qc.offsets(last))
+        .await?;
+    let c = ctx
+        .storage("read commit", || ctx.query.qc.commit(last))
+        .await?;
     let (Some(o), Some(c)) = (o, c) else {
         return Ok(clocks);
     };
@@ -235,7 +272,7 @@ async fn event_clocks(ctx: &Ctx, streams: &Streams, next: u64) -> Result<Clocks,
     Ok(clocks.after(&batch::planned_watermarks(&o), &seen))
 }
 
-/// The INFO line of a running query (see [`crate::query::summary`]).
+/// The INFO line of a running query (see [`crate::batch_loop::summary`]).
 fn log_summary(summary: Option<Summary>) {
     if let Some(s) = summary {
         info!(
@@ -264,10 +301,10 @@ struct Resumed {
 /// Where to start, from the checkpoint (see [`crate::recovery`]).
 async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
     let offsets = ctx
-        .storage("list offsets", || ctx.qc.latest(Log::Offsets))
+        .storage("list offsets", || ctx.query.qc.latest(Log::Offsets))
         .await?;
     let commits = ctx
-        .storage("list commits", || ctx.qc.latest(Log::Commits))
+        .storage("list commits", || ctx.query.qc.latest(Log::Commits))
         .await?;
     match decide(offsets, commits) {
         Recovery::Fresh => Ok(Resumed {
@@ -287,7 +324,9 @@ async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
         }
         Recovery::Rerun { batch } => {
             let o: OffsetRecord = ctx
-                .storage("read offsets", || ctx.qc.require_entry(Log::Offsets, batch))
+                .storage("read offsets", || {
+                    ctx.query.qc.require_entry(Log::Offsets, batch)
+                })
                 .await?;
             let (committed, rows) = match batch.checked_sub(1) {
                 Some(prev) => {
@@ -301,7 +340,7 @@ async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
                 .or_else(|| (o.batch_id != batch).then(|| format!("records batch {}", o.batch_id)))
             {
                 return Err(CommonError::Corrupt {
-                    path: ctx.qc.describe_entry(Log::Offsets, batch),
+                    path: ctx.query.qc.describe_entry(Log::Offsets, batch),
                     reason,
                 }
                 .into());
@@ -314,7 +353,7 @@ async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
             })
         }
         Recovery::Damaged { reason } => Err(CommonError::Corrupt {
-            path: ctx.qc.describe_dir(),
+            path: ctx.query.qc.describe_dir(),
             reason,
         }
         .into()),
@@ -327,14 +366,18 @@ async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
 /// input rows of batches 0 to `batch`.
 async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(Inputs, u64), DriverError> {
     let c: CommitRecord = ctx
-        .storage("read commit", || ctx.qc.require_entry(Log::Commits, batch))
+        .storage("read commit", || {
+            ctx.query.qc.require_entry(Log::Commits, batch)
+        })
         .await?;
     let o: OffsetRecord = ctx
-        .storage("read offsets", || ctx.qc.require_entry(Log::Offsets, batch))
+        .storage("read offsets", || {
+            ctx.query.qc.require_entry(Log::Offsets, batch)
+        })
         .await?;
     if o.batch_id != batch || c.batch_id != batch || o.inputs.end_value() != c.end_value {
         return Err(CommonError::Corrupt {
-            path: ctx.qc.describe_entry(Log::Offsets, batch),
+            path: ctx.query.qc.describe_entry(Log::Offsets, batch),
             reason: format!(
                 "plans batch {} ending at {}, but {} records batch {} ending at {}",
                 o.batch_id,
@@ -359,7 +402,7 @@ async fn plan_next(
     last_start: Option<Instant>,
     clocks: &Clocks,
 ) -> Result<Option<(OffsetRecord, Timings)>, DriverError> {
-    let interval = Duration::from_millis(ctx.spec.trigger.interval_ms);
+    let interval = Duration::from_millis(ctx.query.spec.trigger.interval_ms);
     if let Some(prev) = last_start {
         ctx.sleep((prev + interval).saturating_duration_since(Instant::now()))
             .await?;
@@ -367,6 +410,7 @@ async fn plan_next(
     loop {
         let started = Instant::now();
         let slots: u32 = ctx
+            .query
             .term
             .scheduler
             .executors()
@@ -376,13 +420,14 @@ async fn plan_next(
             .sum();
         let limits = Limits {
             max_rows_per_batch: Some(
-                ctx.spec
+                ctx.query
+                    .spec
                     .max_rows_per_batch
-                    .unwrap_or(ctx.driver.config.max_rows_per_batch),
+                    .unwrap_or(ctx.query.driver.config.max_rows_per_batch),
             ),
-            max_bytes_per_batch: ctx.driver.config.max_bytes_per_batch,
-            max_rows_per_task: ctx.driver.config.max_rows_per_task,
-            max_bytes_per_task: ctx.driver.config.max_bytes_per_task,
+            max_bytes_per_batch: ctx.query.driver.config.max_bytes_per_batch,
+            max_rows_per_task: ctx.query.driver.config.max_rows_per_task,
+            max_bytes_per_task: ctx.query.driver.config.max_bytes_per_task,
             parallelism: slots.max(1),
         };
         let (inputs, watermarks) = match streams.next(committed, limits).await? {
@@ -400,14 +445,14 @@ async fn plan_next(
         };
         let many = inputs.single().is_none();
         let tables = match &ctx.tables {
-            Some(record) => source::tables::files(io, &ctx.spec, record).await?,
+            Some(record) => source::tables::files(io, &ctx.query.spec, record).await?,
             None => Default::default(),
         };
         let record = OffsetRecord {
             tables,
             version: RECORD_VERSION,
             batch_id,
-            epoch: ctx.term.epoch,
+            epoch: ctx.query.term.epoch,
             batch_timestamp_ms: now_ms(),
             watermark_ms: watermarks.query,
             watermarks: if many {
@@ -422,14 +467,14 @@ async fn plan_next(
         let latest_offset = started.elapsed();
         let t = Instant::now();
         let (stored, ours) = ctx
-            .storage("write offsets", || ctx.qc.write_offsets(&record))
+            .storage("write offsets", || ctx.query.qc.write_offsets(&record))
             .await?;
         if !ours {
             warn!(
                 batch = batch_id,
                 "offsets already written by another driver; adopting"
             );
-            ctx.driver.confirm_leadership(&ctx.term).await?;
+            ctx.query.driver.confirm_leadership(&ctx.query.term).await?;
         }
         streams.planned(batch_id, &stored.inputs).await?;
         let timings = Timings {

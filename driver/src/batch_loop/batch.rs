@@ -80,12 +80,13 @@ pub async fn execute(
         ),
         None => {
             let outputs = run_tasks(ctx, streams, offsets).await?;
-            let outcome = Outcome::of(batch, &outputs, &ctx.spec.sink, ctx.stateful.as_ref())?;
+            let outcome =
+                Outcome::of(batch, &outputs, &ctx.query.spec.sink, ctx.stateful.as_ref())?;
             outcome.check(ctx, streams, offsets)?;
             let record = TransactionsRecord {
                 version: RECORD_VERSION,
                 batch_id: batch,
-                epoch: ctx.term.epoch,
+                epoch: ctx.query.term.epoch,
                 transactions: outcome.transactions.clone(),
                 outcome: outcome.to_prepared(),
             };
@@ -100,7 +101,7 @@ pub async fn execute(
 
     let t = Instant::now();
     // Only this runner moves the count: it is what commits/N-1 recorded.
-    let rows_so_far = ctx.entry.committed_rows() + outcome.input_rows;
+    let rows_so_far = ctx.query.entry.committed_rows() + outcome.input_rows;
     let seen = clocks
         .clone()
         .after(&planned_watermarks(offsets), &outcome.max_event_times);
@@ -113,7 +114,7 @@ pub async fn execute(
     let record = CommitRecord {
         version: RECORD_VERSION,
         batch_id: batch,
-        epoch: ctx.term.epoch,
+        epoch: ctx.query.term.epoch,
         num_rows: outcome.rows,
         end_value: offsets.inputs.end_value(),
         committed_ms: now_ms(),
@@ -171,7 +172,8 @@ async fn run_tasks(
 ) -> Result<stages::Outputs, DriverError> {
     let mut plan = ctx.plan.clone();
     if let Some(record) = &ctx.tables {
-        plan.tables = crate::source::tables::plans(&ctx.spec.tables, record, &offsets.tables)?;
+        plan.tables =
+            crate::source::tables::plans(&ctx.query.spec.tables, record, &offsets.tables)?;
     }
     stages::run(ctx, offsets, streams.tasks(offsets)?, &plan).await
 }
@@ -180,14 +182,14 @@ async fn run_tasks(
 /// plan) is adopted once this driver is sure it still leads.
 async fn write_commit(ctx: &Ctx, record: &CommitRecord) -> Result<(), DriverError> {
     let (_, ours) = ctx
-        .storage("write commit", || ctx.qc.write_commit(record))
+        .storage("write commit", || ctx.query.qc.write_commit(record))
         .await?;
     if !ours {
         warn!(
             batch = record.batch_id,
             "commit already written by another driver; adopting"
         );
-        ctx.driver.confirm_leadership(&ctx.term).await?;
+        ctx.query.driver.confirm_leadership(&ctx.query.term).await?;
     }
     Ok(())
 }
@@ -202,10 +204,10 @@ async fn report(
     rows_so_far: u64,
 ) -> Result<(), DriverError> {
     let record = ProgressRecord::from_proto(&progress);
-    ctx.storage("write progress", || ctx.qc.write_progress(&record))
+    ctx.storage("write progress", || ctx.query.qc.write_progress(&record))
         .await?;
-    ctx.driver.metrics.batch_committed(
-        &ctx.entry.name,
+    ctx.query.driver.metrics.batch_committed(
+        &ctx.query.entry.name,
         &progress,
         outcome.rows,
         outcome.sink_bytes,
@@ -217,7 +219,7 @@ async fn report(
         total_ms = progress.duration_ms.as_ref().map_or(0, |d| d.total),
         "batch committed"
     );
-    ctx.entry.record(progress, rows_so_far);
+    ctx.query.entry.record(progress, rows_so_far);
     Ok(())
 }
 
@@ -226,7 +228,7 @@ async fn report(
 /// for retention.
 fn remove_shuffle(ctx: &Ctx, stateful: &super::ctx::Stateful, batch: u64) {
     let store = stateful.store.clone();
-    ctx.term.tasks.spawn(async move {
+    ctx.query.term.tasks.spawn(async move {
         if let Err(e) = store.remove_shuffle(batch).await {
             warn!(batch, error = %e, "removing shuffle files failed; retention will");
         }

@@ -18,14 +18,14 @@ use super::ctx::Ctx;
 
 /// After batch `committed` commits: starts the purges that are due.
 pub fn after_commit(ctx: &Ctx, committed: u64) {
-    let retain = ctx.driver.config.retain_batches;
+    let retain = ctx.query.driver.config.retain_batches;
     if !committed.is_multiple_of(10) {
         return;
     }
-    let qc = ctx.qc.clone();
+    let qc = ctx.query.qc.clone();
     let keep_from = (committed + 1).saturating_sub(retain);
     let stateful = ctx.stateful.clone();
-    ctx.term.tasks.spawn(async move {
+    ctx.query.term.tasks.spawn(async move {
         if keep_from > 0
             && let Err(e) = qc.purge_before(keep_from).await
         {

@@ -259,7 +259,7 @@ fn max_event_times(outputs: &Outputs) -> std::collections::BTreeMap<String, i64>
 /// hold more than its own budget (`max_state_bytes` of its spec): each
 /// query is bounded by its own, never by another's.
 fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), DriverError> {
-    let budget = ctx.spec.max_state_bytes();
+    let budget = ctx.query.spec.max_state_bytes();
     if state_bytes <= budget {
         return Ok(());
     }
@@ -267,7 +267,7 @@ fn check_state_budget(ctx: &Ctx, batch: u64, state_bytes: u64) -> Result<(), Dri
         "query {}: batch {batch} would leave its state holding {state_bytes} bytes, above its \
          max_state_bytes {budget}; raise max_state_bytes in a new query, or bound the state \
          with a watermark",
-        ctx.entry.name
+        ctx.query.entry.name
     )))
 }
 
@@ -302,8 +302,8 @@ pub fn progress(
     let from_source = streams.progress(&offsets.inputs);
     let input_rows = outcome.input_rows;
     pb::BatchProgress {
-        id: ctx.entry.id.clone(),
-        name: ctx.entry.name.clone(),
+        id: ctx.query.entry.id.clone(),
+        name: ctx.query.entry.name.clone(),
         batch_id: offsets.batch_id,
         num_input_rows: input_rows,
         input_rows_per_second: input_rows as f64 / secs(since_previous),
@@ -319,7 +319,7 @@ pub fn progress(
             reduce: ms(outcome.reduce_time),
         }),
         timestamp_ms: offsets.batch_timestamp_ms,
-        epoch: ctx.term.epoch,
+        epoch: ctx.query.term.epoch,
         skipped_before: 0,
         bad_records: outcome.bad_records,
         state_rows_total: outcome.state_rows_total,

@@ -13,18 +13,37 @@ use tracing::warn;
 
 pub use sluice_plan::{Operator, StatefulOp};
 
-use super::entry::QueryEntry;
 use super::retry::STORAGE_BACKOFF;
 use crate::error::DriverError;
+use crate::query::entry::QueryEntry;
 use crate::state::{Driver, Term};
 
-/// Everything a runner works with.
-pub struct Ctx {
+/// A running query's handles under this term: what every part of its
+/// loop reaches through, before and after its [`Ctx`] is built.
+#[derive(Clone)]
+pub struct Query {
     pub driver: Arc<Driver>,
     pub term: Arc<Term>,
     pub entry: Arc<QueryEntry>,
     pub spec: QuerySpec,
     pub qc: QueryCheckpoint,
+}
+
+impl Query {
+    /// Runs a storage operation of this term (see [`retried`]).
+    pub async fn storage<T, F, Fut>(&self, what: &str, op: F) -> Result<T, DriverError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = sluice_common::Result<T>>,
+    {
+        retried(&self.term, &self.entry, what, op).await
+    }
+}
+
+/// Everything a runner works with: built once, when the runner starts,
+/// before its first batch (see `runner::open`); nothing in it changes.
+pub struct Ctx {
+    pub query: Query,
     /// What every task of the query runs (the tables' files are set per
     /// batch).
     pub plan: pb::TaskPlan,
@@ -103,7 +122,7 @@ pub fn rebuilding(
 impl Ctx {
     /// Sleeps unless the query is stopped or the term ends first.
     pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
-        sleep(&self.entry, d).await
+        sleep(&self.query.entry, d).await
     }
 
     /// Runs a storage operation of this term (see [`retried`]).
@@ -112,7 +131,7 @@ impl Ctx {
         F: FnMut() -> Fut,
         Fut: Future<Output = sluice_common::Result<T>>,
     {
-        retried(&self.term, &self.entry, what, op).await
+        self.query.storage(what, op).await
     }
 }
 

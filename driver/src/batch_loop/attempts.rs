@@ -36,14 +36,14 @@ pub fn task(
     p: u32,
 ) -> pb::TaskAssignment {
     pb::TaskAssignment {
-        query_id: ctx.entry.id.clone(),
-        query_name: ctx.entry.name.clone(),
+        query_id: ctx.query.entry.id.clone(),
+        query_name: ctx.query.entry.name.clone(),
         batch_id: offsets.batch_id,
         partition: p,
-        epoch: ctx.term.epoch,
-        sink: Some(ctx.spec.sink.to_task(&ctx.entry.name)),
+        epoch: ctx.query.term.epoch,
+        sink: Some(ctx.query.spec.sink.to_task(&ctx.query.entry.name)),
         work: Some(work),
-        checkpoint_root: ctx.driver.config.checkpoint_root.clone(),
+        checkpoint_root: ctx.query.driver.config.checkpoint_root.clone(),
         ..Default::default()
     }
 }
@@ -54,7 +54,7 @@ pub async fn run(
     ctx: &Ctx,
     task: pb::TaskAssignment,
 ) -> Result<(pb::TaskOutput, u32), DriverError> {
-    let max = ctx.driver.config.max_task_attempts;
+    let max = ctx.query.driver.config.max_task_attempts;
     let (mut attempt, mut failures) = (0u32, Failures::default());
     let p = task.partition;
     // A reduce task is named by its operator (from the second on) and
@@ -64,14 +64,17 @@ pub async fn run(
         Some(_) => ("reduce partition", "r".to_string(), "reduce"),
         None => ("partition", String::new(), "map"),
     };
-    let m = &ctx.driver.metrics;
-    let labels = [ctx.entry.name.as_str(), stage_label];
+    let m = &ctx.query.driver.metrics;
+    let labels = [ctx.query.entry.name.as_str(), stage_label];
     loop {
         m.task_attempts.with_label_values(&labels).inc();
         if attempt > 0 {
             m.task_retries.with_label_values(&labels).inc();
         }
-        let task_id = format!("{}/{}/{prefix}{p}/{attempt}", ctx.entry.id, task.batch_id);
+        let task_id = format!(
+            "{}/{}/{prefix}{p}/{attempt}",
+            ctx.query.entry.id, task.batch_id
+        );
         // The executor's span of this attempt names the same task id.
         let span = info_span!("task", task = %task_id, partition = p, attempt);
         let attempt_task = pb::TaskAssignment {
@@ -80,10 +83,11 @@ pub async fn run(
             ..task.clone()
         };
         let mut guard = InFlight {
-            scheduler: &ctx.term.scheduler,
+            scheduler: &ctx.query.term.scheduler,
             task_id: Some(task_id),
         };
         let outcome = ctx
+            .query
             .term
             .scheduler
             .run_task(attempt_task)
@@ -106,7 +110,7 @@ pub async fn run(
                     );
                 });
                 if failures != Failures::default() {
-                    ctx.entry.set_error(String::new());
+                    ctx.query.entry.set_error(String::new());
                 }
                 return Ok((out, attempt));
             }
@@ -115,17 +119,17 @@ pub async fn run(
         };
         let label = crate::metrics::failure_kind(kind);
         m.task_failures
-            .with_label_values(&[&ctx.entry.name, label])
+            .with_label_values(&[&ctx.query.entry.name, label])
             .inc();
         let what = format!(
             "batch {} {stage} {p} attempt {attempt}: {message}",
             task.batch_id
         );
         if kind == Some(pb::ErrorKind::StaleEpoch) {
-            ctx.driver.confirm_leadership(&ctx.term).await?;
+            ctx.query.driver.confirm_leadership(&ctx.query.term).await?;
         }
         // A term that is ending loses its tasks: that says nothing of them.
-        if ctx.term.cancel.is_cancelled() {
+        if ctx.query.term.cancel.is_cancelled() {
             return Err(DriverError::Cancelled);
         }
         let next = after_failure(kind, failures, max);
@@ -149,10 +153,11 @@ pub async fn run(
             Next::Retry { delay } => {
                 if kind.is_some() {
                     warn!(batch = task.batch_id, partition = p, attempt, error = %message, "task failed; retrying");
-                    ctx.entry.set_error(format!("{what} (retrying)"));
+                    ctx.query.entry.set_error(format!("{what} (retrying)"));
                 } else {
                     warn!(batch = task.batch_id, partition = p, attempt, lost = failures.lost_streak, reason = %message, "executor lost while running a task; retrying");
-                    ctx.entry
+                    ctx.query
+                        .entry
                         .set_error(format!("{what}: {} (retrying)", lost()));
                 }
                 ctx.sleep(delay).await?;

@@ -20,27 +20,27 @@ use sluice_proto as pb;
 use sluice_proto::task_assignment::Work;
 
 use super::attempts;
-use super::ctx::{Ctx, Operator, Rebuilding, Stateful, StatefulOp};
+use super::ctx::{Ctx, Operator, Query, Rebuilding, Stateful, StatefulOp};
 use crate::error::DriverError;
 
-/// How the query of `ctx` runs its batches: `None` when its SQL keeps no
+/// How `query` runs its batches: `None` when its SQL keeps no
 /// state. Its operators are [`sluice_plan::plan`]'s, as the submit's
 /// check planned them. The SQL was checked at submit; a failure here is
 /// an internal error.
 pub async fn plan(
-    ctx: &Ctx,
+    query: &Query,
+    tables: Option<&sluice_common::checkpoint::TablesRecord>,
     streams: &[(String, arrow_schema::SchemaRef)],
 ) -> Result<Option<Stateful>, DriverError> {
-    let tables: Vec<(String, arrow_schema::SchemaRef)> = ctx
-        .tables
+    let tables: Vec<(String, arrow_schema::SchemaRef)> = tables
         .iter()
         .flat_map(|r| &r.tables)
         .map(|(n, t)| (n.clone(), std::sync::Arc::new(t.schema.clone())))
         .collect();
-    let budget = ctx.driver.config.sql_plan_budget;
+    let budget = query.driver.config.sql_plan_budget;
     let checked = loop {
         // Busy planning threads free up: wait for one.
-        match sluice_sql::check(ctx.spec.sql(), streams, &tables, budget).await {
+        match sluice_sql::check(query.spec.sql(), streams, &tables, budget).await {
             Err(e @ sluice_sql::SqlError::Busy(_)) => {
                 tracing::warn!(error = %e, "planning the query's SQL waits for a planning thread");
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -49,21 +49,21 @@ pub async fn plan(
         }
     }
     .map_err(|e| DriverError::Internal(format!("the query's SQL no longer plans: {e}")))?;
-    let ops = sluice_plan::plan(&ctx.spec, &checked).map_err(|e| match e {
+    let ops = sluice_plan::plan(&query.spec, &checked).map_err(|e| match e {
         sluice_plan::PlanError::Invalid(why) => DriverError::Invalid(why),
         sluice_plan::PlanError::Internal(why) => DriverError::Internal(why),
     })?;
     if ops.is_empty() {
         return Ok(None);
     }
-    let checkpoint = query_location(&ctx.driver.config.checkpoint_root, &ctx.entry.name);
-    let store = ctx
+    let checkpoint = query_location(&query.driver.config.checkpoint_root, &query.entry.name);
+    let store = query
         .storage("open state store", || async {
-            sluice_common::state::StateStore::open(&ctx.driver.config.stores, &checkpoint)
+            sluice_common::state::StateStore::open(&query.driver.config.stores, &checkpoint)
         })
         .await?;
-    let rescales = ctx
-        .storage("read rescales", || async { ctx.qc.rescales().await })
+    let rescales = query
+        .storage("read rescales", || async { query.qc.rescales().await })
         .await?;
     let generation = rescales.last().map_or(0, |r| r.generation);
     let rescales = rescales.iter().map(|r| r.rescale()).collect();
@@ -71,8 +71,8 @@ pub async fn plan(
         store: store.in_generation(generation),
         checkpoint,
         rescales,
-        partitions: ctx.spec.state_partitions(),
-        snapshot_interval: ctx.spec.snapshot_interval(),
+        partitions: query.spec.state_partitions(),
+        snapshot_interval: query.spec.snapshot_interval(),
         ops,
     }))
 }
@@ -164,11 +164,11 @@ pub async fn run(
             ..r.clone()
         }));
     }
-    let ttl = ctx.spec.state_ttl_ms.map(|ttl_ms| pb::StateTtl {
+    let ttl = ctx.query.spec.state_ttl_ms.map(|ttl_ms| pb::StateTtl {
         ttl_ms,
         now_ms: ttl_now(ctx, offsets, &map, &tables),
     });
-    let _rebuilding = Rebuilding::show(&ctx.entry, stateful.rebuilding(offsets.batch_id));
+    let _rebuilding = Rebuilding::show(&ctx.query.entry, stateful.rebuilding(offsets.batch_id));
     let mut reduce = Vec::new();
     let (mut last, mut writer_retries) = (0, 0);
     for (index, op) in stateful.ops.iter().enumerate() {
@@ -223,7 +223,7 @@ pub async fn run(
 /// which a re-run batch reads again the same: its stamps and expiries are
 /// the same.
 fn ttl_now(ctx: &Ctx, offsets: &OffsetRecord, map: &[pb::TaskOutput], tables: &[String]) -> i64 {
-    if !ctx.spec.has_watermark() {
+    if !ctx.query.spec.has_watermark() {
         return offsets.batch_timestamp_ms;
     }
     let after = |planned: Option<i64>, table: Option<&str>, delay_ms: u64| {
@@ -236,9 +236,10 @@ fn ttl_now(ctx: &Ctx, offsets: &OffsetRecord, map: &[pb::TaskOutput], tables: &[
         let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
         planned.max(latest.map(|l| l.saturating_sub(delay)))
     };
-    let now = match &ctx.spec.watermark {
+    let now = match &ctx.query.spec.watermark {
         Some(w) => after(offsets.watermark_ms, None, w.delay_ms),
         None => ctx
+            .query
             .spec
             .watermarks
             .iter()
@@ -289,13 +290,14 @@ fn map_rows(s: &Stateful, table: &str) -> pb::shuffle_map_work::Rows {
 /// query with `source:`; empty for one with `sources:`). `None` when the
 /// query has no watermark, and for a map task of an input without one.
 fn event_time(ctx: &Ctx, offsets: &OffsetRecord, table: Option<&str>) -> Option<pb::EventTime> {
-    if !ctx.spec.has_watermark() {
+    if !ctx.query.spec.has_watermark() {
         return None;
     }
     let column = match table {
         // A map task of an input without a watermark drops nothing.
-        Some(t) => ctx.spec.input(t)?.watermark?.column.clone(),
+        Some(t) => ctx.query.spec.input(t)?.watermark?.column.clone(),
         None => ctx
+            .query
             .spec
             .watermark
             .as_ref()

@@ -1,0 +1,24 @@
+//! The batch loop of one query: from its checkpoint to each batch's
+//! `commits/N`, under one leader's term. The control side (submit, stop,
+//! restart, the registry of queries) is [`crate::query`]'s; this side
+//! reads its query's spec and checkpoint and writes its batches.
+//!
+//! ```text
+//!  runner ─► recover ─► plan N (offsets/N) ─► batch::execute ─┬─ stages ─► attempts (tasks on executors)
+//!                                                             ├─ outcome (reports summed and checked)
+//!                                                             ├─ sink commit ─► commits/N ─► progress/N
+//!                                                             └─ retention (background)
+//! ```
+//!
+//! Everything the loop works with is built once, in [`ctx::Ctx`], before
+//! its first batch.
+
+pub mod attempts;
+pub mod batch;
+pub mod ctx;
+pub mod outcome;
+pub mod retention;
+pub mod retry;
+pub mod runner;
+pub mod stages;
+pub mod summary;
