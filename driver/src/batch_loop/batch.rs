@@ -87,7 +87,7 @@ pub async fn execute(
                 version: RECORD_VERSION,
                 batch_id: batch,
                 epoch: ctx.query.term.epoch,
-                transactions: outcome.transactions.clone(),
+                transactions: outcome.written.transactions.clone(),
                 outcome: outcome.to_prepared(),
             };
             (outcome, Prepared::Reported(record))
@@ -96,7 +96,7 @@ pub async fn execute(
     let execution = t.elapsed();
 
     let t = Instant::now();
-    let committed = sink.commit(batch, &outcome.files, prepared).await?;
+    let committed = sink.commit(batch, &outcome.written, prepared).await?;
     let sink_commit = t.elapsed();
 
     let t = Instant::now();
@@ -140,7 +140,7 @@ pub async fn execute(
     let mut progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
     if let Some((transactions, took)) = committed.transactions {
         // From a task's first record to the last commit's answer, at most.
-        let longest = Duration::from_millis(outcome.longest_open_ms) + took;
+        let longest = Duration::from_millis(outcome.written.longest_open_ms) + took;
         progress.kafka_transactions = Some(pb::KafkaTransactions {
             committed: transactions,
             aborted: outcome.writer_retries,
@@ -210,7 +210,7 @@ async fn report(
         &ctx.query.entry.name,
         &progress,
         outcome.rows,
-        outcome.sink_bytes,
+        outcome.written.bytes,
     );
     debug!(
         batch = progress.batch_id,

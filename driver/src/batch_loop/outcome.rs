@@ -4,17 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{
-    OffsetRecord, OperatorState, PreparedOutcome, PreparedTransaction, StateRebuild,
-};
-use sluice_common::sink::SinkFile;
+use sluice_common::checkpoint::{OffsetRecord, OperatorState, PreparedOutcome, StateRebuild};
 use sluice_common::spec::SinkSpec;
 use sluice_proto as pb;
 
 use super::ctx::{Ctx, Stateful};
 use super::stages::Outputs;
 use crate::error::DriverError;
-use crate::sink::{files_written, kafka_written};
+use crate::sink::Written;
 use crate::source::Streams;
 
 /// A batch's task reports, summed.
@@ -39,23 +36,20 @@ pub struct Outcome {
     pub max_event_times: std::collections::BTreeMap<String, i64>,
     /// Records the tasks found lost (a Kafka log's gaps).
     pub records_lost: u64,
-    /// The sink files the writing tasks made, in the manifest's form.
-    pub files: Vec<SinkFile>,
-    /// The Kafka transactions the writing tasks left open (exactly_once).
-    pub transactions: Vec<PreparedTransaction>,
-    /// The longest any of them had been open when its task reported.
-    pub longest_open_ms: u64,
+    /// What the writing tasks wrote, as the sink summed it (nothing of a
+    /// batch a driver before this one prepared but its bytes and longest
+    /// transaction).
+    pub written: Written,
     /// Failed attempts of the writing tasks (see `Outputs::writer_retries`).
     pub writer_retries: u64,
     pub rows: u64,
-    pub sink_bytes: u64,
     pub map_time: Duration,
     pub reduce_time: Duration,
 }
 
 impl Outcome {
     /// Sums `outputs`, after checking what can be checked of each writer's
-    /// report against the query's `sink` (see [`crate::sink::check_reports`]);
+    /// report against the query's `sink` (see [`crate::sink::written`]);
     /// the state by operator of `stateful` (see [`operator_state`]).
     pub fn of(
         batch: u64,
@@ -66,27 +60,7 @@ impl Outcome {
         let map = &outputs.map;
         let reduce = &outputs.reduce;
         let writers = outputs.writers();
-        crate::sink::check_reports(batch, writers, sink)?;
-        let kafka = writers.iter().filter_map(kafka_written);
-        let transactions = kafka
-            .clone()
-            .filter_map(|k| k.transaction.as_ref())
-            .map(|t| PreparedTransaction {
-                transactional_id: t.transactional_id.clone(),
-                producer_id: t.producer_id,
-                producer_epoch: t.producer_epoch as i16,
-            })
-            .collect();
-        let files: Vec<SinkFile> = outputs
-            .writers()
-            .iter()
-            .flat_map(files_written)
-            .map(|f| SinkFile {
-                path: f.path.clone(),
-                rows: f.rows,
-                bytes: f.bytes,
-            })
-            .collect();
+        let written = crate::sink::written(batch, writers, sink)?;
         Ok(Outcome {
             input_rows: map.iter().map(|o| o.input_rows).sum(),
             bad_records: map.iter().map(|o| o.bad_records).sum(),
@@ -101,11 +75,8 @@ impl Outcome {
             max_event_times: max_event_times(outputs),
             records_lost: map.iter().map(|o| o.records_lost).sum(),
             rows: writers.iter().map(|o| o.rows).sum(),
-            sink_bytes: writers.iter().map(crate::sink::bytes).sum(),
-            longest_open_ms: kafka.map(|k| k.open_ms).max().unwrap_or(0),
             writer_retries: outputs.writer_retries,
-            transactions,
-            files,
+            written,
             map_time: outputs.map_time,
             reduce_time: outputs.reduce_time,
         })
@@ -126,12 +97,13 @@ impl Outcome {
             max_event_time_ms: o.max_event_time_ms,
             max_event_times: o.max_event_times.clone(),
             records_lost: o.records_lost,
-            files: Vec::new(),
-            transactions: Vec::new(),
-            longest_open_ms: o.longest_open_ms,
+            written: Written {
+                bytes: o.sink_bytes,
+                longest_open_ms: o.longest_open_ms,
+                ..Written::default()
+            },
             writer_retries: o.writer_retries,
             rows: o.rows,
-            sink_bytes: o.sink_bytes,
             map_time: Duration::ZERO,
             reduce_time: Duration::ZERO,
         }
@@ -142,7 +114,7 @@ impl Outcome {
         PreparedOutcome {
             input_rows: self.input_rows,
             rows: self.rows,
-            sink_bytes: self.sink_bytes,
+            sink_bytes: self.written.bytes,
             bad_records: self.bad_records,
             records_lost: self.records_lost,
             rows_dropped_by_watermark: self.rows_dropped_by_watermark,
@@ -154,7 +126,7 @@ impl Outcome {
             state_rebuild: self.state_rebuild,
             max_event_time_ms: self.max_event_time_ms,
             max_event_times: self.max_event_times.clone(),
-            longest_open_ms: self.longest_open_ms,
+            longest_open_ms: self.written.longest_open_ms,
             writer_retries: self.writer_retries,
         }
     }
@@ -329,7 +301,7 @@ pub fn progress(
         rows_dropped_by_watermark: outcome.rows_dropped_by_watermark,
         records_lost: from_source.records_lost + outcome.records_lost,
         num_output_rows: outcome.rows,
-        sink_bytes: outcome.sink_bytes,
+        sink_bytes: outcome.written.bytes,
         kafka_transactions: None,
         state_operators: outcome
             .state_operators

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::{QueryCheckpoint, TransactionsRecord};
+use sluice_common::checkpoint::{PreparedTransaction, QueryCheckpoint, TransactionsRecord};
 use sluice_common::sink::SinkFile;
 use sluice_common::spec::{QuerySpec, SinkSpec};
 use sluice_proto as pb;
@@ -42,8 +42,9 @@ trait SinkKind: Send + Sync {
     /// How errors name the kind: "writes files", "is discard", "is Kafka".
     fn describe(&self) -> &'static str;
 
-    /// The kind a task's report of this sink holds (see [`reported`]).
-    fn reports(&self) -> Reported;
+    /// Adds a task's report to what the batch wrote, if the report is of
+    /// this kind; `false` for another kind's report.
+    fn written(&self, report: &pb::task_output::Sink, into: &mut Written) -> bool;
 
     /// At submit, before the sink is reached: the spec against the
     /// queries that exist (`others`: their names and specs) and the
@@ -118,11 +119,13 @@ pub trait Committer: Send + Sync {
     }
 
     /// Makes batch `batch`'s output visible, before `commits/N`: a replay
-    /// of N does the same again and adopts what is there.
+    /// of N does the same again and adopts what is there. `written` is
+    /// what its tasks reported (nothing of a batch a driver before this
+    /// one prepared: `prepared` holds its record).
     fn commit<'a>(
         &'a self,
         batch: u64,
-        files: &'a [SinkFile],
+        written: &'a Written,
         prepared: Prepared,
     ) -> BoxFuture<'a, Result<Committed, DriverError>>;
 
@@ -156,12 +159,19 @@ pub struct Ended<'a> {
     pub stopped: bool,
 }
 
-/// The kind a task's report holds something of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reported {
-    Files,
-    Discard,
-    Kafka,
+/// What a batch's writing tasks wrote, as their reports say, checked and
+/// summed by the query's sink kind (see [`written`]).
+#[derive(Debug, Clone, Default)]
+pub struct Written {
+    /// The bytes written (or, for the discard sink, counted).
+    pub bytes: u64,
+    /// A file sink's files, in the manifest's form.
+    pub files: Vec<SinkFile>,
+    /// An exactly-once Kafka sink's transactions, left open by its tasks.
+    pub transactions: Vec<PreparedTransaction>,
+    /// The longest any of those transactions had been open when its task
+    /// reported.
+    pub longest_open_ms: u64,
 }
 
 /// The registry of sink kinds: the one place that matches on a sink's
@@ -214,70 +224,136 @@ pub async fn ended(spec: &SinkSpec, end: &Ended<'_>) {
     kind(spec).ended(end).await
 }
 
-/// An executor's report is checked where it can be: a task reports only
-/// what the query's sink writes (a faulty or rogue executor's report of
-/// another kind is refused), and then what that kind checks (see
+/// Checks and sums the reports of a batch's writing tasks. An executor's
+/// report is checked where it can be: a task reports only what the
+/// query's sink writes (a faulty or rogue executor's report of another
+/// kind is refused), and then what that kind checks (see
 /// [`SinkKind::check_report`]).
-pub fn check_reports(
+pub fn written(
     batch: u64,
     writers: &[pb::TaskOutput],
     sink: &SinkSpec,
-) -> Result<(), DriverError> {
+) -> Result<Written, DriverError> {
     let kind = kind(sink);
+    let mut written = Written::default();
     for (task, o) in writers.iter().enumerate() {
-        if reported(o).is_some_and(|r| r != kind.reports()) {
+        if let Some(report) = &o.sink
+            && !kind.written(report, &mut written)
+        {
             return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} files, {} discarded \
-                 bytes and Kafka records {}, but the sink {}",
-                files_written(o).len(),
-                discard::bytes(o),
-                if kafka_written(o).is_some() {
-                    "written"
-                } else {
-                    "none"
-                },
+                "batch {batch}, task {task}: the executor reported what another kind of sink \
+                 writes, but the sink {}",
                 kind.describe()
             )));
         }
         kind.check_report(batch, task, o)?;
     }
-    Ok(())
+    Ok(written)
 }
 
-/// The kind a report holds something of: files, discarded bytes, or a
-/// Kafka report (even an empty one). `None`: nothing.
-fn reported(o: &pb::TaskOutput) -> Option<Reported> {
-    match &o.sink {
-        Some(pb::task_output::Sink::Files(f)) if !f.files.is_empty() => Some(Reported::Files),
-        Some(pb::task_output::Sink::Discard(d)) if d.bytes > 0 => Some(Reported::Discard),
-        Some(pb::task_output::Sink::Kafka(_)) => Some(Reported::Kafka),
-        _ => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_common::spec::QuerySpec;
+
+    fn sink(yaml: &str) -> SinkSpec {
+        let text = format!(
+            "name: q\nsource: {{rate: {{rows_per_second: 10, partitions: 1}}}}\nsink: {yaml}\n"
+        );
+        QuerySpec::parse(&text).expect("spec").sink
     }
-}
 
-/// The files a task's report lists (none for another sink's report).
-pub fn files_written(o: &pb::TaskOutput) -> &[pb::SinkFile] {
-    match &o.sink {
-        Some(pb::task_output::Sink::Files(f)) => &f.files,
-        _ => &[],
+    fn report(rows: u64, sink: pb::task_output::Sink) -> pb::TaskOutput {
+        pb::TaskOutput {
+            rows,
+            sink: Some(sink),
+            ..Default::default()
+        }
     }
-}
 
-/// The bytes a task's report says it wrote (or, for the discard sink,
-/// counted), whatever its sink's kind.
-pub fn bytes(o: &pb::TaskOutput) -> u64 {
-    match &o.sink {
-        Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.bytes).sum(),
-        Some(pb::task_output::Sink::Discard(_)) => discard::bytes(o),
-        Some(pb::task_output::Sink::Kafka(k)) => k.bytes,
-        None => 0,
+    fn files(rows: &[u64]) -> pb::task_output::Sink {
+        let files = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &rows)| pb::SinkFile {
+                path: format!("part-{i}"),
+                rows,
+                bytes: 10 * rows,
+            })
+            .collect();
+        pb::task_output::Sink::Files(pb::FilesWritten { files })
     }
-}
 
-/// What a task's report says it wrote to Kafka (none for another sink's).
-pub fn kafka_written(o: &pb::TaskOutput) -> Option<&pb::KafkaWritten> {
-    match &o.sink {
-        Some(pb::task_output::Sink::Kafka(k)) => Some(k),
-        _ => None,
+    fn kafka(transaction: bool, open_ms: u64) -> pb::task_output::Sink {
+        pb::task_output::Sink::Kafka(pb::KafkaWritten {
+            bytes: 5,
+            open_ms,
+            transaction: transaction.then(|| pb::PreparedTransaction {
+                transactional_id: "sluice-q-0".into(),
+                producer_id: 7,
+                producer_epoch: 1,
+            }),
+        })
+    }
+
+    #[test]
+    fn each_kind_sums_its_own_reports() {
+        let got = written(
+            3,
+            &[report(3, files(&[1, 2])), report(4, files(&[4]))],
+            &sink("{files: {path: /tmp/out}}"),
+        )
+        .expect("files");
+        assert_eq!((got.files.len(), got.bytes), (3, 70));
+        let discard = pb::task_output::Sink::Discard(pb::DiscardWritten { bytes: 9 });
+        let got = written(3, &[report(2, discard)], &sink("{discard: {}}")).expect("discard");
+        assert_eq!((got.bytes, got.files.len()), (9, 0));
+        let exactly_once = sink("{kafka: {bootstrap_servers: 'b:9092', topic: t}}");
+        let reports = [report(2, kafka(true, 30)), report(1, kafka(true, 80))];
+        let got = written(3, &reports, &exactly_once).expect("kafka");
+        assert_eq!((got.bytes, got.transactions.len()), (10, 2));
+        assert_eq!(got.longest_open_ms, 80);
+        // A task that wrote nothing reports nothing, whatever the sink.
+        let nothing = pb::TaskOutput::default();
+        written(3, std::slice::from_ref(&nothing), &exactly_once).expect("empty");
+    }
+
+    #[test]
+    fn a_report_the_sink_cannot_have_made_is_refused() {
+        let refused = |reports: &[pb::TaskOutput], spec: &str| {
+            let e = written(4, reports, &sink(spec)).expect_err("refused");
+            assert!(matches!(e, DriverError::TaskFailed(_)), "{e:?}");
+            e.to_string()
+        };
+        // Another kind's report.
+        let m = refused(&[report(1, kafka(false, 0))], "{discard: {}}");
+        assert!(
+            m.contains("batch 4, task 0") && m.contains("is discard"),
+            "{m}"
+        );
+        let m = refused(
+            &[report(1, files(&[1]))],
+            "{kafka: {bootstrap_servers: 'b:9092', topic: t}}",
+        );
+        assert!(m.contains("is Kafka"), "{m}");
+        // Rows that no listed file holds.
+        let m = refused(
+            &[report(1, files(&[1])), report(5, files(&[2]))],
+            "{files: {path: /tmp/out}}",
+        );
+        assert!(
+            m.contains("task 1") && m.contains("5 rows written") && m.contains("hold 2"),
+            "{m}"
+        );
+        // Exactly-once records without their transaction.
+        let m = refused(
+            &[report(3, kafka(false, 0))],
+            "{kafka: {bootstrap_servers: 'b:9092', topic: t}}",
+        );
+        assert!(m.contains("without the transaction"), "{m}");
+        // At least once: no transaction is expected.
+        let at_least_once =
+            "{kafka: {bootstrap_servers: 'b:9092', topic: t, delivery: at_least_once}}";
+        written(4, &[report(3, kafka(false, 0))], &sink(at_least_once)).expect("at least once");
     }
 }

@@ -24,7 +24,7 @@ use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
 use sluice_proto as pb;
 use tracing::{debug, warn};
 
-use super::{Committed, Committer, Ended, Prepared, Reported, SinkIo, SinkKind, files_written};
+use super::{Committed, Committer, Ended, Prepared, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
 use cleanup::Cleaner;
@@ -37,8 +37,19 @@ impl SinkKind for Kind<'_> {
         "writes files"
     }
 
-    fn reports(&self) -> Reported {
-        Reported::Files
+    fn written(&self, report: &pb::task_output::Sink, into: &mut Written) -> bool {
+        let pb::task_output::Sink::Files(f) = report else {
+            return false;
+        };
+        for file in &f.files {
+            into.bytes += file.bytes;
+            into.files.push(SinkFile {
+                path: file.path.clone(),
+                rows: file.rows,
+                bytes: file.bytes,
+            });
+        }
+        true
     }
 
     /// Refuses a sink that can never be written (see
@@ -89,7 +100,10 @@ impl SinkKind for Kind<'_> {
     /// The rows a task says it wrote are the rows of the files it lists,
     /// so a batch never commits rows that no file holds.
     fn check_report(&self, batch: u64, task: usize, o: &pb::TaskOutput) -> Result<(), DriverError> {
-        let in_files: u64 = files_written(o).iter().map(|f| f.rows).sum();
+        let in_files: u64 = match &o.sink {
+            Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.rows).sum(),
+            _ => 0,
+        };
         if o.rows != in_files {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written, but the files \
@@ -161,16 +175,16 @@ impl Committer for Files {
     fn commit<'a>(
         &'a self,
         batch: u64,
-        files: &'a [SinkFile],
+        written: &'a Written,
         _prepared: Prepared,
     ) -> BoxFuture<'a, Result<Committed, DriverError>> {
         Box::pin(async move {
-            let (sink, io) = (&self.sink, &self.io);
+            let (sink, io, files) = (&self.sink, &self.io, &written.files);
             // An executor's word is checked: the manifest lists only files
             // that exist with the size that was reported.
             io.storage("check sink files", || sink.check_files(files))
                 .await?;
-            let manifest = FileSink::manifest(batch, io.epoch(), files.to_vec());
+            let manifest = FileSink::manifest(batch, io.epoch(), files.clone());
             let stored = io
                 .storage("write sink manifest", || sink.write_manifest(&manifest))
                 .await?;

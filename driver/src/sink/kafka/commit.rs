@@ -8,12 +8,11 @@ use futures::future::{BoxFuture, try_join_all};
 use sluice_common::checkpoint::{Log, PreparedTransaction, QueryCheckpoint, TransactionsRecord};
 use sluice_common::kafka::{TxnEnd, TxnId, end_transaction};
 use sluice_common::secrets::Secrets;
-use sluice_common::sink::SinkFile;
 use sluice_common::spec::KafkaSinkSpec;
 use tracing::{debug, info, warn};
 
 use crate::error::DriverError;
-use crate::sink::{Committed, Committer, Prepared, SinkIo};
+use crate::sink::{Committed, Committer, Prepared, SinkIo, Written};
 
 /// The deadline of one call to the brokers.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -50,7 +49,7 @@ impl Committer for Kafka {
     fn commit<'a>(
         &'a self,
         _batch: u64,
-        _files: &'a [SinkFile],
+        _written: &'a Written,
         prepared: Prepared,
     ) -> BoxFuture<'a, Result<Committed, DriverError>> {
         Box::pin(async move {

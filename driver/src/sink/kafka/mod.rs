@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
+use sluice_common::checkpoint::PreparedTransaction;
 use sluice_common::kafka::Kafka;
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkRecordFormat, SinkSpec};
 use sluice_proto as pb;
 use tracing::debug;
 
-use super::{Committer, Ended, Reported, SinkIo, SinkKind, kafka_written};
+use super::{Committer, Ended, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
 
@@ -39,8 +40,20 @@ impl SinkKind for Kind<'_> {
         "is Kafka"
     }
 
-    fn reports(&self) -> Reported {
-        Reported::Kafka
+    fn written(&self, report: &pb::task_output::Sink, into: &mut Written) -> bool {
+        let pb::task_output::Sink::Kafka(k) = report else {
+            return false;
+        };
+        into.bytes += k.bytes;
+        into.longest_open_ms = into.longest_open_ms.max(k.open_ms);
+        if let Some(t) = &k.transaction {
+            into.transactions.push(PreparedTransaction {
+                transactional_id: t.transactional_id.clone(),
+                producer_id: t.producer_id,
+                producer_epoch: t.producer_epoch as i16,
+            });
+        }
+        true
     }
 
     fn check_spec(
@@ -66,7 +79,10 @@ impl SinkKind for Kind<'_> {
 
     /// A task that wrote records with exactly_once reports its transaction.
     fn check_report(&self, batch: u64, task: usize, o: &pb::TaskOutput) -> Result<(), DriverError> {
-        let txn = kafka_written(o).and_then(|k| k.transaction.as_ref());
+        let txn = match &o.sink {
+            Some(pb::task_output::Sink::Kafka(k)) => k.transaction.as_ref(),
+            _ => None,
+        };
         if self.0.delivery == Delivery::ExactlyOnce && o.rows > 0 && txn.is_none() {
             return Err(DriverError::TaskFailed(format!(
                 "batch {batch}, task {task}: the executor reported {} rows written to Kafka \
