@@ -1,5 +1,5 @@
-//! A minimal HTTP/1.1 GET over a plain TCP stream, enough for `/readyz`,
-//! `/healthz` and `/metrics` without an HTTP client crate.
+//! A minimal HTTP/1.1 client over a plain TCP stream, enough for `/readyz`,
+//! `/healthz`, `/metrics` and the failpoints without an HTTP client crate.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,17 @@ pub async fn post_json(
     timeout: Duration,
 ) -> std::io::Result<(u16, Vec<u8>)> {
     request_with(addr, "POST", path, headers, body, timeout).await
+}
+
+/// `PUT path` with a text body and extra `headers`.
+pub async fn put(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    request_with(addr, "PUT", path, headers, body, timeout).await
 }
 
 async fn request_with(
