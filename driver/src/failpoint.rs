@@ -213,6 +213,13 @@ mod tests {
     use super::Status;
     use super::armed::Failpoints;
 
+    /// Failpoints with `point` armed.
+    fn armed(point: Point) -> Failpoints {
+        let fp = Failpoints::default();
+        fp.set(point, true);
+        fp
+    }
+
     fn status(armed: bool, hits: &[u64]) -> Status {
         Status {
             armed,
@@ -241,8 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_armed_point_holds_each_batch_until_disarmed() {
-        let fp = Failpoints::default();
-        fp.set(KafkaPrepared, true);
+        let fp = armed(KafkaPrepared);
         let mut first = Box::pin(fp.hold(KafkaPrepared, 7));
         let mut second = Box::pin(fp.hold(KafkaPrepared, 8));
         assert!((&mut first).now_or_never().is_none());
@@ -260,8 +266,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_whose_wait_is_dropped_stays_recorded() {
-        let fp = Failpoints::default();
-        fp.set(KafkaCommitted, true);
+        let fp = armed(KafkaCommitted);
         let held = tokio::time::timeout(
             std::time::Duration::from_millis(20),
             fp.hold(KafkaCommitted, 4),
@@ -292,8 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn fire_completes_at_once_when_already_armed() {
-        let fp = Failpoints::default();
-        fp.set(RevokeLiveLeader, true);
+        let fp = armed(RevokeLiveLeader);
         assert_eq!(fp.fire(RevokeLiveLeader, 9).now_or_never(), Some(()));
         assert_eq!(fp.status(RevokeLiveLeader), status(false, &[9]));
     }

@@ -68,18 +68,9 @@ pub async fn post_json(
     request_with(addr, "POST", path, headers, body, timeout).await
 }
 
-/// `PUT path` with a text body and extra `headers`.
-pub async fn put(
-    addr: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-    timeout: Duration,
-) -> std::io::Result<(u16, Vec<u8>)> {
-    request_with(addr, "PUT", path, headers, body, timeout).await
-}
-
-async fn request_with(
+/// `method path` with extra `headers` and `body`; the status code and the
+/// whole response.
+pub async fn request_with(
     addr: &str,
     method: &str,
     path: &str,

@@ -160,9 +160,10 @@ impl Driver {
         let path = format!("/debug/failpoints/{name}");
         let body = if on { "on" } else { "off" };
         let what = format!("PUT {path} {body} on {}", self.name());
-        let (code, resp) = http::put(&self.http, &path, &[], body, FAILPOINT_TIMEOUT)
-            .await
-            .map_err(|e| format!("{what}: {e}"))?;
+        let (code, resp) =
+            http::request_with(&self.http, "PUT", &path, &[], body, FAILPOINT_TIMEOUT)
+                .await
+                .map_err(|e| format!("{what}: {e}"))?;
         match code {
             200 => Ok(()),
             _ => Err(format!(
