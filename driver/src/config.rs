@@ -97,16 +97,6 @@ pub struct Cli {
     /// takes over at once. Off: standbys wait for the lease to expire.
     #[arg(long, env = "SLUICE_FAST_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]
     pub fast_failover: bool,
-    /// Tests only: when this file appears, a standby revokes the leader's
-    /// lease as if the leader were dead (once per file).
-    #[arg(long, env = "SLUICE_TEST_REVOKE_TRIGGER", hide = true)]
-    pub test_revoke_trigger: Option<PathBuf>,
-    /// Tests only: a directory where a file `hold-<point>` holds a batch's
-    /// Kafka commit at that point (`prepared`: after `transactions/N`;
-    /// `committed`: after its transactions' commits, before `commits/N`),
-    /// announced by a file `held-<point>-<batch>`, until it is removed.
-    #[arg(long, env = "SLUICE_TEST_HOLD_DIR", hide = true)]
-    pub test_hold_dir: Option<PathBuf>,
     /// TLS certificate (PEM, with its chain) of the gRPC port; reloaded when
     /// the file changes. Without it the port is plaintext.
     #[arg(long, env = "SLUICE_TLS_CERT", requires = "tls_key")]
@@ -223,8 +213,6 @@ pub struct DriverConfig {
     /// `None`: standalone.
     pub election: Option<ElectionConfig>,
     pub security: SecurityConfig,
-    /// Tests only: see `Cli::test_hold_dir`.
-    pub test_hold_dir: Option<PathBuf>,
 }
 
 /// Leader election through etcd.
@@ -239,9 +227,6 @@ pub struct ElectionConfig {
     pub user: Option<(String, Secret)>,
     /// Standbys detect a dead leader process and revoke its lease.
     pub fast_failover: bool,
-    /// Tests only: a file whose appearance makes a standby revoke the lease
-    /// of a live leader.
-    pub test_revoke_trigger: Option<PathBuf>,
 }
 
 impl ElectionConfig {
@@ -371,7 +356,6 @@ impl TryFrom<Cli> for DriverConfig {
                 tls,
                 user,
                 fast_failover: cli.fast_failover,
-                test_revoke_trigger: cli.test_revoke_trigger,
             })
         };
         let security = SecurityConfig {
@@ -411,7 +395,6 @@ impl TryFrom<Cli> for DriverConfig {
             allowed_paths,
             allowed_paths_default,
             secrets,
-            test_hold_dir: cli.test_hold_dir,
         })
     }
 }

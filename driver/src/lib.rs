@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod config;
 pub mod conns;
 pub mod error;
+pub mod failpoint;
 pub mod http;
 pub mod leader;
 pub mod lifecycle;

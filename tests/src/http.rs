@@ -1,5 +1,5 @@
-//! A minimal HTTP/1.1 GET over a plain TCP stream, enough for `/readyz`,
-//! `/healthz` and `/metrics` without an HTTP client crate.
+//! A minimal HTTP/1.1 client over a plain TCP stream, enough for `/readyz`,
+//! `/healthz`, `/metrics` and the failpoints without an HTTP client crate.
 
 use std::time::{Duration, Instant};
 
@@ -68,7 +68,9 @@ pub async fn post_json(
     request_with(addr, "POST", path, headers, body, timeout).await
 }
 
-async fn request_with(
+/// `method path` with extra `headers` and `body`; the status code and the
+/// whole response.
+pub async fn request_with(
     addr: &str,
     method: &str,
     path: &str,

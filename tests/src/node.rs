@@ -35,7 +35,8 @@ impl Driver {
         &self.addr
     }
 
-    /// The HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    /// The HTTP address of `/healthz`, `/readyz`, `/metrics` and the
+    /// failpoints.
     pub fn http_addr(&self) -> &str {
         &self.http
     }
@@ -124,6 +125,88 @@ impl Driver {
         self.metric(&series)
             .await
             .unwrap_or_else(|| panic!("{series} is exported"))
+    }
+}
+
+/// How long a failpoint's control may take to answer.
+const FAILPOINT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `GET /debug/failpoints/{name}` answers (debug builds of the
+/// driver).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct Failpoint {
+    pub armed: bool,
+    /// Each hit: the held batch, or the revoked leader's epoch.
+    pub hits: Vec<u64>,
+}
+
+impl Driver {
+    /// Arms (`on`) or disarms the driver's failpoint `name`.
+    pub async fn failpoint(&self, name: &str, on: bool) {
+        if let Err(e) = self.try_failpoint(name, on).await {
+            panic!("{e}");
+        }
+    }
+
+    /// Whether the failpoint `name` is armed, and its hits.
+    pub async fn failpoint_status(&self, name: &str) -> Failpoint {
+        self.try_failpoint_status(name)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Driver::failpoint`], or why the driver did not take it.
+    pub async fn try_failpoint(&self, name: &str, on: bool) -> Result<(), String> {
+        let path = format!("/debug/failpoints/{name}");
+        let body = if on { "on" } else { "off" };
+        let what = format!("PUT {path} {body} on {}", self.name());
+        let (code, resp) =
+            http::request_with(&self.http, "PUT", &path, &[], body, FAILPOINT_TIMEOUT)
+                .await
+                .map_err(|e| format!("{what}: {e}"))?;
+        match code {
+            200 => Ok(()),
+            _ => Err(format!(
+                "{what}: status {code}: {}",
+                String::from_utf8_lossy(http::body(&resp))
+            )),
+        }
+    }
+
+    /// [`Driver::failpoint_status`], or why the driver did not answer.
+    pub async fn try_failpoint_status(&self, name: &str) -> Result<Failpoint, String> {
+        let path = format!("/debug/failpoints/{name}");
+        let what = format!("GET {path} on {}", self.name());
+        let (code, resp) = http::get(&self.http, &path, FAILPOINT_TIMEOUT)
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+        let body = http::body(&resp);
+        let text = String::from_utf8_lossy(body);
+        match code {
+            200 => serde_json::from_slice(body).map_err(|e| format!("{what}: {e}: {text}")),
+            _ => Err(format!("{what}: status {code}: {text}")),
+        }
+    }
+
+    /// The hits of the failpoint `name` so far.
+    pub async fn failpoint_hits(&self, name: &str) -> Vec<u64> {
+        self.failpoint_status(name).await.hits
+    }
+
+    /// Waits until the failpoint `name` has a hit; the first one.
+    pub async fn wait_failpoint_hit(&self, name: &str, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(&hit) = self.failpoint_hits(name).await.first() {
+                return hit;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no hit of failpoint {name} on {} after {timeout:?}",
+                self.name()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

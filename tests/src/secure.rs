@@ -15,7 +15,8 @@ use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair}
 use sluice_common::tls::ClientTls;
 
 use crate::bins::{CLI, bin};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, DriverOpts};
+use crate::node::{Driver, READY_TIMEOUT};
 
 /// What a secured driver turns on.
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +68,17 @@ impl Pki {
             .expect("read token")
             .trim()
             .to_string()
+    }
+
+    /// Starts a driver of `cluster` with `secure` and waits until it is
+    /// ready.
+    pub async fn start_ready_driver(&self, cluster: &Cluster, secure: Secure) -> Driver {
+        let driver = cluster.start_driver_with(DriverOpts {
+            extra_args: self.driver_args(secure),
+            ..Default::default()
+        });
+        driver.wait_ready(READY_TIMEOUT).await;
+        driver
     }
 
     /// The driver's TLS and auth flags.

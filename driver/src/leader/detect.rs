@@ -23,7 +23,6 @@
 //!   election, never output (see `docs/design-notes.md`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +37,7 @@ use tracing::{debug, info, warn};
 use super::leadership::{ETCD_DEADLINE, within};
 use super::probe::{self, Evidence, Verdict};
 use super::takeover::{End, Next, Observed, REOPEN, Seen, next};
+use crate::failpoint::{self, Point};
 use crate::state::Driver;
 
 /// How long a new stream may take to open.
@@ -46,8 +46,6 @@ const OPEN_TIMEOUT: Duration = Duration::from_millis(500);
 /// partition, a dropped route) breaks the stream within about 2 s; the
 /// probe then finds it inconclusive.
 const KEEPALIVE: Duration = Duration::from_secs(1);
-/// How often the test hook's file is looked for.
-const TRIGGER_POLL: Duration = Duration::from_millis(50);
 
 /// One standby's detector. Owns nothing but its stream; the etcd client
 /// is shared with the session.
@@ -57,7 +55,6 @@ pub struct Detector {
     pub driver: Arc<Driver>,
     /// False: watch only, for the cause; the lease decides (`--fast-failover false`).
     pub revoke: bool,
-    pub trigger: Option<PathBuf>,
     pub seen: watch::Receiver<Option<Seen>>,
     pub observed: watch::Sender<Option<Observed>>,
 }
@@ -211,7 +208,7 @@ enum Watched {
     /// The leader said its term ended.
     Ended(End),
     Stop(Stop),
-    /// The test hook's file appeared.
+    /// The failpoint `revoke-live-leader` fired.
     Triggered,
 }
 
@@ -231,7 +228,6 @@ impl Detector {
             }
         };
         metrics.fast_failover_armed.set(i64::from(self.revoke));
-        let mut trigger = tokio::time::interval(TRIGGER_POLL);
         let outcome = loop {
             tokio::select! {
                 biased;
@@ -241,12 +237,7 @@ impl Detector {
                     if r.is_err() { break Watched::Stop(Stop::Cancelled) }
                     if !same { break Watched::Stop(Stop::LeaderChanged) }
                 }
-                _ = trigger.tick(), if self.trigger.is_some() => {
-                    let path = self.trigger.as_ref().expect("guarded");
-                    if std::fs::remove_file(path).is_ok() {
-                        break Watched::Triggered;
-                    }
-                }
+                () = failpoint::fire(Point::RevokeLiveLeader, leader.epoch) => break Watched::Triggered,
                 m = stream.message() => match m {
                     Ok(Some(ev)) if ev.ending => {
                         break Watched::Ended(if ev.resigned { End::Resigned } else { End::Ended });

@@ -123,7 +123,6 @@ async fn session(
         election: name.clone(),
         driver: driver.clone(),
         revoke: cfg.fast_failover,
-        trigger: cfg.test_revoke_trigger.clone(),
         seen,
         observed: observed_tx,
     };

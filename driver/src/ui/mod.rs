@@ -8,12 +8,15 @@
 //!                                          detail and its new progress records
 //!          ─ GET /ui/api/overview | /ui/api/queries/Q
 //!          ─ POST /ui/api/queries/Q/stop   admin
+//!          ─ PUT|GET /debug/failpoints/P   admin; debug builds only (failpoints.rs)
 //! ```
 //! Every data call passes [`session::access`]. A standby serves the pages
 //! too: its overview says it is a standby and names the leader's UI.
 
 mod assets;
 mod events;
+#[cfg(debug_assertions)]
+mod failpoints;
 pub mod session;
 pub mod view;
 
@@ -128,7 +131,7 @@ impl Ui {
 
 /// The UI's routes, for the HTTP server to merge.
 pub fn routes(ui: Arc<Ui>) -> Router {
-    assets::routes()
+    let router = assets::routes()
         .route("/ui/api/session", get(session_info))
         .route("/ui/api/login", post(login))
         .route("/ui/api/logout", post(logout))
@@ -136,8 +139,10 @@ pub fn routes(ui: Arc<Ui>) -> Router {
         .route("/ui/api/queries/{name}", get(query_detail))
         .route("/ui/api/queries/{name}/stop", post(stop))
         .route("/ui/events", get(events::overview))
-        .route("/ui/events/{name}", get(events::query))
-        .with_state(ui)
+        .route("/ui/events/{name}", get(events::query));
+    #[cfg(debug_assertions)]
+    let router = failpoints::routes(router);
+    router.with_state(ui)
 }
 
 /// The UI's one conversion of an error into an HTTP answer: a status, and

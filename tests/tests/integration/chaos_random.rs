@@ -1,7 +1,7 @@
 //! Chaos: a seeded random schedule of SIGKILL, SIGTERM and SIGSTOP/SIGCONT
 //! against 2–3 drivers (TTL 2000 ms) and 2–4 executors on one etcd, and of
 //! wrong revokes (a standby revokes the lease of a live leader, through the
-//! drivers' test hook), under
+//! drivers' failpoint `revoke-live-leader`), under
 //! a bounded rate query sized to last the whole run. Each victim is
 //! restarted (or resumed) after a random delay; at least one driver and
 //! one executor stay up, except for a rare full outage of one kind. At the
@@ -20,12 +20,13 @@ use sluice_tests::etcd::EtcdCluster;
 use sluice_tests::ha::{driver_list, ready_drivers};
 use sluice_tests::seed::seed_from;
 use sluice_tests::{
-    Cluster, DriverOpts, OnPanic, Process, Rng, Spec, TTL_MS, Watch, finish_and_check,
+    Cluster, Driver, DriverOpts, OnPanic, Process, Rng, Spec, TTL_MS, Watch, finish_and_check,
 };
 
 const QUERY: &str = "random";
 const SEED_VAR: &str = "SLUICE_CHAOS_SEED";
 const RATE: u64 = 500;
+const REVOKE: &str = "revoke-live-leader";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -66,6 +67,27 @@ impl Node<'_> {
     }
 }
 
+/// Arms the failpoint `revoke-live-leader` on the first driver that is
+/// `up`, answers and does not lead, unless one that is up has it armed
+/// still (it fires once that driver watches a leader). The driver armed.
+async fn arm_wrong_revoke(drivers: &[Driver], up: &[bool]) -> Option<usize> {
+    let leader = match ready_drivers(drivers).await.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    };
+    let mut standbys = Vec::new();
+    for (i, d) in drivers.iter().enumerate().filter(|(i, _)| up[*i]) {
+        match d.try_failpoint_status(REVOKE).await {
+            Ok(s) if s.armed => return None,
+            Ok(_) if Some(i) != leader => standbys.push(i),
+            _ => {}
+        }
+    }
+    let standby = *standbys.first()?;
+    drivers[standby].try_failpoint(REVOKE, true).await.ok()?;
+    Some(standby)
+}
+
 fn chaos_seconds() -> u64 {
     std::env::var("SLUICE_CHAOS_SECONDS").map_or(60, |s| {
         s.trim()
@@ -88,19 +110,13 @@ async fn random_schedule_keeps_exactly_once() {
     let started = Instant::now();
     let cluster = Cluster::new("chaos-random");
     let etcd = EtcdCluster::start_healthy(&cluster, 1).await;
-    let trigger = cluster.root().join("revoke-the-leader");
     let drivers: Vec<_> = (0..n_drivers)
         .map(|_| {
             cluster.start_driver_with(DriverOpts {
                 etcd: etcd.endpoints(),
                 lease_ttl_ms: Some(TTL_MS),
                 // Keep every record, so the epoch order covers the whole run.
-                extra_args: vec![
-                    "--retain-batches".into(),
-                    "1000000".into(),
-                    "--test-revoke-trigger".into(),
-                    trigger.display().to_string(),
-                ],
+                extra_args: vec!["--retain-batches".into(), "1000000".into()],
                 ..DriverOpts::default()
             })
         })
@@ -157,12 +173,13 @@ async fn random_schedule_keeps_exactly_once() {
         }
         if now >= next_fault && rng.chance(0.1) {
             next_fault = now + rng.millis(300, 2500);
-            // Taken by whichever standby watches the leader (none while
-            // every standby is down: the file then waits for one).
-            if !trigger.exists() {
-                std::fs::write(&trigger, b"").expect("create the trigger file");
+            let up: Vec<bool> = nodes.iter().map(|n| n.down.is_none()).collect();
+            if let Some(standby) = arm_wrong_revoke(&drivers, &up).await {
                 *counts.entry(("driver", Fault::WrongRevoke)).or_default() += 1;
-                log("WrongRevoke of the leader by a standby".into());
+                log(format!(
+                    "WrongRevoke of the leader by {}",
+                    drivers[standby].name()
+                ));
             }
         } else if now >= next_fault {
             next_fault = now + rng.millis(300, 2500);

@@ -19,6 +19,13 @@ use sluice_tests::{Client, test_rng};
 
 const TOTAL: u64 = 6000;
 const CHUNK: u64 = 200;
+/// The driver's failpoints of a batch's commit (debug builds): after
+/// `transactions/N`, before any commit; after the commits, before
+/// `commits/N`. A batch that reaches an armed one waits there.
+const PREPARED: &str = "kafka-prepared";
+const COMMITTED: &str = "kafka-committed";
+/// How long a batch may take to reach an armed failpoint.
+const HELD_WITHIN: Duration = Duration::from_secs(60);
 
 /// Produces `0..TOTAL` to the 4 partitions of `topic`, a chunk every
 /// 100 ms.
@@ -47,27 +54,6 @@ sink:
     delivery: {delivery}
 "
     )
-}
-
-/// Waits for a file whose name starts with `prefix` in `dir`.
-async fn wait_file(dir: &Path, prefix: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let found = std::fs::read_dir(dir)
-            .expect("hold dir")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().to_string())
-            .find(|n| n.starts_with(prefix));
-        if let Some(name) = found {
-            return name;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {prefix}* in {}",
-            dir.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The output records: each input value once, with its double, keyed by
@@ -122,13 +108,7 @@ async fn kafka_to_kafka_is_exactly_once_through_kills_at_every_commit_point() {
     let broker = Broker::start_transactional(&cluster).await;
     broker.create_topic("input", 4).await;
     broker.create_topic("output", 3).await;
-    let hold = cluster.root().join("hold");
-    std::fs::create_dir_all(&hold).expect("hold dir");
-    let driver = cluster.start_driver_with(DriverOpts {
-        env: vec![("SLUICE_TEST_HOLD_DIR".into(), hold.display().to_string())],
-        ..DriverOpts::default()
-    });
-    driver.wait_ready(Duration::from_secs(30)).await;
+    let driver = cluster.start_ready_driver().await;
     let drivers = driver.addr().to_string();
     let executors = [
         cluster.start_executor(&drivers),
@@ -150,11 +130,10 @@ async fn kafka_to_kafka_is_exactly_once_through_kills_at_every_commit_point() {
 
     // Kill point 1: transactions/N written, none committed.
     tokio::time::sleep(rng.millis(100, 400)).await;
-    std::fs::write(hold.join("hold-prepared"), b"").expect("hold");
-    let held = wait_file(&hold, "held-prepared-").await;
-    eprintln!("SIGKILL of the driver at {held}");
+    driver.failpoint(PREPARED, true).await;
+    let held = driver.wait_failpoint_hit(PREPARED, HELD_WITHIN).await;
+    eprintln!("SIGKILL of the driver at {PREPARED}, batch {held}");
     driver.kill();
-    std::fs::remove_file(hold.join("hold-prepared")).expect("release");
     driver.restart_ready().await;
 
     tokio::time::sleep(rng.millis(100, 400)).await;
@@ -163,12 +142,11 @@ async fn kafka_to_kafka_is_exactly_once_through_kills_at_every_commit_point() {
 
     // Kill point 2: every transaction of batch M committed, commits/M not
     // written.
-    std::fs::write(hold.join("hold-committed"), b"").expect("hold");
-    let held = wait_file(&hold, "held-committed-").await;
+    driver.failpoint(COMMITTED, true).await;
+    let held = driver.wait_failpoint_hit(COMMITTED, HELD_WITHIN).await;
     let visible = topic_records(&kafka, "output").await.len();
-    eprintln!("SIGKILL of the driver at {held}, {visible} records visible");
+    eprintln!("SIGKILL of the driver at {COMMITTED}, batch {held}, {visible} records visible");
     driver.kill();
-    std::fs::remove_file(hold.join("hold-committed")).expect("release");
     driver.restart_ready().await;
 
     producing.await.expect("producer");
@@ -261,25 +239,19 @@ async fn a_stop_between_a_batchs_record_and_its_commits_keeps_the_batch_whole() 
     broker.create_topic("output", 3).await;
     let kafka = broker.client().await;
     kafka::produce(&kafka, "input", 4, 0..TOTAL).await;
-    let hold = cluster.root().join("hold");
-    std::fs::create_dir_all(&hold).expect("hold dir");
-    std::fs::write(hold.join("hold-prepared"), b"").expect("hold");
-    let driver = cluster.start_driver_with(DriverOpts {
-        env: vec![("SLUICE_TEST_HOLD_DIR".into(), hold.display().to_string())],
-        ..DriverOpts::default()
-    });
-    driver.wait_ready(Duration::from_secs(30)).await;
+    let driver = cluster.start_ready_driver().await;
+    driver.failpoint(PREPARED, true).await;
     let _executor = cluster.start_executor(driver.addr());
     let mut client = cluster.client(driver.addr());
     let text = spec("stopped", &broker.servers(), "exactly_once");
     client.submit(&text).await.expect("submit");
-    let held = wait_file(&hold, "held-prepared-").await;
+    let held = driver.wait_failpoint_hit(PREPARED, HELD_WITHIN).await;
     assert!(
         topic_records(&kafka, "output").await.is_empty(),
         "nothing is visible before the commits"
     );
     client.stop("stopped").await.expect("stop");
-    std::fs::remove_file(hold.join("hold-prepared")).expect("release");
+    driver.failpoint(PREPARED, false).await;
     // The stopped query's recorded batch is committed whole.
     let deadline = Instant::now() + Duration::from_secs(30);
     let first = loop {
@@ -289,7 +261,10 @@ async fn a_stop_between_a_batchs_record_and_its_commits_keeps_the_batch_whole() 
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    eprintln!("stopped at {held}: {} records visible", first.len());
+    eprintln!(
+        "stopped at {PREPARED}, batch {held}: {} records visible",
+        first.len()
+    );
     // Batch 0 read the first 150 records of each partition: values
     // 4 i + p for i < 150.
     let mut values: Vec<u64> = first

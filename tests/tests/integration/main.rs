@@ -24,6 +24,7 @@ mod chaos_wrong_revoke;
 mod dedup;
 mod driver_crash;
 mod executor_crash;
+mod failpoints;
 mod file_chaos;
 mod file_oracle;
 mod finish;

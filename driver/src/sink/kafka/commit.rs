@@ -12,6 +12,7 @@ use sluice_common::spec::KafkaSinkSpec;
 use tracing::{debug, info, warn};
 
 use crate::error::DriverError;
+use crate::failpoint::{self, Point};
 use crate::sink::{Committed, Committer, Prepared, SinkIo, Written};
 
 /// The deadline of one call to the brokers.
@@ -61,12 +62,12 @@ impl Committer for Kafka {
                 Prepared::Recorded(r) => r,
             };
             let batch = record.batch_id;
-            self.hold("prepared", batch).await?;
+            self.hold(Point::KafkaPrepared, batch).await?;
             let t = Instant::now();
             let ends = record.transactions.iter().map(|txn| self.end(batch, txn));
             try_join_all(ends).await?;
             let took = t.elapsed();
-            self.hold("committed", batch).await?;
+            self.hold(Point::KafkaCommitted, batch).await?;
             Ok(Committed {
                 transactions: Some((record.transactions.len() as u64, took)),
             })
@@ -75,23 +76,16 @@ impl Committer for Kafka {
 }
 
 impl Kafka {
-    /// Tests only (`--test-hold-dir`): holds batch `batch` at `point` while
-    /// the file `hold-<point>` is there, having announced it with the file
-    /// `held-<point>-<batch>`; a test kills the driver there.
-    async fn hold(&self, point: &str, batch: u64) -> Result<(), DriverError> {
-        let Some(dir) = &self.io.config().test_hold_dir else {
-            return Ok(());
-        };
-        let hold = dir.join(format!("hold-{point}"));
-        if !hold.exists() {
-            return Ok(());
+    /// Holds batch `batch` at `point` while a test has it armed (see
+    /// [`failpoint`]); the query's stop, or the end of the term, ends the
+    /// wait.
+    async fn hold(&self, point: Point, batch: u64) -> Result<(), DriverError> {
+        tokio::select! {
+            biased;
+            () = failpoint::hold(point, batch) => Ok(()),
+            // Sleeps until the query stops: then an error.
+            stopped = self.io.sleep(Duration::MAX) => stopped,
         }
-        std::fs::write(dir.join(format!("held-{point}-{batch}")), b"")?;
-        warn!(point, batch, "held for a test");
-        while hold.exists() {
-            self.io.sleep(Duration::from_millis(20)).await?;
-        }
-        Ok(())
     }
 
     /// Writes `transactions/N`. One already there is another driver's,
