@@ -36,7 +36,8 @@ pub enum Error {
     #[error("encoding error: {0}")]
     Encoding(String),
 
-    /// A call to a Kafka cluster failed: a broker that cannot be reached
+    /// A call to a Kafka cluster failed (the `sluice-kafka` client's error,
+    /// as sources and sinks report it): a broker that cannot be reached
     /// or answers with a transient error (retryable), or a topic or
     /// partition that does not exist (not).
     #[error("kafka at {servers}: {what}: {reason}")]

@@ -18,11 +18,12 @@
 
 use std::time::{Duration, Instant};
 
+use futures::TryFutureExt;
 use futures::future::try_join_all;
 use sluice_common::checkpoint::{Log, PreparedTransaction, QueryCheckpoint, TransactionsRecord};
-use sluice_common::kafka::{Kafka, TxnEnd, TxnId, end_transaction};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkSpec};
+use sluice_kafka::{Kafka, TxnEnd, TxnId, end_transaction};
 use tracing::{debug, info, warn};
 
 use crate::error::DriverError;
@@ -103,9 +104,9 @@ pub fn check_prefix<'a>(
     Ok(())
 }
 
-fn sink_error(e: sluice_common::Error) -> DriverError {
+fn sink_error(e: sluice_kafka::Error) -> DriverError {
     if e.is_retryable() {
-        DriverError::Common(e)
+        DriverError::from(e)
     } else {
         DriverError::Invalid(format!("sink.kafka: {e}"))
     }
@@ -280,7 +281,7 @@ async fn end(
     let (servers, secrets) = (&sink.bootstrap_servers, &ctx.driver.config.secrets);
     let ended = ctx
         .storage("commit a Kafka transaction", || {
-            end_transaction(servers, &sink.security, secrets, &id, true, DEADLINE)
+            end_transaction(servers, &sink.security, secrets, &id, true, DEADLINE).err_into()
         })
         .await?;
     match ended {
