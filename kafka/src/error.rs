@@ -58,15 +58,8 @@ impl Error {
 impl From<Error> for CommonError {
     fn from(e: Error) -> Self {
         match e {
-            Error::Kafka {
-                servers,
-                what,
-                reason,
-                retryable,
-            } => CommonError::Kafka {
-                servers,
-                what,
-                reason,
+            Error::Kafka { retryable, .. } => CommonError::Kafka {
+                error: Box::new(e),
                 retryable,
             },
             Error::Config(reason) => CommonError::Config(reason),
