@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use sluice_common::kafka::{Kafka, NewRecord};
+use sluice_kafka::{Kafka, NewRecord};
 use sluice_proto::QueryRef;
 use tokio_util::sync::CancellationToken;
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use sluice_common::kafka::Kafka;
+use sluice_kafka::Kafka;
 use sluice_proto::QueryRef;
 use tokio_util::sync::CancellationToken;
 

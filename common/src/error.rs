@@ -36,14 +36,14 @@ pub enum Error {
     #[error("encoding error: {0}")]
     Encoding(String),
 
-    /// A call to a Kafka cluster failed: a broker that cannot be reached
-    /// or answers with a transient error (retryable), or a topic or
-    /// partition that does not exist (not).
-    #[error("kafka at {servers}: {what}: {reason}")]
+    /// A call to a Kafka cluster failed: the `sluice-kafka` client's error,
+    /// which says what was asked of which servers, as sources and sinks
+    /// report it. Retryable as that error says: a broker that cannot be
+    /// reached or answers with a transient error (yes), a topic or
+    /// partition that does not exist (no).
+    #[error("{error}")]
     Kafka {
-        servers: String,
-        what: String,
-        reason: String,
+        error: Box<dyn std::error::Error + Send + Sync>,
         retryable: bool,
     },
 

@@ -1,5 +1,5 @@
 //! Shared building blocks of Sluice: the query spec, storage through
-//! `object_store`, the checkpoint logs, the Kafka client, the rate source, the file sink, the
+//! `object_store`, the checkpoint logs, the rate source, the file sink, the
 //! exactly-once checker, errors and telemetry; the reading of small files
 //! that specs and flags name, and where a spec's secrets may come from.
 
@@ -7,7 +7,6 @@ pub mod backoff;
 pub mod checkpoint;
 pub mod epochs;
 pub mod error;
-pub mod kafka;
 pub mod nexmark;
 pub mod parquet_meta;
 pub mod rate;

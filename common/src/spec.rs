@@ -23,7 +23,7 @@ pub use files::{
 pub use inputs::{INPUT, Input, MAX_SOURCES};
 pub use kafka::{
     EARLIEST, Isolation, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST,
-    MAX_RECORDS_PER_PARTITION, StartingOffsets, kafka_schema,
+    MAX_RECORDS_PER_PARTITION, StartingOffsets, kafka_schema, parse_servers,
 };
 pub use kafka_security::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 pub use kafka_sink::{

@@ -72,6 +72,14 @@ impl DriverError {
     }
 }
 
+/// A Kafka client error is the `sluice-common` error of the same text and
+/// retryability, as the sources and sinks report it.
+impl From<sluice_kafka::Error> for DriverError {
+    fn from(e: sluice_kafka::Error) -> Self {
+        DriverError::Common(e.into())
+    }
+}
+
 impl From<DriverError> for tonic::Status {
     fn from(e: DriverError) -> Self {
         use tonic::Code;

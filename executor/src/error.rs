@@ -93,6 +93,14 @@ pub enum ExecutorError {
     Sql(#[from] sluice_sql::SqlError),
 }
 
+/// A Kafka client error is the `sluice-common` error of the same text and
+/// retryability, as a task reports it ([`crate::task::error_kind`]).
+impl From<sluice_kafka::Error> for ExecutorError {
+    fn from(e: sluice_kafka::Error) -> Self {
+        ExecutorError::Common(e.into())
+    }
+}
+
 impl ExecutorError {
     /// True when the same operation may succeed if tried again (on this
     /// executor or another one).

@@ -24,9 +24,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sluice_common::kafka::{Kafka, KafkaRecord, NewRecord};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
+use sluice_kafka::{Kafka, KafkaRecord, NewRecord};
 use sluice_proto::{PartitionProgress, QueryState, QueryStatus};
 
 use crate::client::Client;

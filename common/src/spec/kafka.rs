@@ -379,7 +379,7 @@ impl KafkaSourceSpec {
     }
 
     pub fn validate(&self, field: &str) -> Result<()> {
-        crate::kafka::parse_servers(&self.bootstrap_servers)
+        parse_servers(&self.bootstrap_servers)
             .map_err(|r| Error::invalid(format!("{field}.bootstrap_servers"), r))?;
         self.security.validate(&format!("{field}.security"))?;
         match (&self.topic, self.topics.is_empty()) {
@@ -483,6 +483,26 @@ fn check_offsets(field: &str, m: &BTreeMap<i32, i64>) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// The servers of a `bootstrap_servers` list (comma-separated `host:port`).
+pub fn parse_servers(servers: &str) -> std::result::Result<Vec<String>, String> {
+    let list: Vec<String> = servers
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if list.is_empty() {
+        return Err("names no server; expected host:port[,host:port...]".into());
+    }
+    for s in &list {
+        let port = s.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
+        if !matches!(port, Some((h, Ok(p))) if !h.is_empty() && p > 0) {
+            return Err(format!("{s:?} is not host:port"));
+        }
+    }
+    Ok(list)
 }
 
 /// Kafka's rule for topic names.
@@ -607,5 +627,17 @@ mod tests {
         assert!(validate_topic("").is_err());
         assert!(validate_topic("a b").is_err());
         assert!(validate_topic("..").is_err());
+    }
+
+    #[test]
+    fn servers_are_checked_one_by_one() {
+        assert_eq!(
+            parse_servers("a:1, b:2,").unwrap(),
+            vec!["a:1".to_string(), "b:2".to_string()]
+        );
+        assert!(parse_servers(" , ").unwrap_err().contains("no server"));
+        assert!(parse_servers("a:1,b").unwrap_err().contains("\"b\""));
+        assert!(parse_servers(":9092").is_err());
+        assert!(parse_servers("a:0").is_err());
     }
 }

@@ -100,7 +100,7 @@ impl KafkaSinkSpec {
 
     pub fn validate(&self) -> Result<()> {
         let field = "sink.kafka";
-        crate::kafka::parse_servers(&self.bootstrap_servers)
+        super::kafka::parse_servers(&self.bootstrap_servers)
             .map_err(|r| Error::invalid(format!("{field}.bootstrap_servers"), r))?;
         super::kafka::validate_topic(&self.topic)
             .map_err(|r| Error::invalid(format!("{field}.topic"), r))?;

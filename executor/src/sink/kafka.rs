@@ -27,9 +27,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use futures::future::BoxFuture;
-use sluice_common::kafka::{Delivery, Kafka};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::KafkaSecurity;
+use sluice_kafka::{Delivery, Kafka};
 use sluice_proto::{KafkaTaskSink, KafkaWritten, PreparedTransaction, task_output};
 use tokio::sync::mpsc;
 
@@ -262,7 +262,7 @@ pub async fn deliver(
 
 /// Aborts a failed task's writer; a failure to is logged: the retry's
 /// writer, under the same transactional id, aborts the transaction anyway.
-async fn abort(writer: sluice_common::kafka::Writer) {
+async fn abort(writer: sluice_kafka::Writer) {
     if let Err(e) = writer.abort().await {
         tracing::warn!(error = %e, "aborting the failed task's Kafka transaction failed; its retry fences it");
     }

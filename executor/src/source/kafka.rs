@@ -23,9 +23,9 @@ use arrow_array::{
 };
 use arrow_schema::{Schema, SchemaRef};
 use futures::StreamExt;
-use sluice_common::kafka::{Kafka, KafkaRecord, Partition};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::{CsvOptions, Format, KAFKA_COLUMNS, KafkaFormat, KafkaSecurity};
+use sluice_kafka::{Kafka, KafkaRecord, Partition};
 use sluice_proto::KafkaTask;
 
 use super::files::lines::{LineFormat, decode};

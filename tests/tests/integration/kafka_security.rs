@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_common::kafka::{Delivery, Kafka, TxnId, end_transaction};
 use sluice_common::spec::{KafkaSecurity, SaslMechanism};
+use sluice_kafka::{Delivery, Kafka, TxnId, end_transaction};
 use sluice_tests::cluster::Cluster;
 use sluice_tests::kafka::{Broker, KafkaPki, ScramUser, login, secrets_dir, topic_records};
 
@@ -55,7 +55,7 @@ fn txn() -> TxnId {
 
 /// Checks that `err` is a refusal: not retryable, in less than half the
 /// deadline, naming `servers`, without `secrets`; returns its text.
-fn refusal(err: sluice_common::Error, started: Instant, servers: &str, secrets: &[&str]) -> String {
+fn refusal(err: sluice_kafka::Error, started: Instant, servers: &str, secrets: &[&str]) -> String {
     let text = err.to_string();
     assert!(!err.is_retryable(), "not retryable: {text}");
     assert!(

@@ -58,7 +58,7 @@ sink:
 
 /// The output records: each input value once, with its double, keyed by
 /// its city, every city on one partition.
-fn assert_each_once(records: &[(i32, sluice_common::kafka::KafkaRecord)], total: u64) {
+fn assert_each_once(records: &[(i32, sluice_kafka::KafkaRecord)], total: u64) {
     let mut values = Vec::new();
     let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
     for (p, r) in records {

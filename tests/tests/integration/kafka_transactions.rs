@@ -115,9 +115,9 @@ async fn read_uncommitted_reads_every_record() {
 mod sink {
     use std::time::{Duration, Instant};
 
-    use sluice_common::kafka::{Delivery, Kafka, TxnEnd, TxnId, Writer, end_transaction};
     use sluice_common::secrets::Secrets;
     use sluice_common::spec::KafkaSecurity;
+    use sluice_kafka::{Delivery, Kafka, TxnEnd, TxnId, Writer, end_transaction};
     use sluice_tests::cluster::Cluster;
     use sluice_tests::kafka::{Broker, record};
 

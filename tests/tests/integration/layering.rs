@@ -5,8 +5,9 @@
 //!   no crate of the `sluice` binary depends on them or names them;
 //! - each external system has one owner: only `driver/src/leader/` names
 //!   `etcd_client`, only `common/src/storage/` names `object_store`, only
-//!   `common/src/kafka/` names `krafka` and `kafka_protocol`, and only
-//!   `sql/` (and the tests' oracle, `tests/src/oracle.rs`) names
+//!   `kafka/` (`sluice-kafka`) names `krafka` and `kafka_protocol` (and,
+//!   in the product, the TLS and SASL crates only its client uses), and
+//!   only `sql/` (and the tests' oracle, `tests/src/oracle.rs`) names
 //!   `datafusion`.
 //!
 //! Imports are read from the text: `use` trees and `crate::`/`super::`
@@ -18,12 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const CRATES: &[&str] = &[
-    "common", "driver", "executor", "sql", "plan", "cli", "bench", "proto", "tests",
+    "common", "kafka", "driver", "executor", "sql", "plan", "cli", "bench", "proto", "tests",
 ];
 
 /// The crates of the `sluice` binary: none of them depends on `bench/`.
 const PRODUCT: &[&str] = &[
-    "common", "driver", "executor", "sql", "plan", "cli", "proto",
+    "common", "kafka", "driver", "executor", "sql", "plan", "cli", "proto",
 ];
 
 fn workspace() -> PathBuf {
@@ -373,21 +374,49 @@ fn only_storage_names_object_store() {
 }
 
 #[test]
-fn only_the_kafka_module_names_krafka() {
-    let hits = names_outside("krafka", "common/src/kafka/");
+fn only_the_kafka_crate_names_krafka() {
+    let hits = names_outside("krafka", "kafka/");
     assert!(
         hits.is_empty(),
-        "krafka named outside common/src/kafka/:\n{}",
+        "krafka named outside kafka/:\n{}",
         hits.join("\n")
     );
 }
 
 #[test]
-fn only_the_kafka_module_names_kafka_protocol() {
-    let hits = names_outside("kafka_protocol", "common/src/kafka/");
+fn only_the_kafka_crate_names_kafka_protocol() {
+    let hits = names_outside("kafka_protocol", "kafka/");
     assert!(
         hits.is_empty(),
-        "kafka_protocol named outside common/src/kafka/:\n{}",
+        "kafka_protocol named outside kafka/:\n{}",
+        hits.join("\n")
+    );
+}
+
+/// SCRAM's base64 and the system's CA certificates of a Kafka connection
+/// without `ssl_ca` are the Kafka client's alone in the product (the
+/// tests' harness may use them for other servers): no other crate of the
+/// product names them or depends on them, nor on the client's own crates.
+#[test]
+fn only_the_kafka_crate_names_its_sasl_and_tls_crates() {
+    let product = |rel: &str| PRODUCT.iter().any(|k| rel.starts_with(&format!("{k}/")));
+    let mut hits = Vec::new();
+    for word in ["base64", "rustls_native_certs"] {
+        hits.extend(names_outside_of(word, &["kafka/"], product));
+    }
+    let deps = ["krafka", "kafka-protocol", "base64", "rustls-native-certs"];
+    for krate in PRODUCT.iter().filter(|k| **k != "kafka") {
+        let manifest = workspace().join(krate).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        hits.extend(
+            text.lines()
+                .filter(|l| deps.contains(&l.trim_start().split(['.', ' ', '=']).next().unwrap()))
+                .map(|l| format!("{krate}/Cargo.toml: {l}")),
+        );
+    }
+    assert!(
+        hits.is_empty(),
+        "the Kafka client's SASL and TLS crates named outside kafka/:\n{}",
         hits.join("\n")
     );
 }

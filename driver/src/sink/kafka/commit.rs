@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use futures::TryFutureExt;
 use futures::future::{BoxFuture, try_join_all};
 use sluice_common::checkpoint::{Log, PreparedTransaction, QueryCheckpoint, TransactionsRecord};
-use sluice_common::kafka::{TxnEnd, TxnId, end_transaction};
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::KafkaSinkSpec;
+use sluice_kafka::{TxnEnd, TxnId, end_transaction};
 use tracing::{debug, info, warn};
 
 use crate::error::DriverError;
@@ -127,7 +128,7 @@ impl Kafka {
         let ended = self
             .io
             .storage("commit a Kafka transaction", || {
-                end_transaction(servers, &sink.security, secrets, &id, true, DEADLINE)
+                end_transaction(servers, &sink.security, secrets, &id, true, DEADLINE).err_into()
             })
             .await?;
         match ended {

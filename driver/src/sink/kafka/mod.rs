@@ -23,8 +23,8 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::PreparedTransaction;
-use sluice_common::kafka::Kafka;
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkRecordFormat, SinkSpec};
+use sluice_kafka::Kafka;
 use sluice_proto as pb;
 use tracing::debug;
 
@@ -226,9 +226,9 @@ fn check_columns(sink: &KafkaSinkSpec, output: &SchemaRef) -> Result<(), DriverE
     Ok(())
 }
 
-fn sink_error(e: sluice_common::Error) -> DriverError {
+fn sink_error(e: sluice_kafka::Error) -> DriverError {
     if e.is_retryable() {
-        DriverError::Common(e)
+        DriverError::from(e)
     } else {
         DriverError::Invalid(format!("sink.kafka: {e}"))
     }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use sluice_common::kafka::{Kafka, Partition};
+use sluice_kafka::{Kafka, Partition};
 
 use super::plan::Observed;
 

@@ -21,15 +21,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
+use futures::TryFutureExt;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{
     KafkaRange, KafkaStart, KafkaStartRecord, OffsetRecord, PartitionProgress, QueryCheckpoint,
     RECORD_VERSION, Record, SourceOffsets,
 };
-use sluice_common::kafka::Kafka;
 use sluice_common::secrets::Secrets;
 use sluice_common::spec::{EARLIEST, Isolation, KafkaSourceSpec, LATEST, OnBadRecord};
 use sluice_common::storage::Stores;
+use sluice_kafka::Kafka;
 use sluice_proto as pb;
 
 use super::io::SourceIo;
@@ -109,7 +110,7 @@ impl KafkaPlanner {
         let field = format!("{}.kafka.security", io.field());
         let kafka = io
             .storage("connect to kafka", || {
-                Kafka::connect_secure(servers, security, io.secrets(), &field, DEADLINE)
+                Kafka::connect_secure(servers, security, io.secrets(), &field, DEADLINE).err_into()
             })
             .await?;
         let read_committed = spec.isolation == Isolation::ReadCommitted;
@@ -326,7 +327,9 @@ pub async fn create(
     .await
     .map_err(|e| match e {
         // A setting at fault names its own field.
-        sluice_common::Error::InvalidSpec { .. } => DriverError::Invalid(e.to_string()),
+        sluice_kafka::Error::Common(sluice_common::Error::InvalidSpec { .. }) => {
+            DriverError::Invalid(e.to_string())
+        }
         e => invalid("bootstrap_servers", e.to_string()),
     })?;
     let topics = spec.topics();

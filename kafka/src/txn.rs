@@ -21,17 +21,16 @@
 
 use std::time::Duration;
 
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::{KafkaSecurity, parse_servers};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
 use std::sync::Arc;
 
-use super::parse_servers;
 use super::security::{SINK_FIELD, Secured};
 use super::wire::{self, Conn, Failure, Stream, Versions, code_name};
 use crate::error::{Error, Result};
-use crate::secrets::Secrets;
-use crate::spec::KafkaSecurity;
 
 /// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);

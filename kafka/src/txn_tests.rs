@@ -6,14 +6,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::KafkaSecurity;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::txn::{TxnEnd, TxnId, end_transaction};
 use super::wire_tests::{end_txn_v3, find_coordinator_v3, response_header_v1};
 use crate::error::Error;
-use crate::secrets::Secrets;
-use crate::spec::KafkaSecurity;
 
 /// What a fake broker answers, and what it was asked.
 #[derive(Default)]

@@ -33,13 +33,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rustls::pki_types::ServerName;
+use sluice_common::spec::SaslMechanism;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::sasl::{Scram, ScramHash, plain};
 use super::security::{Secured, rustls_error};
-use crate::spec::SaslMechanism;
 
 /// The client id on every request.
 pub(super) const CLIENT_ID: &str = "sluice-driver";

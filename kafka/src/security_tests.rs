@@ -9,11 +9,11 @@ use krafka::KrafkaError;
 use krafka::auth::SecurityProtocol as KrafkaProtocol;
 use rcgen::{CertificateParams, KeyPair};
 use rustls::{AlertDescription, CertificateError};
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 
 use super::Target;
 use super::security::{Secured, rustls_error};
-use crate::secrets::Secrets;
-use crate::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
 
 const FIELD: &str = "sink.kafka.security";
 const PASSWORD: &str = "s3cret-pw";

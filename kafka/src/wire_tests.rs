@@ -254,7 +254,7 @@ fn plain_conn(
     client: tokio::io::DuplexStream,
     dir: &tempfile::TempDir,
 ) -> Conn<tokio::io::DuplexStream> {
-    use crate::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
+    use sluice_common::spec::{KafkaSecurity, SaslMechanism, SecurityProtocol};
     let password = dir.path().join("pw");
     std::fs::write(&password, "s3cret-pw\n").unwrap();
     let settings = KafkaSecurity {
@@ -264,7 +264,7 @@ fn plain_conn(
         sasl_password_file: Some("pw".into()),
         ..Default::default()
     };
-    let secrets = crate::secrets::Secrets::new::<&str>(Some(dir.path()), &[]).unwrap();
+    let secrets = sluice_common::secrets::Secrets::new::<&str>(Some(dir.path()), &[]).unwrap();
     let secured =
         super::security::Secured::load(&settings, &secrets, "sink.kafka.security").unwrap();
     Conn::secured(client, "fake:1", &std::sync::Arc::new(secured))

@@ -34,11 +34,11 @@ use krafka::error::ErrorCode;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::{KafkaSecurity, SaslMechanism};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
-use crate::secrets::Secrets;
-use crate::spec::{KafkaSecurity, SaslMechanism};
 
 /// Where the sink's settings are: `EndTxn` is only sent for the sink.
 pub(super) const SINK_FIELD: &str = "sink.kafka.security";

@@ -1,8 +1,12 @@
-//! Kafka: the one place that names a Kafka client (`krafka`, pure Rust,
-//! and `kafka-protocol` for one request; see `docs/kafka-client.md`). The
+//! `sluice-kafka`: the Kafka wire protocol client Sluice uses, to
+//! produce, fetch, run and end transactions, over TLS and SASL. The one
+//! crate that names a Kafka client (`krafka`, pure Rust, and
+//! `kafka-protocol` for one request; see `docs/kafka-client.md`). The
 //! driver asks it for topics and offsets and ends the sink's transactions,
 //! the executor fetches records and writes the sink's, and the tests and
-//! the benchmark produce.
+//! the benchmark produce. The settings it reads are the spec's
+//! (`sluice_common::spec::KafkaSecurity`), their files and password as
+//! `sluice_common::secrets` allows.
 //!
 //! ```text
 //!  Kafka::connect_secure(servers, security, secrets, field) ─► topics() / partition(topic, p)
@@ -29,6 +33,7 @@
 //! and what was asked, and say whether they can be retried (a broker that
 //! is down: yes; a topic that does not exist: no).
 
+mod error;
 mod sasl;
 #[cfg(test)]
 mod sasl_tests;
@@ -43,6 +48,7 @@ mod wire;
 mod wire_tests;
 mod writer;
 
+pub use error::{Error, Result};
 pub use txn::{TxnEnd, TxnId, end_transaction};
 pub use writer::{Delivery, Writer};
 
@@ -59,12 +65,12 @@ use krafka::consumer::{AutoOffsetReset, Consumer, IsolationLevel};
 use krafka::error::ErrorCode;
 use krafka::producer::Producer;
 use krafka::{KrafkaError, Record};
+use sluice_common::error::chain;
+use sluice_common::secrets::Secrets;
+use sluice_common::spec::{KafkaSecurity, parse_servers};
 use tokio::sync::OnceCell;
 
 use self::security::Secured;
-use crate::error::{Error, Result, chain};
-use crate::secrets::Secrets;
-use crate::spec::KafkaSecurity;
 
 /// The deadline of one call when none is given.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
@@ -107,26 +113,6 @@ pub struct NewRecord {
 pub struct Fetched {
     pub records: Vec<KafkaRecord>,
     pub next: i64,
-}
-
-/// The servers of a `bootstrap_servers` list (comma-separated `host:port`).
-pub fn parse_servers(servers: &str) -> std::result::Result<Vec<String>, String> {
-    let list: Vec<String> = servers
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
-    if list.is_empty() {
-        return Err("names no server; expected host:port[,host:port...]".into());
-    }
-    for s in &list {
-        let port = s.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
-        if !matches!(port, Some((h, Ok(p))) if !h.is_empty() && p > 0) {
-            return Err(format!("{s:?} is not host:port"));
-        }
-    }
-    Ok(list)
 }
 
 /// Where a connection goes and how it is secured: what its errors name.
@@ -545,18 +531,6 @@ fn retryable(e: &KrafkaError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn servers_are_checked_one_by_one() {
-        assert_eq!(
-            parse_servers("a:1, b:2,").unwrap(),
-            vec!["a:1".to_string(), "b:2".to_string()]
-        );
-        assert!(parse_servers(" , ").unwrap_err().contains("no server"));
-        assert!(parse_servers("a:1,b").unwrap_err().contains("\"b\""));
-        assert!(parse_servers(":9092").is_err());
-        assert!(parse_servers("a:0").is_err());
-    }
 
     #[tokio::test]
     async fn an_unreachable_broker_is_named_and_retryable() {
