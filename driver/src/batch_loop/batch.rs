@@ -1,31 +1,27 @@
-//! Running one planned batch, as the commit protocol reads: its tasks
-//! (see [`super::stages`]); their reports summed and checked (see
-//! [`super::outcome`]); the sink files checked, the sink manifest (and,
-//! every `compact_interval` batches, a manifest segment), or the Kafka
-//! sink's transactions recorded and committed (see [`crate::sink::kafka`]);
-//! then `commits/N`; then the batch's progress, stored and published.
+//! Running one planned batch: its commit (see [`super::protocol`]) over
+//! the executors (its tasks, see [`super::stages`], their reports summed
+//! and checked, see [`super::outcome`]), this query's checkpoint and its
+//! sink; then the batch's progress, stored and published.
 //!
 //! Invariant (docs/design-notes.md, 2): `commits/N` is created only after every task
-//! of batch N succeeded: the sink manifest listing their files is durable
-//! (and so is the compacted manifest of a batch that compacts), and so is
-//! every state version N (a reduce task reports success only once its
-//! delta is written). Batch N's shuffle files are removed only
-//! after `commits/N`.
+//! of batch N succeeded (enforced by [`super::protocol::commit`]): the sink
+//! manifest listing their files is durable (and so is the compacted
+//! manifest of a batch that compacts), and so is every state version N (a
+//! reduce task reports success only once its delta is written). Batch N's
+//! shuffle files are removed only after `commits/N`.
 
 use std::time::{Duration, Instant};
 
-use sluice_common::checkpoint::{
-    CommitRecord, OffsetRecord, ProgressRecord, RECORD_VERSION, TransactionsRecord,
-};
-use sluice_common::time::now_ms;
+use futures::future::BoxFuture;
+use sluice_common::checkpoint::{OffsetRecord, ProgressRecord};
 use sluice_proto as pb;
 use tracing::{debug, warn};
 
 use super::ctx::Ctx;
 use super::outcome::{self, Outcome, Phases};
-use super::stages;
+use super::{protocol, stages};
 use crate::error::DriverError;
-use crate::sink::{Committer, Prepared};
+use crate::sink::Committer;
 use crate::source::Streams;
 use crate::watermark::Clocks;
 
@@ -59,9 +55,9 @@ pub struct Executed {
     pub max_event_times: std::collections::BTreeMap<String, i64>,
 }
 
-/// Runs batch `offsets.batch_id` to its commit, reading `streams` and
-/// writing to `sink`. `clocks` are what the batches before it said of
-/// event time.
+/// Runs batch `offsets.batch_id` to its commit (see
+/// [`protocol::commit`]), reading `streams` and writing to `sink`, then
+/// reports it. `clocks` are what the batches before it said of event time.
 pub async fn execute(
     ctx: &Ctx,
     (streams, sink): (&Streams, &dyn Committer),
@@ -70,60 +66,14 @@ pub async fn execute(
     clocks: &Clocks,
 ) -> Result<Executed, DriverError> {
     let batch = offsets.batch_id;
-    let t = Instant::now();
-    let (outcome, prepared) = match sink.recorded(batch).await? {
-        // A driver before this one prepared the batch: its tasks' Kafka
-        // transactions are committed, and no task runs again.
-        Some(record) => (
-            Outcome::prepared(&record.outcome),
-            Prepared::Recorded(record),
-        ),
-        None => {
-            let outputs = run_tasks(ctx, streams, offsets).await?;
-            let outcome =
-                Outcome::of(batch, &outputs, &ctx.query.spec.sink, ctx.stateful.as_ref())?;
-            outcome.check(ctx, streams, offsets)?;
-            let record = TransactionsRecord {
-                version: RECORD_VERSION,
-                batch_id: batch,
-                epoch: ctx.query.term.epoch,
-                transactions: outcome.written.transactions.clone(),
-                outcome: outcome.to_prepared(),
-            };
-            (outcome, Prepared::Reported(record))
-        }
-    };
-    let execution = t.elapsed();
-
-    let t = Instant::now();
-    let committed = sink.commit(batch, &outcome.written, prepared).await?;
-    let sink_commit = t.elapsed();
-
-    let t = Instant::now();
-    // Only this runner moves the count: it is what commits/N-1 recorded.
-    let rows_so_far = ctx.query.entry.committed_rows() + outcome.input_rows;
-    let seen = clocks
-        .clone()
-        .after(&planned_watermarks(offsets), &outcome.max_event_times);
-    let latest = seen
-        .inputs
-        .iter()
-        .filter_map(|(n, (_, c))| Some((n.clone(), c.max_event?)));
-    let latest: std::collections::BTreeMap<String, i64> = latest.collect();
-    let many = offsets.inputs.single().is_none();
-    let record = CommitRecord {
-        version: RECORD_VERSION,
-        batch_id: batch,
+    let tasks = Scheduled { ctx, streams };
+    let before = protocol::Before {
         epoch: ctx.query.term.epoch,
-        num_rows: outcome.rows,
-        end_value: offsets.inputs.end_value(),
-        committed_ms: now_ms(),
-        max_event_time_ms: latest.values().copied().max(),
-        max_event_times: if many { latest } else { Default::default() },
-        input_rows_total: Some(rows_so_far),
+        // Only this runner moves the count: it is what commits/N-1 recorded.
+        rows: ctx.query.entry.committed_rows(),
+        clocks,
     };
-    write_commit(ctx, &record).await?;
-    let commit = t.elapsed();
+    let done = protocol::commit((ctx, &tasks, sink), offsets, before).await?;
     if let Some(stateful) = &ctx.stateful {
         remove_shuffle(ctx, stateful, batch);
     }
@@ -133,12 +83,13 @@ pub async fn execute(
         previous: timings.previous,
         latest_offset: timings.latest_offset,
         wal_commit: timings.wal_commit,
-        execution,
-        sink_commit,
-        commit,
+        execution: done.execution,
+        sink_commit: done.sink_commit,
+        commit: done.commit,
     };
-    let mut progress = outcome::progress(ctx, streams, offsets, &outcome, &phases);
-    if let Some((transactions, took)) = committed.transactions {
+    let outcome = &done.outcome;
+    let mut progress = outcome::progress(ctx, streams, offsets, outcome, &phases);
+    if let Some((transactions, took)) = done.committed.transactions {
         // From a task's first record to the last commit's answer, at most.
         let longest = Duration::from_millis(outcome.written.longest_open_ms) + took;
         progress.kafka_transactions = Some(pb::KafkaTransactions {
@@ -147,20 +98,31 @@ pub async fn execute(
             longest_ms: longest.as_millis() as u64,
         });
     }
-    report(ctx, progress, &outcome, rows_so_far).await?;
+    let rows_so_far = done.record.rows_so_far();
+    report(ctx, progress, outcome, rows_so_far).await?;
     Ok(Executed {
-        input_rows: outcome.input_rows,
-        max_event_times: outcome.max_event_times,
+        input_rows: done.outcome.input_rows,
+        max_event_times: done.outcome.max_event_times,
     })
 }
 
-/// Each watermarked input's watermark as batch `offsets` planned it: the
-/// query's for the one input of a query with `source:`.
-pub fn planned_watermarks(offsets: &OffsetRecord) -> std::collections::BTreeMap<String, i64> {
-    match (offsets.inputs.single(), offsets.watermark_ms) {
-        (Some(_), Some(w)) => [(sluice_common::spec::INPUT.to_string(), w)].into(),
-        (Some(_), None) => Default::default(),
-        (None, _) => offsets.watermarks.clone(),
+/// The executors, as a batch of this query sees them: its tasks run
+/// there, and their reports are summed and checked here.
+struct Scheduled<'a> {
+    ctx: &'a Ctx,
+    streams: &'a Streams,
+}
+
+impl protocol::Tasks for Scheduled<'_> {
+    fn run<'a>(&'a self, offsets: &'a OffsetRecord) -> BoxFuture<'a, Result<Outcome, DriverError>> {
+        Box::pin(async move {
+            let (ctx, streams) = (self.ctx, self.streams);
+            let outputs = run_tasks(ctx, streams, offsets).await?;
+            let stateful = ctx.stateful.as_ref();
+            let outcome = Outcome::of(offsets.batch_id, &outputs, &ctx.query.spec.sink, stateful)?;
+            outcome.check(ctx, streams, offsets)?;
+            Ok(outcome)
+        })
     }
 }
 
@@ -176,22 +138,6 @@ async fn run_tasks(
             crate::source::tables::plans(&ctx.query.spec.tables, record, &offsets.tables)?;
     }
     stages::run(ctx, offsets, streams.tasks(offsets)?, &plan).await
-}
-
-/// Writes `commits/N`; one already there (another driver's, for the same
-/// plan) is adopted once this driver is sure it still leads.
-async fn write_commit(ctx: &Ctx, record: &CommitRecord) -> Result<(), DriverError> {
-    let (_, ours) = ctx
-        .storage("write commit", || ctx.query.qc.write_commit(record))
-        .await?;
-    if !ours {
-        warn!(
-            batch = record.batch_id,
-            "commit already written by another driver; adopting"
-        );
-        ctx.query.driver.confirm_leadership(&ctx.query.term).await?;
-    }
-    Ok(())
 }
 
 /// Stores the committed batch's progress, then publishes it: durable

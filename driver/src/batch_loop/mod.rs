@@ -11,12 +11,16 @@
 //! ```
 //!
 //! Everything the loop works with is built once, in [`ctx::Ctx`], before
-//! its first batch.
+//! its first batch. Its commit rules (resume, replay, abandon, prepared
+//! batches, adoption) are [`protocol`]'s, over narrow seams in front of the
+//! checkpoint, the scheduler and the sink, and unit-tested there.
 
 pub mod attempts;
 pub mod batch;
 pub mod ctx;
+mod log;
 pub mod outcome;
+pub mod protocol;
 pub mod retention;
 pub mod retry;
 pub mod runner;

@@ -15,7 +15,7 @@ use crate::sink::Written;
 use crate::source::Streams;
 
 /// A batch's task reports, summed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub input_rows: u64,
     pub bad_records: u64,

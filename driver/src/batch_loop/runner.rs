@@ -15,21 +15,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_common::Error as CommonError;
-use sluice_common::checkpoint::{
-    CommitRecord, FailRecord, Inputs, Log, OffsetRecord, RECORD_VERSION,
-};
+use sluice_common::checkpoint::{FailRecord, Inputs, OffsetRecord, RECORD_VERSION};
 use sluice_common::time::now_ms;
 use sluice_proto as pb;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::batch::{self, Timings};
 use super::ctx::{Ctx, Query};
+use super::protocol::{self, Resumed};
 use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
 use crate::query::entry::QueryEntry;
-use crate::recovery::{Recovery, decide};
 use crate::sink::{self, Committer, SinkIo};
 use crate::source::{self, Limits, Next, SourceIo, Streams};
 use crate::state::{Driver, Term};
@@ -186,9 +183,9 @@ async fn drive(
     let Resumed {
         mut next,
         mut committed,
-        mut rerun,
+        replay: mut rerun,
         rows,
-    } = recover(&ctx, &streams).await?;
+    } = protocol::resume(&ctx, |c, n| streams.gap(c, n)).await?;
     let mut clocks = event_clocks(&ctx, &streams, next).await?;
     let committed_end = committed.as_ref().map_or(0, Inputs::end_value);
     ctx.query.entry.set_committed(next as i64 - 1, rows);
@@ -231,7 +228,10 @@ async fn drive(
             .instrument(info_span!("batch", batch = offsets.batch_id))
             .await?;
         let rows = done.input_rows;
-        clocks = clocks.after(&batch::planned_watermarks(&offsets), &done.max_event_times);
+        clocks = clocks.after(
+            &protocol::planned_watermarks(&offsets),
+            &done.max_event_times,
+        );
         next = offsets.batch_id + 1;
         committed = Some(offsets.inputs.clone());
         log_summary(summary.committed(Instant::now(), offsets.batch_id, rows));
@@ -269,7 +269,7 @@ async fn event_clocks(ctx: &Ctx, streams: &Streams, next: u64) -> Result<Clocks,
             .unwrap_or_default(),
         None => c.max_event_times.clone(),
     };
-    Ok(clocks.after(&batch::planned_watermarks(&o), &seen))
+    Ok(clocks.after(&protocol::planned_watermarks(&o), &seen))
 }
 
 /// The INFO line of a running query (see [`crate::batch_loop::summary`]).
@@ -284,112 +284,6 @@ fn log_summary(summary: Option<Summary>) {
             "query progress"
         );
     }
-}
-
-/// Where a query starts, from its checkpoint.
-struct Resumed {
-    /// The next batch to plan (or the one to re-run).
-    next: u64,
-    /// The input of the last committed batch.
-    committed: Option<Inputs>,
-    /// The batch planned but not committed, to run again.
-    rerun: Option<OffsetRecord>,
-    /// The input rows of the committed batches, as the last commit says.
-    rows: u64,
-}
-
-/// Where to start, from the checkpoint (see [`crate::recovery`]).
-async fn recover(ctx: &Ctx, streams: &Streams) -> Result<Resumed, DriverError> {
-    let offsets = ctx
-        .storage("list offsets", || ctx.query.qc.latest(Log::Offsets))
-        .await?;
-    let commits = ctx
-        .storage("list commits", || ctx.query.qc.latest(Log::Commits))
-        .await?;
-    match decide(offsets, commits) {
-        Recovery::Fresh => Ok(Resumed {
-            next: 0,
-            committed: None,
-            rerun: None,
-            rows: 0,
-        }),
-        Recovery::Next { committed } => {
-            let (input, rows) = committed_input(ctx, committed).await?;
-            Ok(Resumed {
-                next: committed + 1,
-                committed: Some(input),
-                rerun: None,
-                rows,
-            })
-        }
-        Recovery::Rerun { batch } => {
-            let o: OffsetRecord = ctx
-                .storage("read offsets", || {
-                    ctx.query.qc.require_entry(Log::Offsets, batch)
-                })
-                .await?;
-            let (committed, rows) = match batch.checked_sub(1) {
-                Some(prev) => {
-                    let (input, rows) = committed_input(ctx, prev).await?;
-                    (Some(input), rows)
-                }
-                None => (None, 0),
-            };
-            let gap = streams.gap(committed.as_ref(), &o.inputs);
-            if let Some(reason) = gap
-                .or_else(|| (o.batch_id != batch).then(|| format!("records batch {}", o.batch_id)))
-            {
-                return Err(CommonError::Corrupt {
-                    path: ctx.query.qc.describe_entry(Log::Offsets, batch),
-                    reason,
-                }
-                .into());
-            }
-            Ok(Resumed {
-                next: batch,
-                committed,
-                rerun: Some(o),
-                rows,
-            })
-        }
-        Recovery::Damaged { reason } => Err(CommonError::Corrupt {
-            path: ctx.query.qc.describe_dir(),
-            reason,
-        }
-        .into()),
-    }
-}
-
-/// What committed batch `batch` read, from `offsets/N`, checked against
-/// `commits/N`: both are read and decoded, so that a damaged record is
-/// reported by name even when its batch committed long ago. With it, the
-/// input rows of batches 0 to `batch`.
-async fn committed_input(ctx: &Ctx, batch: u64) -> Result<(Inputs, u64), DriverError> {
-    let c: CommitRecord = ctx
-        .storage("read commit", || {
-            ctx.query.qc.require_entry(Log::Commits, batch)
-        })
-        .await?;
-    let o: OffsetRecord = ctx
-        .storage("read offsets", || {
-            ctx.query.qc.require_entry(Log::Offsets, batch)
-        })
-        .await?;
-    if o.batch_id != batch || c.batch_id != batch || o.inputs.end_value() != c.end_value {
-        return Err(CommonError::Corrupt {
-            path: ctx.query.qc.describe_entry(Log::Offsets, batch),
-            reason: format!(
-                "plans batch {} ending at {}, but {} records batch {} ending at {}",
-                o.batch_id,
-                o.inputs.end_value(),
-                Log::Commits.entry(batch),
-                c.batch_id,
-                c.end_value
-            ),
-        }
-        .into());
-    }
-    Ok((o.inputs, c.rows_so_far()))
 }
 
 /// Waits for the trigger and for new input, then writes `offsets/N`.

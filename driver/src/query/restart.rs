@@ -70,11 +70,11 @@ pub async fn restart(
     // The batch the stop abandoned may commit after all: its abandoned
     // sink manifest goes; a real one (its commit had written it) stays.
     let written = match uncommitted {
-        Some(batch) => crate::sink::reopen(&driver.config, &spec.sink, batch).await?,
+        Some(batch) => crate::sink::reopen(&driver.config, &qc, &spec.sink, batch).await?,
         None => false,
     };
     if let Some((from, to)) = rescale {
-        refuse_written(&qc, written, uncommitted).await?;
+        refuse_rescale(&stopped.name, uncommitted, written)?;
         let generation = qc.rescales().await?.last().map_or(0, |r| r.generation) + 1;
         let record = RescaleRecord {
             version: RECORD_VERSION,
@@ -126,27 +126,19 @@ pub fn run_again(
     entry
 }
 
-/// Refuses to rescale a query whose uncommitted batch had already written
-/// its output (its sink manifest, `manifest_written`, or its Kafka
-/// transactions): that batch
-/// commits as it ran, with the partitions it ran with.
-async fn refuse_written(
-    qc: &QueryCheckpoint,
-    manifest_written: bool,
-    uncommitted: Option<u64>,
-) -> Result<(), DriverError> {
-    let Some(batch) = uncommitted else {
-        return Ok(());
-    };
-    if manifest_written || qc.transactions(batch).await?.is_some() {
-        return Err(DriverError::FailedPrecondition(format!(
-            "query {:?}: batch {batch} wrote its output but had not committed when the query \
+/// Refuses to rescale the query `name` when its uncommitted batch had
+/// already `written` its output (a real sink manifest, or its Kafka
+/// transactions recorded; see [`crate::sink::reopen`]): that batch commits
+/// as it ran, with the partitions it ran with.
+fn refuse_rescale(name: &str, uncommitted: Option<u64>, written: bool) -> Result<(), DriverError> {
+    match uncommitted {
+        Some(batch) if written => Err(DriverError::FailedPrecondition(format!(
+            "query {name:?}: batch {batch} wrote its output but had not committed when the query \
              stopped; submit it with its state_partitions unchanged to commit that batch, stop \
-             it, then change state_partitions",
-            qc.name()
-        )));
+             it, then change state_partitions"
+        ))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -176,5 +168,17 @@ mod tests {
             "SELECT value % 5 AS k, count(*) AS n FROM input GROUP BY value % 5",
         );
         assert_eq!(change(&four, &other), None);
+    }
+
+    #[test]
+    fn a_batch_that_wrote_its_output_refuses_a_rescale_until_it_commits() {
+        let refused = refuse_rescale("q", Some(7), true).unwrap_err();
+        assert!(matches!(refused, DriverError::FailedPrecondition(_)));
+        let text = refused.to_string();
+        assert!(text.contains("\"q\"") && text.contains("batch 7"), "{text}");
+        assert!(text.contains("state_partitions unchanged"), "{text}");
+        refuse_rescale("q", Some(7), false)
+            .expect("an uncommitted batch that wrote nothing runs again");
+        refuse_rescale("q", None, false).expect("nothing uncommitted");
     }
 }

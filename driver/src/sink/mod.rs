@@ -94,6 +94,7 @@ trait SinkKind: Send + Sync {
     fn reopen<'a>(
         &'a self,
         _config: &'a DriverConfig,
+        _qc: &'a QueryCheckpoint,
         _batch: u64,
     ) -> BoxFuture<'a, Result<bool, DriverError>> {
         Box::pin(async { Ok(false) })
@@ -213,10 +214,11 @@ pub async fn open(io: &SinkIo, spec: &SinkSpec) -> Result<Box<dyn Committer>, Dr
 /// `batch` had been made visible (see [`SinkKind::reopen`]).
 pub async fn reopen(
     config: &DriverConfig,
+    qc: &QueryCheckpoint,
     spec: &SinkSpec,
     batch: u64,
 ) -> Result<bool, DriverError> {
-    kind(spec).reopen(config, batch).await
+    kind(spec).reopen(config, qc, batch).await
 }
 
 /// After a query's runner ended for good (see [`SinkKind::ended`]).

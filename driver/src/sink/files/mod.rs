@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
+use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::sink::manifest::compacts_at;
 use sluice_common::sink::{FileSink, SinkFile};
 use sluice_common::spec::{FileSinkSpec, QuerySpec};
@@ -138,6 +139,7 @@ impl SinkKind for Kind<'_> {
     fn reopen<'a>(
         &'a self,
         config: &'a DriverConfig,
+        _qc: &'a QueryCheckpoint,
         batch: u64,
     ) -> BoxFuture<'a, Result<bool, DriverError>> {
         Box::pin(async move {

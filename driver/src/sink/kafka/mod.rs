@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::checkpoint::PreparedTransaction;
+use sluice_common::checkpoint::{PreparedTransaction, QueryCheckpoint};
 use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkRecordFormat, SinkSpec};
 use sluice_kafka::Kafka;
 use sluice_proto as pb;
@@ -103,6 +103,17 @@ impl SinkKind for Kind<'_> {
             io: io.clone(),
         };
         Box::pin(async { Ok(Box::new(committer) as Box<dyn Committer>) })
+    }
+
+    /// A batch whose transactions are recorded commits as it ran: its
+    /// records are in the topic, or will be once they are committed.
+    fn reopen<'a>(
+        &'a self,
+        _config: &'a DriverConfig,
+        qc: &'a QueryCheckpoint,
+        batch: u64,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(async move { Ok(qc.transactions(batch).await?.is_some()) })
     }
 
     fn ended<'a>(&'a self, end: &'a Ended<'a>) -> BoxFuture<'a, ()> {
