@@ -4,10 +4,10 @@
 //! reads its query's spec and checkpoint and writes its batches.
 //!
 //! ```text
-//!  runner ─► recover ─► plan N (offsets/N) ─► batch::execute ─┬─ stages ─► attempts (tasks on executors)
-//!                                                             ├─ outcome (reports summed and checked)
-//!                                                             ├─ sink commit ─► commits/N ─► progress/N
-//!                                                             └─ retention (background)
+//!  runner ─► resume ─► plan N (offsets/N) ─► batch::execute ─► protocol::commit ─┬─ stages ─► attempts (tasks on executors)
+//!                                                                                ├─ outcome (reports summed and checked)
+//!                                                                                ├─ sink commit ─► commits/N ─► progress/N
+//!                                                                                └─ retention (background)
 //! ```
 //!
 //! Everything the loop works with is built once, in [`ctx::Ctx`], before

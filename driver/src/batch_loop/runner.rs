@@ -1,7 +1,7 @@
 //! The micro-batch loop of one query.
 //!
 //! ```text
-//!  recover ──► plan N ──► offsets/N ──► tasks ──► sink manifest ──► commits/N ──┐
+//!  resume ───► plan N ──► offsets/N ──► tasks ──► sink manifest ──► commits/N ──┐
 //!     │          ▲                                                              │
 //!     │          └──────────────────────── N+1 ◄────────────────────────────────┘
 //!     └─ re-run N from offsets/N when it was planned but not committed
