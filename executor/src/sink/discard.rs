@@ -3,6 +3,7 @@
 //! count is the task's report.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -14,18 +15,24 @@ use super::{Encode, Piece, SinkWriter, TaskOut, Written};
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 
-/// The discard sink: its rows are counted, and nothing is written.
-pub struct Discard;
+/// The discard sink of one task: its rows are counted, and nothing is
+/// written.
+#[derive(Default)]
+pub struct Discard {
+    /// The Arrow bytes its encoder counted.
+    counted: Arc<AtomicU64>,
+}
 
 /// Counts the Arrow bytes of the rows (of their slices of shared buffers).
-#[derive(Default)]
-struct Counted(u64);
+struct Counted(Arc<AtomicU64>);
 
 impl SinkWriter for Discard {
     fn encoder(&self, _: TaskOut, _: &SchemaRef) -> Result<Box<dyn Encode>, ExecutorError> {
-        Ok(Box::<Counted>::default())
+        Ok(Box::new(Counted(self.counted.clone())))
     }
 
+    /// The encoder sends no piece: once the channel closes, it has counted
+    /// every row.
     fn write<'a>(
         &'a self,
         _: &'a Arc<Caches>,
@@ -33,36 +40,30 @@ impl SinkWriter for Discard {
         mut rx: mpsc::Receiver<Piece>,
     ) -> BoxFuture<'a, Result<Written, ExecutorError>> {
         Box::pin(async move {
-            let mut report = None;
-            while let Some(p) = rx.recv().await {
-                match p {
-                    Piece::Report(r @ task_output::Sink::Discard(_)) => report = Some(r),
-                    _ => {
-                        return Err(ExecutorError::TaskPanicked(
-                            "output made for the discard sink".into(),
-                        ));
-                    }
-                }
+            if let Some(p) = rx.recv().await {
+                return Err(ExecutorError::TaskPanicked(format!(
+                    "{p:?} made for the discard sink"
+                )));
             }
-            Ok(Written::Done(report))
+            let bytes = self.counted.load(Ordering::Acquire);
+            let report = task_output::Sink::Discard(sluice_proto::DiscardWritten { bytes });
+            Ok(Written::Done(Some(report)))
         })
     }
 }
 
 impl Encode for Counted {
     fn write(&mut self, batch: &RecordBatch, _: &mut Vec<Piece>) -> Result<u64, ExecutorError> {
-        self.0 += batch
+        let bytes: u64 = batch
             .columns()
             .iter()
             .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
-            .sum::<u64>();
+            .sum();
+        self.0.fetch_add(bytes, Ordering::Release);
         Ok(0)
     }
 
-    fn finish(self: Box<Self>, out: &mut Vec<Piece>) -> Result<(), ExecutorError> {
-        out.push(Piece::Report(task_output::Sink::Discard(
-            sluice_proto::DiscardWritten { bytes: self.0 },
-        )));
+    fn finish(self: Box<Self>, _: &mut Vec<Piece>) -> Result<(), ExecutorError> {
         Ok(())
     }
 }

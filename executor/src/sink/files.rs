@@ -116,10 +116,10 @@ async fn write_files(
                     bytes: f.bytes,
                 });
             }
-            Piece::Records(_) | Piece::RecordsEnd | Piece::Report(_) => {
-                return Err(ExecutorError::TaskPanicked(
-                    "Kafka records made for the file sink".into(),
-                ));
+            other => {
+                return Err(ExecutorError::TaskPanicked(format!(
+                    "{other:?} made for the file sink"
+                )));
             }
         }
     }

@@ -41,7 +41,8 @@ pub struct TaskOut {
     pub partition: u32,
 }
 
-/// One sink kind on the executor.
+/// One sink kind on the executor, chosen for one task (see [`writer`]): its
+/// two halves may share what they need of each other through it.
 pub trait SinkWriter: Send + Sync {
     /// Refuses, before the task reads anything, a sink it cannot write for
     /// input of `schema` (a format this executor does not know).
@@ -88,7 +89,7 @@ pub fn writer(sink: &TaskSink) -> Result<Arc<dyn SinkWriter>, String> {
     match &sink.kind {
         Some(task_sink::Kind::Files(f)) => Ok(Arc::new(files::FilesWriter::new(f)?)),
         Some(task_sink::Kind::Kafka(k)) => Ok(Arc::new(kafka::KafkaWriter(k.clone()))),
-        Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(discard::Discard)),
+        Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(discard::Discard::default())),
         None => Err("missing sink".into()),
     }
 }

@@ -42,9 +42,6 @@ pub enum Piece {
     Records(Vec<OutRecord>),
     /// The task's last record for the Kafka sink was sent.
     RecordsEnd,
-    /// The encoder's own report of what it made, for the writer to pass on
-    /// (the discard sink's count).
-    Report(sluice_proto::task_output::Sink),
 }
 
 /// One record for the Kafka sink.
