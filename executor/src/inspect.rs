@@ -21,7 +21,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_common::checkpoint::{QueryCheckpoint, Record, SchemaRecord, TablesRecord};
-use sluice_common::spec::{QuerySpec, SourceSpec};
+use sluice_common::spec::QuerySpec;
 use sluice_common::state::StateStore;
 use sluice_proto as pb;
 use sluice_proto::task_assignment::Work;
@@ -104,11 +104,9 @@ pub struct Inputs {
 pub async fn inputs(qc: &QueryCheckpoint, spec: &QuerySpec) -> Result<Inputs, ExecutorError> {
     let mut streams = Vec::new();
     for input in spec.inputs() {
-        let schema = match input.source {
-            SourceSpec::Rate(_) => sluice_common::rate::schema(),
-            SourceSpec::Nexmark(n) => sluice_common::nexmark::schema(n.table),
-            SourceSpec::Kafka(k) => k.schema()?,
-            SourceSpec::Files(_) => {
+        let schema = match input.source.fixed_schema()? {
+            Some(schema) => schema,
+            None => {
                 let scoped = match spec.source {
                     Some(_) => qc.clone(),
                     None => qc.input(input.name),
