@@ -14,6 +14,7 @@ pub mod secrets;
 pub mod shutdown;
 pub mod sink;
 pub mod small_file;
+pub mod source_schema;
 pub mod spec;
 pub mod state;
 pub mod storage;

@@ -405,19 +405,6 @@ impl From<&QuerySpec> for pb::QuerySpec {
 }
 
 impl SourceSpec {
-    /// The schema the source's kind fixes (rate, Nexmark, Kafka's
-    /// `format`); `None` for a source whose schema is resolved at submit
-    /// and recorded in the query's checkpoint (a file source's
-    /// `sources/schema`).
-    pub fn fixed_schema(&self) -> Result<Option<arrow_schema::SchemaRef>> {
-        Ok(match self {
-            SourceSpec::Rate(_) => Some(crate::rate::schema()),
-            SourceSpec::Nexmark(n) => Some(crate::nexmark::schema(n.table)),
-            SourceSpec::Kafka(k) => Some(k.schema()?),
-            SourceSpec::Files(_) => None,
-        })
-    }
-
     pub fn to_proto(&self) -> pb::Source {
         let kind = match self {
             SourceSpec::Rate(r) => pb::source::Kind::Rate(pb::RateSource {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_common::checkpoint::{QueryCheckpoint, Record, SchemaRecord, TablesRecord};
+use sluice_common::source_schema;
 use sluice_common::spec::QuerySpec;
 use sluice_common::state::StateStore;
 use sluice_proto as pb;
@@ -104,7 +105,7 @@ pub struct Inputs {
 pub async fn inputs(qc: &QueryCheckpoint, spec: &QuerySpec) -> Result<Inputs, ExecutorError> {
     let mut streams = Vec::new();
     for input in spec.inputs() {
-        let schema = match input.source.fixed_schema()? {
+        let schema = match source_schema::fixed(input.source)? {
             Some(schema) => schema,
             None => {
                 let scoped = match spec.source {
