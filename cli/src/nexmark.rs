@@ -152,7 +152,8 @@ fn write_file(
         .with_context(|| format!("cannot write into {}", dir.display()))?;
     let mut encoder = sluice_executor::sink_encoder(format, nexmark::schema(spec.table))?;
     let mut bytes = 0u64;
-    for chunk in nexmark::chunks(spec, 0, start, end) {
+    let columns = nexmark::all_columns(spec.table);
+    for chunk in nexmark::chunks(spec, 0, (start, end), &columns) {
         let data = encoder.encode(&chunk?)?;
         bytes += data.len() as u64;
         tmp.write_all(&data)?;

@@ -174,34 +174,54 @@ fn event_type(table: NexmarkTable) -> EventType {
 
 /// The rows of partition `p` (of `spec.partitions`) among the table's rows
 /// `[start, end)`, in chunks of [`CHUNK_ROWS`]: memory holds one chunk.
+/// Each chunk holds the table's `columns` (indexes into its schema,
+/// ascending); the others are not built.
 pub fn chunks(
     spec: &NexmarkSpec,
     p: u32,
-    start: u64,
-    end: u64,
+    (start, end): (u64, u64),
+    columns: &[usize],
 ) -> impl Iterator<Item = Result<RecordBatch>> + use<> {
     let parts = spec.partitions.max(1);
     let (first, count) = crate::rate::partition_range(p, parts, start, end);
     let table = spec.table;
+    let schema = Arc::new(
+        schema(table)
+            .project(columns)
+            .expect("columns of the table"),
+    );
+    let read: Vec<bool> = (0..schema_width(table))
+        .map(|c| columns.contains(&c))
+        .collect();
     let mut events = EventGenerator::new(config(spec))
         .with_type_filter(event_type(table))
         .with_offset(first)
         .with_step(u64::from(parts));
     (0..count.div_ceil(CHUNK_ROWS)).map(move |i| {
         let n = (count - i * CHUNK_ROWS).min(CHUNK_ROWS) as usize;
-        let mut columns = Columns::new(table, n);
+        let mut chunk = Columns::new(table, &read, n);
         for event in events.by_ref().take(n) {
-            columns.push(event)?;
+            chunk.push(event)?;
         }
-        columns.finish()
+        chunk.finish(&schema)
     })
 }
 
+/// Every column of `table`, as indexes.
+pub fn all_columns(table: NexmarkTable) -> Vec<usize> {
+    (0..schema_width(table)).collect()
+}
+
+fn schema_width(table: NexmarkTable) -> usize {
+    schema(table).fields().len()
+}
+
 /// The rows of every partition among the table's rows `[start, end)`,
-/// partition by partition.
+/// partition by partition, with every column.
 pub fn generate(spec: &NexmarkSpec, start: u64, end: u64) -> Result<Vec<RecordBatch>> {
+    let columns = all_columns(spec.table);
     (0..spec.partitions.max(1))
-        .flat_map(|p| chunks(spec, p, start, end))
+        .flat_map(|p| chunks(spec, p, (start, end), &columns))
         .collect()
 }
 
@@ -213,35 +233,67 @@ fn time(v: u64) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::Encoding(format!("nexmark time {v} is past a bigint")))
 }
 
-/// One chunk's columns, as they are built: the table's bigint, string
-/// and timestamp columns, each kind in schema order.
+/// One value of an event, in its table's schema order.
+enum Value<'a> {
+    Int(usize),
+    Str(&'a str),
+    Time(u64),
+}
+
+/// The builder of one column.
+enum Builder {
+    Int(Int64Builder),
+    Str(StringBuilder),
+    Time(TimestampMillisecondBuilder),
+}
+
+impl Builder {
+    fn append(&mut self, value: Value) -> Result<()> {
+        match (self, value) {
+            (Builder::Int(b), Value::Int(v)) => b.append_value(int(v)?),
+            (Builder::Str(b), Value::Str(v)) => b.append_value(v),
+            (Builder::Time(b), Value::Time(v)) => b.append_value(time(v)?),
+            // The values follow the schema, whose types made the builders.
+            _ => unreachable!("a nexmark value of another type than its column"),
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Builder::Int(b) => Arc::new(b.finish()),
+            Builder::Str(b) => Arc::new(b.finish()),
+            Builder::Time(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// One chunk's columns, as they are built: a builder for each column read.
 struct Columns {
     table: NexmarkTable,
-    ints: Vec<Int64Builder>,
-    strings: Vec<StringBuilder>,
-    times: Vec<TimestampMillisecondBuilder>,
+    builders: Vec<Option<Builder>>,
 }
 
 impl Columns {
-    fn new(table: NexmarkTable, rows: usize) -> Self {
-        let (i, s, t) = match table {
-            NexmarkTable::Person => (1, 6, 1),
-            NexmarkTable::Auction => (5, 3, 2),
-            NexmarkTable::Bid => (3, 3, 1),
-        };
-        Columns {
-            table,
-            ints: (0..i).map(|_| Int64Builder::with_capacity(rows)).collect(),
-            strings: (0..s)
-                .map(|_| StringBuilder::with_capacity(rows, rows * 16))
-                .collect(),
-            times: (0..t)
-                .map(|_| TimestampMillisecondBuilder::with_capacity(rows))
-                .collect(),
-        }
+    fn new(table: NexmarkTable, read: &[bool], rows: usize) -> Self {
+        let schema = schema(table);
+        let builders = schema
+            .fields()
+            .iter()
+            .zip(read)
+            .map(|(f, &read)| {
+                read.then(|| match f.data_type() {
+                    DataType::Int64 => Builder::Int(Int64Builder::with_capacity(rows)),
+                    DataType::Utf8 => Builder::Str(StringBuilder::with_capacity(rows, rows * 16)),
+                    _ => Builder::Time(TimestampMillisecondBuilder::with_capacity(rows)),
+                })
+            })
+            .collect();
+        Columns { table, builders }
     }
 
     fn push(&mut self, event: Event) -> Result<()> {
+        use Value::{Int, Str, Time};
         // The generator filters by kind: another kind is its bug.
         assert!(
             event.event_type() == event_type(self.table),
@@ -249,104 +301,62 @@ impl Columns {
             event.event_type(),
             self.table.as_str()
         );
-        match event {
-            Event::Person(e) => {
-                self.ints(&[e.id])?;
-                self.strings([
-                    e.name,
-                    e.email_address,
-                    e.credit_card,
-                    e.city,
-                    e.state,
-                    e.extra,
-                ]);
-                self.times(&[e.date_time])
-            }
-            Event::Auction(e) => {
-                self.ints(&[e.id, e.initial_bid, e.reserve, e.seller, e.category])?;
-                self.strings([e.item_name, e.description, e.extra]);
-                self.times(&[e.date_time, e.expires])
-            }
-            Event::Bid(e) => {
-                self.ints(&[e.auction, e.bidder, e.price])?;
-                self.strings([e.channel, e.url, e.extra]);
-                self.times(&[e.date_time])
-            }
+        // Each table's values in schema order.
+        match &event {
+            Event::Person(e) => self.row([
+                Int(e.id),
+                Str(&e.name),
+                Str(&e.email_address),
+                Str(&e.credit_card),
+                Str(&e.city),
+                Str(&e.state),
+                Time(e.date_time),
+                Str(&e.extra),
+            ]),
+            Event::Auction(e) => self.row([
+                Int(e.id),
+                Str(&e.item_name),
+                Str(&e.description),
+                Int(e.initial_bid),
+                Int(e.reserve),
+                Time(e.date_time),
+                Time(e.expires),
+                Int(e.seller),
+                Int(e.category),
+                Str(&e.extra),
+            ]),
+            Event::Bid(e) => self.row([
+                Int(e.auction),
+                Int(e.bidder),
+                Int(e.price),
+                Str(&e.channel),
+                Str(&e.url),
+                Time(e.date_time),
+                Str(&e.extra),
+            ]),
         }
     }
 
-    fn ints(&mut self, values: &[usize]) -> Result<()> {
-        for (b, &v) in self.ints.iter_mut().zip(values) {
-            b.append_value(int(v)?);
+    fn row<const N: usize>(&mut self, values: [Value; N]) -> Result<()> {
+        debug_assert_eq!(N, self.builders.len(), "a value for each column");
+        for (b, v) in self.builders.iter_mut().zip(values) {
+            if let Some(b) = b {
+                b.append(v)?;
+            }
         }
         Ok(())
     }
 
-    fn strings<const N: usize>(&mut self, values: [String; N]) {
-        for (b, v) in self.strings.iter_mut().zip(values) {
-            b.append_value(v);
-        }
-    }
-
-    fn times(&mut self, values: &[u64]) -> Result<()> {
-        for (b, &v) in self.times.iter_mut().zip(values) {
-            b.append_value(time(v)?);
-        }
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<RecordBatch> {
-        let mut i: Vec<ArrayRef> = self
-            .ints
+    fn finish(mut self, schema: &SchemaRef) -> Result<RecordBatch> {
+        let columns: Vec<ArrayRef> = self
+            .builders
             .iter_mut()
-            .map(|b| Arc::new(b.finish()) as _)
+            .flatten()
+            .map(Builder::finish)
             .collect();
-        let mut s: Vec<ArrayRef> = self
-            .strings
-            .iter_mut()
-            .map(|b| Arc::new(b.finish()) as _)
-            .collect();
-        let mut t: Vec<ArrayRef> = self
-            .times
-            .iter_mut()
-            .map(|b| Arc::new(b.finish()) as _)
-            .collect();
-        let take = |v: &mut Vec<ArrayRef>| v.remove(0);
-        // Each table's columns in schema order.
-        let columns = match self.table {
-            // id, name, email_address, credit_card, city, state, date_time, extra
-            NexmarkTable::Person => {
-                let mut c = vec![take(&mut i)];
-                c.extend(s.drain(..5));
-                c.extend([take(&mut t), take(&mut s)]);
-                c
-            }
-            // id, item_name, description, initial_bid, reserve, date_time,
-            // expires, seller, category, extra
-            NexmarkTable::Auction => vec![
-                take(&mut i),
-                take(&mut s),
-                take(&mut s),
-                take(&mut i),
-                take(&mut i),
-                take(&mut t),
-                take(&mut t),
-                take(&mut i),
-                take(&mut i),
-                take(&mut s),
-            ],
-            // auction, bidder, price, channel, url, date_time, extra
-            NexmarkTable::Bid => vec![
-                take(&mut i),
-                take(&mut i),
-                take(&mut i),
-                take(&mut s),
-                take(&mut s),
-                take(&mut t),
-                take(&mut s),
-            ],
-        };
-        RecordBatch::try_new(schema(self.table), columns)
+        let options = arrow_array::RecordBatchOptions::new()
+            .with_row_count(Some(columns.first().map_or(0, |c| c.len())));
+        RecordBatch::try_new_with_options(schema.clone(), columns, &options)
             .map_err(|e| Error::Encoding(e.to_string()))
     }
 }

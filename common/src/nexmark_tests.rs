@@ -129,8 +129,31 @@ fn tables_of_one_setting_see_one_world() {
 #[test]
 fn chunks_are_bounded() {
     let s = spec(NexmarkTable::Bid, 1);
-    let sizes: Vec<usize> = chunks(&s, 0, 0, 2 * CHUNK_ROWS + 5)
+    let all = all_columns(s.table);
+    let sizes: Vec<usize> = chunks(&s, 0, (0, 2 * CHUNK_ROWS + 5), &all)
         .map(|b| b.unwrap().num_rows())
         .collect();
     assert_eq!(sizes, vec![CHUNK_ROWS as usize, CHUNK_ROWS as usize, 5]);
+}
+
+#[test]
+fn a_projection_builds_only_its_columns_with_the_same_values() {
+    for table in [
+        NexmarkTable::Person,
+        NexmarkTable::Auction,
+        NexmarkTable::Bid,
+    ] {
+        let s = spec(table, 2);
+        let full: Vec<RecordBatch> = chunks(&s, 1, (0, 1000), &all_columns(table))
+            .map(Result::unwrap)
+            .collect();
+        for columns in [vec![0], vec![1, 2], vec![0, 5, 6]] {
+            let projected: Vec<RecordBatch> = chunks(&s, 1, (0, 1000), &columns)
+                .map(Result::unwrap)
+                .collect();
+            let want: Vec<RecordBatch> =
+                full.iter().map(|b| b.project(&columns).unwrap()).collect();
+            assert_eq!(projected, want, "{} {columns:?}", table.as_str());
+        }
+    }
 }

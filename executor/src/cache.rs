@@ -17,7 +17,7 @@ use sluice_proto::TablePlan;
 use sluice_sql::Table;
 
 use crate::error::ExecutorError;
-use crate::source::{ReadCounters, SourceReader, files::FilesReader};
+use crate::source::{Columns, ReadCounters, SourceReader, files::FilesReader};
 use crate::state::States;
 
 /// Loaded tables kept (the most recently used).
@@ -186,8 +186,11 @@ pub async fn tables(caches: &Caches, plans: &[TablePlan]) -> Result<Vec<Table>, 
                     schema.clone(),
                     caches.storage.clone(),
                 )?);
-                let rows: Vec<RecordBatch> =
-                    reader.read(ReadCounters::default()).try_collect().await?;
+                let columns = Columns::all(&schema);
+                let rows: Vec<RecordBatch> = reader
+                    .read(columns, ReadCounters::default())
+                    .try_collect()
+                    .await?;
                 let rows = Arc::new(rows);
                 caches.keep_table(key, rows.clone());
                 rows

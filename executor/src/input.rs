@@ -34,11 +34,17 @@ pub struct Input {
 }
 
 impl Input {
-    pub fn new(batches: Batches, late: Option<LateFilter>) -> Self {
+    /// The input of `batches`, counting rows in `read` and keeping its
+    /// first error in `failure`.
+    pub fn new(
+        batches: Batches,
+        late: Option<LateFilter>,
+        (read, failure): (Counter, Failure),
+    ) -> Self {
         Input {
             batches,
-            read: Counter::default(),
-            failure: Failure::default(),
+            read,
+            failure,
             late,
         }
     }

@@ -167,7 +167,7 @@ pub async fn operators(
             })
             .collect(),
     };
-    let empty = Box::pin(futures::stream::empty());
+    let empty = sluice_sql::TaskInput::empty();
     let graph = Graph::plan(
         spec.sql(),
         assigned.streams.clone(),

@@ -43,6 +43,22 @@ impl LateFilter {
         })
     }
 
+    /// The event time column, as an index into the schema the filter was
+    /// made for.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// The same filter over batches of `columns` of that schema, which
+    /// hold its event time. Invariant: they do.
+    pub fn within(self, columns: &[usize]) -> Self {
+        let column = columns
+            .iter()
+            .position(|&c| c == self.column)
+            .expect("the columns read hold the event time");
+        LateFilter { column, ..self }
+    }
+
     /// The latest event time seen, in milliseconds.
     pub fn max_event_time_ms(&self) -> Option<i64> {
         Some(self.max.load(Ordering::Acquire)).filter(|m| *m != i64::MIN)

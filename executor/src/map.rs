@@ -16,12 +16,13 @@ use arrow_schema::SchemaRef;
 use sluice_proto::{TaskAssignment, TaskOutput};
 
 use crate::cache::Caches;
+use crate::counter::Counter;
 use crate::error::ExecutorError;
-use crate::input::Input;
+use crate::input::{Failure, Input};
 use crate::late::LateFilter;
 use crate::output::{self, Emitter};
 use crate::sink::{SinkWriter, TaskOut};
-use crate::source::{self, ReadCounters, SourceReader};
+use crate::source::{self, Columns, ReadCounters, SourceReader};
 
 /// What one map task does, validated.
 pub struct TaskPlan {
@@ -187,23 +188,33 @@ impl Opened {
     }
 }
 
+/// The task's input, opened by the query's plan for the columns it reads
+/// (and the event time, which the late filter reads); and the static
+/// tables.
 pub(crate) fn open_input(
     source: Box<dyn SourceReader>,
     tables: &[sluice_proto::TablePlan],
     late: Option<LateFilter>,
     runtime: &tokio::runtime::Handle,
     caches: &Caches,
-) -> Result<(Input, Opened), ExecutorError> {
+) -> Result<(sluice_sql::TaskInput, Opened), ExecutorError> {
     let tables = runtime.block_on(crate::cache::tables(caches, tables))?;
     let counters = ReadCounters::default();
-    let input = Input::new(source.read(counters.clone()), late.clone());
+    let (read, failure) = (Counter::default(), Failure::default());
     let opened = Opened {
-        late,
-        read: input.read.clone(),
-        failure: input.failure.clone(),
-        counters,
+        late: late.clone(),
+        read: read.clone(),
+        failure: failure.clone(),
+        counters: counters.clone(),
         tables,
     };
+    let input = sluice_sql::TaskInput::new(move |wanted| {
+        let schema = source.schema();
+        let columns = Columns::of(&schema, wanted, late.as_ref().map(LateFilter::column));
+        let late = late.map(|l| l.within(columns.indexes()));
+        let input = Input::new(source.read(columns, counters), late, (read, failure));
+        Box::pin(input)
+    });
     Ok((input, opened))
 }
 
@@ -219,7 +230,7 @@ fn produce(
     let mut output = runtime.block_on(sluice_sql::run(
         &plan.sql,
         plan.streams,
-        Box::pin(input),
+        input,
         &opened.tables,
         caches.task_limits(plan.budget),
     ))?;

@@ -46,7 +46,7 @@ pub async fn run<O: Operator>(
     let graph = Graph::plan(
         &assigned.plan.sql,
         assigned.streams.clone(),
-        Box::pin(futures::stream::empty()),
+        sluice_sql::TaskInput::empty(),
         &assigned.tables,
         caches.task_limits(sluice_sql::guard::budget_ms(assigned.plan.plan_budget_ms)),
     )

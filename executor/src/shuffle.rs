@@ -102,13 +102,8 @@ fn partials(
     let mut parts = Vec::new();
     match shuffled {
         Rows::Dedup(d) => {
-            let out = runtime.block_on(sluice_sql::run(
-                sql,
-                streams,
-                Box::pin(input),
-                &opened.tables,
-                limits,
-            ))?;
+            let out =
+                runtime.block_on(sluice_sql::run(sql, streams, input, &opened.tables, limits))?;
             let schema = out.schema();
             let keys = crate::operator::key_columns(&schema, &d.columns)?;
             let rows = drain(out, runtime, &opened)?;
@@ -116,13 +111,8 @@ fn partials(
             parts.push(Part::new((0, 0), schema, buckets));
         }
         Rows::Sides(sides) => {
-            let graph = runtime.block_on(Graph::plan(
-                sql,
-                streams,
-                Box::pin(input),
-                &opened.tables,
-                limits,
-            ))?;
+            let graph =
+                runtime.block_on(Graph::plan(sql, streams, input, &opened.tables, limits))?;
             for s in &sides.sides {
                 let (op, side) = (s.operator as usize, s.side as usize);
                 if op >= graph.len() || side >= graph.sources(op).len() {

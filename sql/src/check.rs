@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
-use datafusion::physical_plan::streaming::PartitionStream;
 use futures::executor::block_on;
 
 use crate::graph::{Graph, Kind, Source};
-use crate::input::{Once, SharedInput};
+use crate::input::SharedInput;
+use crate::stream_table::StreamTable;
 use crate::{
     Aggregation, JoinInfo, Planned, SqlError, Table, TopN, TopNInfo, guard, join, session,
     with_tables,
@@ -29,11 +29,13 @@ pub async fn check(
 ) -> Result<Checked, SqlError> {
     let sql = sql.to_owned();
     let names: Vec<String> = streams.iter().map(|(name, _)| name.clone()).collect();
-    let streams: Vec<(String, Arc<dyn PartitionStream>)> = streams
+    let streams: Vec<(String, Arc<StreamTable>)> = streams
         .iter()
         .map(|(name, schema)| {
-            let empty: Arc<dyn PartitionStream> = Arc::new(Once::empty(schema.clone()));
-            (name.clone(), empty)
+            (
+                name.clone(),
+                Arc::new(StreamTable::new(schema.clone(), None)),
+            )
         })
         .collect();
     let tables: Vec<Table> = tables
@@ -53,7 +55,10 @@ pub async fn check(
             ctx: ctx.clone(),
             plan: physical,
             input: SharedInput::new(Box::pin(futures::stream::empty())),
-            streams,
+            streams: streams
+                .iter()
+                .flat_map(|(name, t)| t.partitions().into_iter().map(|p| (name.clone(), p)))
+                .collect(),
         })?;
         let names = graph.names();
         let mut ops = Vec::with_capacity(graph.len());

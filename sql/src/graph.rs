@@ -287,11 +287,12 @@ impl Graph {
     pub async fn plan(
         sql: &str,
         streams: impl Into<crate::Streams>,
-        input: crate::InputBatches,
+        input: impl Into<crate::TaskInput>,
         tables: &[crate::Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Self, SqlError> {
-        let planned = crate::physical(sql, streams.into(), input, tables, limits.into()).await?;
+        let planned =
+            crate::physical(sql, streams.into(), input.into(), tables, limits.into()).await?;
         Self::of(planned)
     }
 
@@ -305,7 +306,7 @@ impl Graph {
     pub(crate) async fn last_of<T>(
         sql: &str,
         streams: impl Into<crate::Streams>,
-        input: crate::InputBatches,
+        input: impl Into<crate::TaskInput>,
         tables: &[crate::Table],
         limits: impl Into<crate::RunLimits>,
         (kind, of): (Kind, Of<T>),

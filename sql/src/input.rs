@@ -10,6 +10,10 @@
 //! are found and counted), so the input is shared between the plan and
 //! the task's [`crate::Output`], which reads what is left
 //! ([`crate::Output::read_rest`]).
+//!
+//! The input is opened once the plan is made, for the columns its scans
+//! read ([`TaskInput`], [`crate::stream_table`]); each scan takes its own
+//! columns of the input's batches, by name.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +34,39 @@ pub type InputError = Box<dyn std::error::Error + Send + Sync>;
 /// A task's input, read as the output is polled.
 pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, InputError>>;
 
+/// A task's input, opened once its plan is made: given the columns of the
+/// task's stream table that the plan reads (indexes into its schema,
+/// ascending; empty when the plan reads none, only rows), the opener
+/// returns batches holding at least those columns, found by name.
+pub struct TaskInput(Box<dyn Opener>);
+
+/// What opens a [`TaskInput`].
+trait Opener: FnOnce(&[usize]) -> InputBatches + Send {}
+
+impl<F: FnOnce(&[usize]) -> InputBatches + Send> Opener for F {}
+
+impl TaskInput {
+    pub fn new(open: impl FnOnce(&[usize]) -> InputBatches + Send + 'static) -> Self {
+        TaskInput(Box::new(open))
+    }
+
+    /// No rows: for a plan made to be inspected, not run.
+    pub fn empty() -> Self {
+        TaskInput::new(|_| Box::pin(futures::stream::empty()))
+    }
+
+    pub(crate) fn open(self, columns: &[usize]) -> InputBatches {
+        (self.0)(columns)
+    }
+}
+
+impl From<InputBatches> for TaskInput {
+    /// Batches of every column, whatever the plan reads.
+    fn from(batches: InputBatches) -> Self {
+        TaskInput::new(move |_| batches)
+    }
+}
+
 /// A task's input, polled by whoever holds a clone: the plan, then the
 /// task. Ended, it stays ended. A plan that scans the task's stream more
 /// than once (a stream in two inputs of operators, a self-join) keeps the
@@ -38,17 +75,32 @@ pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, 
 pub(crate) struct SharedInput(Arc<Mutex<Inner>>);
 
 struct Inner {
-    input: InputBatches,
+    /// `None` until the plan is made and the input opened.
+    input: Option<InputBatches>,
     /// The batches read so far, when they are kept for another scan.
     kept: Option<Vec<RecordBatch>>,
 }
 
 impl SharedInput {
-    pub(crate) fn new(input: InputBatches) -> Self {
+    /// An input opened later ([`SharedInput::open`]), before the plan runs.
+    pub(crate) fn pending() -> Self {
         SharedInput(Arc::new(Mutex::new(Inner {
-            input: Box::pin(input.fuse()),
+            input: None,
             kept: None,
         })))
+    }
+
+    pub(crate) fn new(input: InputBatches) -> Self {
+        let shared = Self::pending();
+        shared.open(input);
+        shared
+    }
+
+    /// Opens the input. Invariant: once.
+    pub(crate) fn open(&self, input: InputBatches) {
+        let mut inner = self.0.lock().expect("input lock poisoned");
+        assert!(inner.input.is_none(), "a task's input is opened once");
+        inner.input = Some(Box::pin(input.fuse()));
     }
 
     /// Keeps every batch read from now on, for the scans that follow.
@@ -96,7 +148,12 @@ impl Stream for Scan {
             self.at += 1;
             return Poll::Ready(Some(Ok(b.clone())));
         }
-        let next = inner.input.as_mut().poll_next(cx);
+        // Invariant: the plan is made, and the input opened, before it runs.
+        let input = inner
+            .input
+            .as_mut()
+            .expect("a task's input is opened before its plan runs");
+        let next = input.as_mut().poll_next(cx);
         if let (Poll::Ready(Some(Ok(b))), Some(kept)) = (&next, inner.kept.as_mut()) {
             kept.push(b.clone());
             self.at = kept.len();
@@ -105,7 +162,8 @@ impl Stream for Scan {
     }
 }
 
-/// A stream table's one partition.
+/// One scan's partition of a stream table: the input's batches, as its
+/// own columns.
 pub(crate) struct Once {
     pub(crate) schema: SchemaRef,
     input: SharedInput,
@@ -151,10 +209,36 @@ impl PartitionStream for Once {
             .kept
             .is_some();
         assert!(!again || kept, "the input of a task is read once");
-        let stream = self
-            .input
-            .scan()
-            .map(|b| b.map_err(DataFusionError::External));
+        let schema = self.schema.clone();
+        let stream = self.input.scan().map(move |b| match b {
+            Ok(b) => columns_of(b, &schema),
+            Err(e) => Err(DataFusionError::External(e)),
+        });
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
+}
+
+/// The columns of `schema`, taken from `batch` by name. Invariant: the
+/// input holds every column a scan reads ([`TaskInput`]).
+fn columns_of(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, DataFusionError> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.schema().index_of(f.name()) {
+            Ok(i) => Ok(batch.column(i).clone()),
+            Err(_) => Err(DataFusionError::Internal(format!(
+                "the task's input has no column {:?}, which the plan reads",
+                f.name()
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
 }

@@ -32,7 +32,7 @@ use datafusion::prelude::SessionContext;
 use crate::bound::{Bound, bound_of};
 use crate::graph::{Graph, Kind, Source};
 use crate::input::SharedInput;
-use crate::{InputBatches, Output, SqlError, Streams, Table};
+use crate::{Output, SqlError, Streams, Table};
 
 /// The name of the id column a side's rows carry into [`StreamJoin::matches`].
 pub const ID: &str = "__sluice_id";
@@ -123,7 +123,7 @@ impl StreamJoin {
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
-        input: InputBatches,
+        input: impl Into<crate::TaskInput>,
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {

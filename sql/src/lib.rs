@@ -37,6 +37,7 @@ mod session;
 mod session_window;
 mod state_names;
 mod stateful;
+mod stream_table;
 mod support;
 mod top_n;
 mod window;
@@ -61,7 +62,6 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
-use datafusion::catalog::streaming::StreamingTable;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -70,8 +70,9 @@ use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use futures::executor::block_on;
 
-pub use input::{InputBatches, InputError};
-use input::{Once, SharedInput};
+use input::SharedInput;
+pub use input::{InputBatches, InputError, TaskInput};
+use stream_table::StreamTable;
 
 /// The table name of a query's input when it has one stream.
 pub const INPUT: &str = "input";
@@ -184,7 +185,7 @@ impl From<Duration> for RunLimits {
 pub async fn run(
     sql: &str,
     streams: impl Into<Streams>,
-    input: InputBatches,
+    input: impl Into<TaskInput>,
     tables: &[Table],
     limits: impl Into<RunLimits>,
 ) -> Result<Output, SqlError> {
@@ -193,7 +194,7 @@ pub async fn run(
         plan: physical,
         input,
         ..
-    } = physical(sql, streams.into(), input, tables, limits.into()).await?;
+    } = physical(sql, streams.into(), input.into(), tables, limits.into()).await?;
     let schema = physical.schema();
     let stream = execute_in_order(physical, ctx.task_ctx())?;
     Ok(Output {
@@ -278,23 +279,21 @@ impl Planned {
 }
 
 /// The physical plan of `sql` over `streams` (the one read being `input`)
-/// and the static `tables`, planned on a planning thread within `limits`.
+/// and the static `tables`, planned on a planning thread within `limits`;
+/// then `input` is opened for the columns the plan reads.
 async fn physical(
     sql: &str,
     streams: Streams,
-    input: InputBatches,
+    input: TaskInput,
     tables: &[Table],
     limits: RunLimits,
 ) -> Result<Planned, SqlError> {
     let sql = sql.to_owned();
     let tables = tables.to_vec();
     let names = streams.names();
-    let input = SharedInput::new(input);
-    let partitions: Vec<(String, Arc<dyn PartitionStream>)> = partitions(&streams, &input)?
-        .into_iter()
-        .map(|(name, p)| (name, Arc::new(p) as Arc<dyn PartitionStream>))
-        .collect();
-    let registered = partitions.clone();
+    let shared = SharedInput::pending();
+    let stream_tables = stream_tables(&streams, &shared)?;
+    let registered = stream_tables.clone();
     let (ctx, physical) = guard::on_planning_thread(limits.budget, move || {
         let ctx = with_tables(registered, &tables, limits.memory)?;
         let (plan, _) = block_on(session::logical_plan(&ctx, &sql, &names))?;
@@ -303,11 +302,19 @@ async fn physical(
         Ok((ctx, physical))
     })
     .await?;
+    let (_, reading) = stream_tables
+        .iter()
+        .find(|(name, _)| *name == streams.reading)
+        .expect("the stream read is one of the stream tables");
+    shared.open(input.open(&reading.columns_read()));
     let planned = Planned {
         ctx,
         plan: physical,
-        input,
-        streams: partitions,
+        input: shared,
+        streams: stream_tables
+            .iter()
+            .flat_map(|(name, t)| t.partitions().into_iter().map(|p| (name.clone(), p)))
+            .collect(),
     };
     let reading = planned.streams_of(&planned.plan);
     if reading.iter().filter(|s| **s == streams.reading).count() > 1 {
@@ -316,9 +323,12 @@ async fn physical(
     Ok(planned)
 }
 
-/// Each stream table's one partition: `input` for the table the task
-/// reads, nothing for the others.
-fn partitions(streams: &Streams, input: &SharedInput) -> Result<Vec<(String, Once)>, SqlError> {
+/// Each stream table: `input` for the table the task reads, empty for the
+/// others.
+fn stream_tables(
+    streams: &Streams,
+    input: &SharedInput,
+) -> Result<Vec<(String, Arc<StreamTable>)>, SqlError> {
     if streams.reading_schema().is_none() {
         return Err(SqlError::Invalid(format!(
             "the task reads the stream `{}`, which is not one of the query's streams ({})",
@@ -326,30 +336,27 @@ fn partitions(streams: &Streams, input: &SharedInput) -> Result<Vec<(String, Onc
             streams.names().join(", ")
         )));
     }
-    let partitions = streams.tables.iter().map(|(name, schema)| {
-        let partition = if *name == streams.reading {
-            Once::new(schema.clone(), input.clone())
-        } else {
-            Once::empty(schema.clone())
-        };
-        (name.clone(), partition)
+    let tables = streams.tables.iter().map(|(name, schema)| {
+        let input = (*name == streams.reading).then(|| input.clone());
+        (
+            name.clone(),
+            Arc::new(StreamTable::new(schema.clone(), input)),
+        )
     });
-    Ok(partitions.collect())
+    Ok(tables.collect())
 }
 
-/// A session with a stream table for each of `streams` (its name and its
-/// one partition) and the static `tables`, whose operators hold at most
-/// `memory` bytes. Two tables of one name are refused.
+/// A session with the stream tables `streams` and the static `tables`,
+/// whose operators hold at most `memory` bytes. Two tables of one name are
+/// refused.
 fn with_tables(
-    streams: Vec<(String, Arc<dyn PartitionStream>)>,
+    streams: Vec<(String, Arc<StreamTable>)>,
     tables: &[Table],
     memory: Option<usize>,
 ) -> Result<SessionContext, SqlError> {
     let ctx = session::context(memory)?;
-    for (name, partition) in streams {
-        let table = StreamingTable::try_new(partition.schema().clone(), vec![partition])
-            .map_err(SqlError::from_planning)?;
-        register(&ctx, &name, Arc::new(table))?;
+    for (name, table) in streams {
+        register(&ctx, &name, table)?;
     }
     for t in tables {
         let rows = t.batches.as_ref().clone();
@@ -385,3 +392,7 @@ mod streams_tests;
 #[cfg(test)]
 #[path = "join_tests.rs"]
 mod join_tests;
+
+#[cfg(test)]
+#[path = "projection_tests.rs"]
+mod projection_tests;

@@ -36,7 +36,7 @@ use datafusion::prelude::SessionContext;
 
 use crate::graph::{Graph, Kind, partial_beneath};
 use crate::input::SharedInput;
-use crate::{InputBatches, Output, SqlError, Streams, Table};
+use crate::{Output, SqlError, Streams, Table};
 
 /// The aggregation of a planned stateful query.
 pub struct Aggregation {
@@ -73,7 +73,7 @@ impl Aggregation {
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
-        input: InputBatches,
+        input: impl Into<crate::TaskInput>,
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {

@@ -33,7 +33,7 @@ use find::{limit, unsupported_window, window_exprs};
 use crate::graph::{Graph, Kind};
 use crate::input::SharedInput;
 use crate::stateful::WindowEnd;
-use crate::{InputBatches, Output, SqlError, Streams, Table};
+use crate::{Output, SqlError, Streams, Table};
 
 /// The top-N of a planned query.
 pub struct TopN {
@@ -71,7 +71,7 @@ impl TopN {
     pub async fn plan(
         sql: &str,
         streams: impl Into<Streams>,
-        input: InputBatches,
+        input: impl Into<crate::TaskInput>,
         tables: &[Table],
         limits: impl Into<crate::RunLimits>,
     ) -> Result<Option<Self>, SqlError> {

@@ -73,7 +73,7 @@ impl Operator for Dedup {
         let (Some(dedup), Some(event)) = (&work.dedup, &task.event_time) else {
             return Err(malformed("a dedup task needs dedup and event_time"));
         };
-        let empty = Box::pin(futures::stream::empty());
+        let empty = sluice_sql::TaskInput::empty();
         // Planned, not run: the schema of the rows the map tasks shuffled.
         let rows = sluice_sql::run(
             &assigned.plan.sql,

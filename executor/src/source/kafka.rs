@@ -29,7 +29,7 @@ use sluice_kafka::{Kafka, KafkaRecord, Partition};
 use sluice_proto::KafkaTask;
 
 use super::files::lines::{LineFormat, decode};
-use super::{Batches, ReadCounters, SourceReader};
+use super::{Batches, Columns, ReadCounters, SourceReader};
 use crate::error::ExecutorError;
 
 /// The deadline of each call to the broker.
@@ -92,7 +92,7 @@ impl SourceReader for KafkaReader {
         None
     }
 
-    fn read(self: Box<Self>, counters: ReadCounters) -> Batches {
+    fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches {
         let value_schema = Arc::new(Schema::new(
             self.schema.fields()[..self.schema.fields().len() - 3].to_vec(),
         ));
@@ -104,6 +104,7 @@ impl SourceReader for KafkaReader {
                 lines: LineFormat {
                     format: Format::Jsonl,
                     schema: value_schema,
+                    columns: None,
                     csv: CsvOptions::default(),
                     skip_bad: self.task.skip_bad_records,
                 },
@@ -118,7 +119,7 @@ impl SourceReader for KafkaReader {
             client: None,
             counters,
         };
-        futures::stream::try_unfold(state, |mut s| async move {
+        let all = futures::stream::try_unfold(state, |mut s| async move {
             match s.next().await? {
                 Some(batch) => Ok(Some((batch, s))),
                 None => {
@@ -127,7 +128,8 @@ impl SourceReader for KafkaReader {
                 }
             }
         })
-        .boxed()
+        .boxed();
+        super::project(all, columns)
     }
 }
 

@@ -11,6 +11,7 @@ mod rate;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use sluice_common::secrets::Secrets;
 use sluice_common::storage::Stores;
@@ -31,6 +32,9 @@ pub struct ReadCounters {
     /// Records of the range that were gone, skipped (a Kafka source with
     /// `fail_on_data_loss: false`).
     pub records_lost: Counter,
+    /// Bytes of the source's files fetched for their rows (a file source;
+    /// a Parquet footer aside).
+    pub bytes_read: Counter,
 }
 
 /// The reader of one task's range.
@@ -40,8 +44,60 @@ pub trait SourceReader: Send {
     /// The number of rows the range holds, when the plan fixes it; the
     /// task checks what it read against it.
     fn planned_rows(&self) -> Option<u64>;
-    /// Reads the range, counting what it skips in `counters`.
-    fn read(self: Box<Self>, counters: ReadCounters) -> Batches;
+    /// Reads the range's `columns` (indexes into [`SourceReader::schema`],
+    /// ascending, at least one), counting what it skips in `counters`.
+    /// Every batch holds exactly those columns: a reader that can, decodes
+    /// or makes only them.
+    fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches;
+}
+
+/// The columns a task reads of its source, as indexes into its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns(Vec<usize>);
+
+impl Columns {
+    /// Every column of `schema`.
+    pub fn all(schema: &SchemaRef) -> Self {
+        Columns((0..schema.fields().len()).collect())
+    }
+
+    /// `wanted` and `also`, ascending; the first column when that is none
+    /// (a plan that reads only rows still reads the task's rows).
+    /// Invariant: each is a column of `schema`.
+    pub fn of(schema: &SchemaRef, wanted: &[usize], also: Option<usize>) -> Self {
+        let mut columns: Vec<usize> = wanted.iter().copied().chain(also).collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if columns.is_empty() {
+            columns.push(0);
+        }
+        let width = schema.fields().len();
+        assert!(
+            columns.iter().all(|&c| c < width),
+            "columns {columns:?} of a schema of {width}"
+        );
+        Columns(columns)
+    }
+
+    pub fn indexes(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// Whether these are every column of `schema`.
+    pub fn are_all(&self, schema: &SchemaRef) -> bool {
+        self.0.len() == schema.fields().len()
+    }
+}
+
+/// `batches`, projected to `columns`: for a reader that makes every
+/// column.
+pub(crate) fn project(batches: Batches, columns: Columns) -> Batches {
+    batches
+        .map(move |b| {
+            // Invariant: the reader's batches are of its whole schema.
+            b.map(|b| b.project(columns.indexes()).expect("a column of the batch"))
+        })
+        .boxed()
 }
 
 /// The reader of `source`, whose table has `schema`, reading through

@@ -7,7 +7,7 @@ use sluice_common::nexmark;
 use sluice_common::spec::NexmarkSpec;
 use sluice_proto::NexmarkTask;
 
-use super::{Batches, ReadCounters, SourceReader};
+use super::{Batches, Columns, ReadCounters, SourceReader};
 use crate::error::ExecutorError;
 
 /// Reads the rows `[start, end)` of partitions `[first, first + count)`.
@@ -56,14 +56,15 @@ impl SourceReader for NexmarkReader {
         ))
     }
 
-    fn read(self: Box<Self>, _counters: ReadCounters) -> Batches {
+    fn read(self: Box<Self>, columns: Columns, _counters: ReadCounters) -> Batches {
         let NexmarkReader {
             spec,
             start,
             end,
             partitions,
         } = *self;
-        let chunks = partitions.flat_map(move |p| nexmark::chunks(&spec, p, start, end));
+        let chunks = partitions
+            .flat_map(move |p| nexmark::chunks(&spec, p, (start, end), columns.indexes()));
         futures::stream::iter(chunks.map(|c| c.map_err(ExecutorError::from))).boxed()
     }
 }

@@ -7,7 +7,7 @@ use sluice_proto::RateTask;
 
 use futures::StreamExt;
 
-use super::{Batches, ReadCounters, SourceReader};
+use super::{Batches, Columns, ReadCounters, SourceReader};
 use crate::error::ExecutorError;
 
 /// Reads partitions `[first_partition, first_partition + count)`, one
@@ -61,7 +61,7 @@ impl SourceReader for RateReader {
         ))
     }
 
-    fn read(self: Box<Self>, _counters: ReadCounters) -> Batches {
+    fn read(self: Box<Self>, columns: Columns, _counters: ReadCounters) -> Batches {
         let parts = self.partitions();
         let t = self.task;
         let chunks = parts.flat_map(move |p| {
@@ -74,6 +74,7 @@ impl SourceReader for RateReader {
                 t.end_value,
             )
         });
-        futures::stream::iter(chunks.map(|c| c.map_err(ExecutorError::from))).boxed()
+        let all = futures::stream::iter(chunks.map(|c| c.map_err(ExecutorError::from))).boxed();
+        super::project(all, columns)
     }
 }

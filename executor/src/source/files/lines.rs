@@ -59,9 +59,24 @@ pub struct BadLine {
 #[derive(Debug, Clone)]
 pub struct LineFormat {
     pub format: Format,
+    /// Every column of a record.
     pub schema: SchemaRef,
+    /// The columns decoded (indexes into `schema`, ascending); `None`:
+    /// every one. A value of a column not decoded is not checked: a
+    /// record is bad only for what the query reads of it.
+    pub columns: Option<Vec<usize>>,
     pub csv: CsvOptions,
     pub skip_bad: bool,
+}
+
+impl LineFormat {
+    /// The schema of the decoded batches.
+    pub fn output_schema(&self) -> SchemaRef {
+        match &self.columns {
+            None => self.schema.clone(),
+            Some(c) => std::sync::Arc::new(self.schema.project(c).expect("columns of the schema")),
+        }
+    }
 }
 
 /// The decoded batches of `body` (whole lines), group by group, with the
@@ -166,14 +181,18 @@ pub(crate) fn decode<'l>(
     let rows = count + 1;
     let batch = match fmt.format {
         Format::Jsonl => {
-            let mut d = arrow_json::ReaderBuilder::new(fmt.schema.clone())
+            let mut d = arrow_json::ReaderBuilder::new(fmt.output_schema())
                 .with_batch_size(rows)
                 .build_decoder()?;
             feed(&buf, |b| d.decode(b))?;
             d.flush()?
         }
         Format::Csv => {
-            let mut d = arrow_csv::ReaderBuilder::new(fmt.schema.clone())
+            let mut builder = arrow_csv::ReaderBuilder::new(fmt.schema.clone());
+            if let Some(c) = &fmt.columns {
+                builder = builder.with_projection(c.clone());
+            }
+            let mut d = builder
                 .with_header(false)
                 .with_delimiter(fmt.csv.delimiter_byte())
                 .with_batch_size(rows)
@@ -183,7 +202,7 @@ pub(crate) fn decode<'l>(
         }
         Format::Parquet => unreachable!("parquet is not line-oriented"),
     };
-    let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(fmt.schema.clone()));
+    let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(fmt.output_schema()));
     if batch.num_rows() != count {
         return Err(ArrowError::ParseError(format!(
             "{count} lines gave {} records",

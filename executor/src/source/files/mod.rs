@@ -15,6 +15,8 @@
 pub(crate) mod lines;
 mod parquet;
 #[cfg(test)]
+mod projection_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use sluice_common::spec::{CsvOptions, Format};
 use sluice_common::storage::{Storage, Stores};
 use sluice_proto::{FileRange, FilesTask};
 
-use super::{Batches, ReadCounters, SourceReader};
+use super::{Batches, Columns, ReadCounters, SourceReader};
 use crate::counter::Counter;
 use crate::error::ExecutorError;
 use lines::{Decoded, LineFormat};
@@ -79,13 +81,13 @@ impl SourceReader for FilesReader {
         None
     }
 
-    fn read(self: Box<Self>, counters: ReadCounters) -> Batches {
-        let bad_records = counters.bad_records;
+    fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches {
         let ctx = Arc::new(Ctx {
             format: self.format,
             lines: LineFormat {
                 format: self.format,
                 schema: self.schema.clone(),
+                columns: (!columns.are_all(&self.schema)).then(|| columns.indexes().to_vec()),
                 csv: self
                     .task
                     .csv
@@ -101,7 +103,8 @@ impl SourceReader for FilesReader {
             } else {
                 self.task.label.clone()
             },
-            bad_records,
+            bad_records: counters.bad_records,
+            bytes_read: counters.bytes_read,
         });
         let ranges = self.task.ranges;
         futures::stream::iter(ranges)
@@ -126,6 +129,7 @@ struct Ctx {
     /// What the files are, in errors ("source file").
     label: String,
     bad_records: Counter,
+    bytes_read: Counter,
 }
 
 impl Ctx {
@@ -159,11 +163,16 @@ impl Ctx {
         }
         match self.format {
             Format::Parquet => {
+                let counters = parquet::Counters {
+                    bad_records: self.bad_records.clone(),
+                    bytes_read: self.bytes_read.clone(),
+                };
+                let schema = self.lines.output_schema();
                 parquet::read(
                     storage,
                     r,
-                    self.schema(),
-                    self.bad_records.clone(),
+                    schema,
+                    counters,
                     self.lines.skip_bad,
                     &self.label,
                 )
@@ -171,10 +180,6 @@ impl Ctx {
             }
             Format::Jsonl | Format::Csv => self.read_lines(&storage, &r, &name).await,
         }
-    }
-
-    fn schema(&self) -> SchemaRef {
-        self.lines.schema.clone()
     }
 
     /// The range's whole lines, decoded.
@@ -187,6 +192,7 @@ impl Ctx {
         let from = r.start.saturating_sub(1);
         let mut hi = r.size.min(r.end.saturating_add(TAIL_STEP));
         let mut buf = storage.get_range(&r.path, from..hi).await?.to_vec();
+        self.bytes_read.add(hi - from);
         let Some(first) = lines::first_line(&buf, from, r.start) else {
             return Ok(futures::stream::empty().boxed());
         };
@@ -203,6 +209,7 @@ impl Ctx {
             }
             let more = r.size.min(hi.saturating_add(TAIL_STEP.max(hi - from)));
             buf.extend_from_slice(&storage.get_range(&r.path, hi..more).await?);
+            self.bytes_read.add(more - hi);
             hi = more;
         };
         let body = bytes::Bytes::from(buf).slice(first..last);

@@ -1,7 +1,8 @@
 //! Parquet ranges: the row groups whose middle byte lies in the range
 //! (so each row group is read by exactly one range), read through storage
 //! a row group at a time and conformed to the `input` schema by column
-//! name.
+//! name. Only the columns the query reads are fetched and decoded (a
+//! projection mask of the file's columns of those names).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,9 +12,9 @@ use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use sluice_common::storage::Storage;
@@ -41,12 +42,20 @@ fn middle(rg: &RowGroupMetaData) -> u64 {
     first + len / 2
 }
 
-/// The range's row groups, as batches of `schema`.
+/// What a read counts.
+pub struct Counters {
+    /// Rows of row groups skipped as bad.
+    pub bad_records: Counter,
+    /// Bytes fetched for rows.
+    pub bytes_read: Counter,
+}
+
+/// The range's row groups, as batches of `schema` (the columns read).
 pub async fn read(
     storage: Storage,
     r: FileRange,
     schema: SchemaRef,
-    bad_records: Counter,
+    counters: Counters,
     skip_bad: bool,
     label: &str,
 ) -> Result<Batches, ExecutorError> {
@@ -55,19 +64,22 @@ pub async fn read(
     let arrow = ArrowReaderMetadata::try_new(meta.clone(), ArrowReaderOptions::new())
         .map_err(|e| ExecutorError::BadInput(format!("{name}: {e}")))?;
     let selected = row_groups(&meta, r.start, r.end);
+    let mask = mask(&arrow, &schema);
     let reader = Reader {
         storage,
         path: r.path,
         meta,
+        bytes_read: counters.bytes_read,
     };
+    let bad_records = counters.bad_records;
     let stream = futures::stream::iter(selected)
         .then(move |i| {
             let (reader, arrow, schema, name) =
                 (reader.clone(), arrow.clone(), schema.clone(), name.clone());
-            let bad_records = bad_records.clone();
+            let (bad_records, mask) = (bad_records.clone(), mask.clone());
             async move {
                 let rows = reader.meta.row_group(i).num_rows() as u64;
-                match row_group(reader, arrow, i, &schema, &name).await {
+                match row_group(reader, (arrow, mask), i, &schema, &name).await {
                     Ok(b) => Ok(b),
                     Err(e) if skip_bad && matches!(e, ExecutorError::BadInput(_)) => {
                         bad_records.add(rows);
@@ -84,9 +96,20 @@ pub async fn read(
     Ok(stream.boxed())
 }
 
+/// The file's top-level columns named in `schema`; a column the file
+/// lacks is named by [`conform`]'s error.
+fn mask(arrow: &ArrowReaderMetadata, schema: &SchemaRef) -> ProjectionMask {
+    let file = arrow.schema();
+    let roots = schema
+        .fields()
+        .iter()
+        .filter_map(|f| file.index_of(f.name()).ok());
+    ProjectionMask::roots(arrow.parquet_schema(), roots)
+}
+
 async fn row_group(
     reader: Reader,
-    arrow: ArrowReaderMetadata,
+    (arrow, mask): (ArrowReaderMetadata, ProjectionMask),
     i: usize,
     schema: &SchemaRef,
     name: &str,
@@ -104,6 +127,7 @@ async fn row_group(
     let batches: Vec<RecordBatch> =
         ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow)
             .with_row_groups(vec![i])
+            .with_projection(mask)
             .with_batch_size(GROUP_LINES)
             .build()
             .map_err(failed)?
@@ -152,15 +176,19 @@ struct Reader {
     storage: Storage,
     path: String,
     meta: Arc<ParquetMetaData>,
+    bytes_read: Counter,
 }
 
 impl AsyncFileReader for Reader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes, ParquetError>> {
         async move {
-            self.storage
+            let bytes = self
+                .storage
                 .get_range(&self.path, range)
                 .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
+                .map_err(|e| ParquetError::External(Box::new(e)))?;
+            self.bytes_read.add(bytes.len() as u64);
+            Ok(bytes)
         }
         .boxed()
     }

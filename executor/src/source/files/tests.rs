@@ -53,6 +53,7 @@ fn fmt(format: Format, skip_bad: bool) -> LineFormat {
             Field::new("id", DataType::Int64, true),
             Field::new("city", DataType::Utf8, true),
         ])),
+        columns: None,
         csv: CsvOptions::default(),
         skip_bad,
     }
@@ -124,7 +125,8 @@ async fn read_error_as(
     let reader =
         super::FilesReader::new(task, fmt(Format::Jsonl, true).schema, Default::default()).unwrap();
     let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
-    let mut batches = reader.read(crate::source::ReadCounters::default());
+    let columns = crate::source::Columns::all(&reader.schema());
+    let mut batches = reader.read(columns, crate::source::ReadCounters::default());
     while let Some(b) = batches.next().await {
         if let Err(e) = b {
             assert!(!e.is_retryable(), "{e}");
