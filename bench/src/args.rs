@@ -31,8 +31,12 @@ pub enum Scenario {
 /// Where the nexmark scenario's events come from (`--input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum NexmarkInput {
+    /// The nexmark source, generating as it reads.
     Nexmark,
+    /// Parquet files, under `--files-dir`.
     Files,
+    /// JSON lines files, under `--jsonl-dir`.
+    Jsonl,
 }
 
 /// Where a scenario's checkpoint root and sink are (`--storage`).
@@ -165,7 +169,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub events_per_second: u64,
     /// nexmark: read the events from the nexmark source, or from Parquet
-    /// files of them (`--files-dir`) through the file source.
+    /// (`--files-dir`) or JSON lines (`--jsonl-dir`) files of them through
+    /// the file source.
     #[arg(long, value_enum, default_value_t = NexmarkInput::Nexmark)]
     pub input: NexmarkInput,
     /// nexmark `--input files`: a directory with a folder of Parquet files
@@ -173,6 +178,9 @@ pub struct BenchArgs {
     /// the same `--events`; a missing folder is generated first.
     #[arg(long, default_value = "target/nexmark-files")]
     pub files_dir: std::path::PathBuf,
+    /// nexmark `--input jsonl`: as `--files-dir`, of JSON lines files.
+    #[arg(long, default_value = "target/nexmark-files-jsonl")]
+    pub jsonl_dir: std::path::PathBuf,
     /// nexmark `--input files`: files per batch.
     #[arg(long, default_value_t = 2)]
     pub files_per_batch: u32,

@@ -32,7 +32,7 @@ use sluice_cli::stats::{Summary, round3};
 /// The source partitions of each table.
 const PARTITIONS: u32 = 4;
 
-/// Rows of each Parquet file the scenario writes for `--input files`.
+/// Rows of each file the scenario writes for `--input files` or `jsonl`.
 const FILE_ROWS: u64 = 1_000_000;
 
 /// Rows of q13's static side input.
@@ -75,6 +75,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         "input": match args.input {
             NexmarkInput::Nexmark => "nexmark",
             NexmarkInput::Files => "files",
+            NexmarkInput::Jsonl => "jsonl",
         },
         "partitions": PARTITIONS,
         "max_rows_per_batch": args.max_rows_per_batch,
@@ -114,7 +115,7 @@ async fn one(
         rows_read += nexmark::total_rows(&s).unwrap_or(0);
         let source = match args.input {
             NexmarkInput::Nexmark => json!({ "nexmark": s }),
-            NexmarkInput::Files => files(args, &s)?,
+            NexmarkInput::Files | NexmarkInput::Jsonl => files(args, &s)?,
         };
         sources.insert(table.to_string(), source);
     }
@@ -144,10 +145,10 @@ async fn one(
     if plan.side_input {
         spec["tables"] = json!({"side_input": side_input(dir.path())?});
     }
-    let inputs = match args.input {
-        NexmarkInput::Nexmark => Vec::new(),
-        NexmarkInput::Files => vec![
-            std::path::absolute(&args.files_dir)?
+    let inputs = match files_dir(args) {
+        None => Vec::new(),
+        Some((dir, _)) => vec![
+            std::path::absolute(dir)?
                 .to_str()
                 .context("files dir is not UTF-8")?
                 .to_string(),
@@ -165,9 +166,14 @@ async fn one(
         args.events
     );
     let mut figures = rates(args, &run, cpu, rows_read);
-    figures["input"] = match args.input {
-        NexmarkInput::Nexmark => "nexmark source".into(),
-        NexmarkInput::Files => format!("parquet files, {} a batch", args.files_per_batch).into(),
+    figures["input"] = match files_dir(args) {
+        None => "nexmark source".into(),
+        Some((_, format)) => format!(
+            "{} files, {} a batch",
+            format.as_str(),
+            args.files_per_batch
+        )
+        .into(),
     };
     figures["sql"] = plan.sql.into();
     if let Some(d) = plan.differs {
@@ -199,29 +205,79 @@ fn rates(args: &BenchArgs, run: &Run, cpu: f64, rows_read: u64) -> Value {
     })
 }
 
-/// The file source over the Parquet files of `spec`'s table under
-/// `--files-dir`, written first when missing (before the clock starts).
+/// The folder of the input's files and their format; `None` for the
+/// nexmark source.
+fn files_dir(args: &BenchArgs) -> Option<(&std::path::Path, FileFormat)> {
+    match args.input {
+        NexmarkInput::Nexmark => None,
+        NexmarkInput::Files => Some((&args.files_dir, FileFormat::Parquet)),
+        NexmarkInput::Jsonl => Some((&args.jsonl_dir, FileFormat::Jsonl)),
+    }
+}
+
+/// The input's file formats.
+#[derive(Debug, Clone, Copy)]
+enum FileFormat {
+    Parquet,
+    Jsonl,
+}
+
+impl FileFormat {
+    fn as_str(self) -> &'static str {
+        match self {
+            FileFormat::Parquet => "parquet",
+            FileFormat::Jsonl => "jsonl",
+        }
+    }
+}
+
+/// The file source over the files of `spec`'s table under the input's
+/// folder, written first when missing (before the clock starts). Parquet
+/// files carry their schema; jsonl files are read with the table's.
 fn files(args: &BenchArgs, spec: &NexmarkSpec) -> anyhow::Result<Value> {
-    let dir = args.files_dir.join(spec.table.as_str());
+    let (root, format) = files_dir(args).context("a file input")?;
+    let dir = root.join(spec.table.as_str());
     if !dir.exists() {
-        let format = sluice_proto::SinkFormat::Parquet;
-        sluice_cli::nexmark::write_table(spec, format, &dir, FILE_ROWS)?;
+        let sink = match format {
+            FileFormat::Parquet => sluice_proto::SinkFormat::Parquet,
+            FileFormat::Jsonl => sluice_proto::SinkFormat::Jsonl,
+        };
+        sluice_cli::nexmark::write_table(spec, sink, &dir, FILE_ROWS)?;
     }
     let dir = std::path::absolute(&dir)?;
     let count = std::fs::read_dir(&dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .filter(|e| {
             e.as_ref()
-                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == format.as_str()))
         })
         .count();
-    Ok(json!({"files": {
+    let mut files = json!({
         "path": dir.to_str().context("files dir is not UTF-8")?,
-        "format": "parquet",
-        "infer": true,
+        "format": format.as_str(),
         "total_files": count,
         "max_files_per_batch": args.files_per_batch,
-    }}))
+    });
+    match format {
+        FileFormat::Parquet => files["infer"] = true.into(),
+        FileFormat::Jsonl => files["schema"] = columns(&nexmark::schema(spec.table))?,
+    }
+    Ok(json!({ "files": files }))
+}
+
+/// `schema` as a file source's `schema:` list.
+fn columns(schema: &arrow_schema::Schema) -> anyhow::Result<Value> {
+    use arrow_schema::DataType;
+    let column = |f: &arrow_schema::Field| -> anyhow::Result<Value> {
+        let ty = match f.data_type() {
+            DataType::Int64 => "bigint",
+            DataType::Utf8 => "string",
+            DataType::Timestamp(_, _) => "timestamp",
+            other => anyhow::bail!("no file schema type for {other}"),
+        };
+        Ok(json!({"name": f.name(), "type": ty}))
+    };
+    schema.fields().iter().map(|f| column(f)).collect()
 }
 
 /// q13's side input, `key` 0..10 000 and a `value` string, as a CSV file

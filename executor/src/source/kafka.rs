@@ -93,21 +93,36 @@ impl SourceReader for KafkaReader {
     }
 
     fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches {
-        let value_schema = Arc::new(Schema::new(
-            self.schema.fields()[..self.schema.fields().len() - 3].to_vec(),
-        ));
+        let width = self.schema.fields().len() - 3;
+        let value_schema = Arc::new(Schema::new(self.schema.fields()[..width].to_vec()));
+        // The value's columns decoded: those read, or the first when none
+        // is (a value is still checked to be a record).
+        let mut decoded: Vec<usize> = columns
+            .indexes()
+            .iter()
+            .copied()
+            .filter(|&c| c < width)
+            .collect();
+        if decoded.is_empty() || self.format == KafkaFormat::Raw {
+            decoded = match self.format {
+                KafkaFormat::Raw => (0..width).collect(),
+                KafkaFormat::Json => vec![0],
+            };
+        }
         let state = State {
             from: self.task.start,
             decoder: Decoder {
                 format: self.format,
-                schema: self.schema,
+                schema: columns_schema(&self.schema, &columns),
                 lines: LineFormat {
                     format: Format::Jsonl,
                     schema: value_schema,
-                    columns: None,
+                    columns: Some(decoded.clone()),
                     csv: CsvOptions::default(),
                     skip_bad: self.task.skip_bad_records,
                 },
+                columns,
+                decoded,
                 partition: self.task.partition,
                 at: format!(
                     "kafka topic {:?} partition {}",
@@ -119,7 +134,7 @@ impl SourceReader for KafkaReader {
             client: None,
             counters,
         };
-        let all = futures::stream::try_unfold(state, |mut s| async move {
+        futures::stream::try_unfold(state, |mut s| async move {
             match s.next().await? {
                 Some(batch) => Ok(Some((batch, s))),
                 None => {
@@ -128,9 +143,16 @@ impl SourceReader for KafkaReader {
                 }
             }
         })
-        .boxed();
-        super::project(all, columns)
+        .boxed()
     }
+}
+
+fn columns_schema(schema: &SchemaRef, columns: &Columns) -> SchemaRef {
+    Arc::new(
+        schema
+            .project(columns.indexes())
+            .expect("columns of the schema"),
+    )
 }
 
 /// Where a read stands.
@@ -262,9 +284,16 @@ impl State {
 /// Turns fetched records into rows of the `input` table.
 struct Decoder {
     format: KafkaFormat,
+    /// The schema of the columns read.
     schema: SchemaRef,
-    /// How a JSON value decodes (the declared columns).
+    /// How a JSON value decodes (the declared columns decoded).
     lines: LineFormat,
+    /// The columns read, as indexes into the input schema: the value's
+    /// columns, then the partition, offset and timestamp.
+    columns: Columns,
+    /// The value's columns decoded, ascending: for a raw value, the key
+    /// and the value.
+    decoded: Vec<usize>,
     partition: i32,
     /// "kafka topic "t" partition 0", in errors.
     at: String,
@@ -276,7 +305,7 @@ impl Decoder {
         records: &[KafkaRecord],
         counters: &ReadCounters,
     ) -> Result<RecordBatch, ExecutorError> {
-        let (mut columns, kept): (Vec<ArrayRef>, Vec<&KafkaRecord>) = match self.format {
+        let (values, kept): (Vec<ArrayRef>, Vec<&KafkaRecord>) = match self.format {
             KafkaFormat::Raw => {
                 let key = BinaryArray::from_iter(records.iter().map(|r| r.key.as_deref()));
                 let value = BinaryArray::from_iter(records.iter().map(|r| r.value.as_deref()));
@@ -288,13 +317,22 @@ impl Decoder {
             KafkaFormat::Json => self.json(records, counters)?,
         };
         let n = kept.len();
-        columns.push(Arc::new(Int32Array::from(vec![self.partition; n])));
-        columns.push(Arc::new(Int64Array::from_iter_values(
-            kept.iter().map(|r| r.offset),
-        )));
-        columns.push(Arc::new(TimestampMillisecondArray::from_iter_values(
-            kept.iter().map(|r| r.timestamp_ms),
-        )));
+        let width = self.lines.schema.fields().len();
+        let column = |c: usize| -> ArrayRef {
+            match c.checked_sub(width) {
+                None => {
+                    // Invariant: a value column read is one decoded.
+                    let i = self.decoded.iter().position(|&d| d == c);
+                    values[i.expect("a value column read is decoded")].clone()
+                }
+                Some(0) => Arc::new(Int32Array::from(vec![self.partition; n])),
+                Some(1) => Arc::new(Int64Array::from_iter_values(kept.iter().map(|r| r.offset))),
+                Some(_) => Arc::new(TimestampMillisecondArray::from_iter_values(
+                    kept.iter().map(|r| r.timestamp_ms),
+                )),
+            }
+        };
+        let columns = self.columns.indexes().iter().map(|&c| column(c)).collect();
         RecordBatch::try_new(self.schema.clone(), columns)
             .map_err(|e| ExecutorError::BadInput(format!("{}: {e}", self.at)))
     }
