@@ -179,7 +179,8 @@ impl Opened {
     pub fn produced(&self, emitted: output::Emitted) -> Produced {
         Produced {
             rows: emitted.rows,
-            input_rows: self.read.get(),
+            // The rows the source dropped by the query's filter were read.
+            input_rows: self.read.get() + self.counters.rows_filtered.get(),
             bad_records: self.counters.bad_records.get(),
             records_lost: self.counters.records_lost.get(),
             dropped: self.late.as_ref().map_or(0, |l| l.dropped.get()),
@@ -189,8 +190,8 @@ impl Opened {
 }
 
 /// The task's input, opened by the query's plan for the columns it reads
-/// (and the event time, which the late filter reads); and the static
-/// tables.
+/// (and the event time, which the late filter reads) and with its filter
+/// on the stream; and the static tables.
 pub(crate) fn open_input(
     source: Box<dyn SourceReader>,
     tables: &[sluice_proto::TablePlan],
@@ -208,8 +209,14 @@ pub(crate) fn open_input(
         counters: counters.clone(),
         tables,
     };
-    let input = sluice_sql::TaskInput::new(move |wanted| {
+    let mut source = source;
+    let input = sluice_sql::TaskInput::filtered(move |wanted, filter| {
         let schema = source.schema();
+        // The event time of every row, late or not, is the watermark's:
+        // rows are dropped by the query's filter only without one.
+        if let (Some(filter), None) = (filter, &late) {
+            source.filter(filter);
+        }
         let columns = Columns::of(&schema, wanted, late.as_ref().map(LateFilter::column));
         let late = late.map(|l| l.within(columns.indexes()));
         let input = Input::new(source.read(columns, counters), late, (read, failure));

@@ -28,6 +28,8 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use futures::{Stream, StreamExt};
 
+use crate::predicate::RowFilter;
+
 /// An error of the input, passed through DataFusion unchanged.
 pub type InputError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,22 +43,30 @@ pub type InputBatches = futures::stream::BoxStream<'static, Result<RecordBatch, 
 pub struct TaskInput(Box<dyn Opener>);
 
 /// What opens a [`TaskInput`].
-trait Opener: FnOnce(&[usize]) -> InputBatches + Send {}
+trait Opener: FnOnce(&[usize], Option<RowFilter>) -> InputBatches + Send {}
 
-impl<F: FnOnce(&[usize]) -> InputBatches + Send> Opener for F {}
+impl<F: FnOnce(&[usize], Option<RowFilter>) -> InputBatches + Send> Opener for F {}
 
 impl TaskInput {
     pub fn new(open: impl FnOnce(&[usize]) -> InputBatches + Send + 'static) -> Self {
+        TaskInput(Box::new(move |columns: &[usize], _| open(columns)))
+    }
+
+    /// An input whose opener is also given the plan's filter on the
+    /// stream, which it may apply to skip rows ([`RowFilter`]).
+    pub fn filtered(
+        open: impl FnOnce(&[usize], Option<RowFilter>) -> InputBatches + Send + 'static,
+    ) -> Self {
         TaskInput(Box::new(open))
     }
 
     /// No rows: for a plan made to be inspected, not run.
     pub fn empty() -> Self {
-        TaskInput::new(|_| Box::pin(futures::stream::empty()))
+        TaskInput::new(|_: &[usize]| -> InputBatches { Box::pin(futures::stream::empty()) })
     }
 
-    pub(crate) fn open(self, columns: &[usize]) -> InputBatches {
-        (self.0)(columns)
+    pub(crate) fn open(self, columns: &[usize], filter: Option<RowFilter>) -> InputBatches {
+        (self.0)(columns, filter)
     }
 }
 

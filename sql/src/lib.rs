@@ -32,6 +32,7 @@ pub mod guard;
 mod input;
 mod join;
 mod lineage;
+mod predicate;
 mod schema;
 mod session;
 mod session_window;
@@ -72,6 +73,7 @@ use futures::executor::block_on;
 
 use input::SharedInput;
 pub use input::{InputBatches, InputError, TaskInput};
+pub use predicate::{Conjunct, RowFilter};
 use stream_table::StreamTable;
 
 /// The table name of a query's input when it has one stream.
@@ -306,7 +308,7 @@ async fn physical(
         .iter()
         .find(|(name, _)| *name == streams.reading)
         .expect("the stream read is one of the stream tables");
-    shared.open(input.open(&reading.columns_read()));
+    shared.open(input.open(&reading.columns_read(), reading.filter()));
     let planned = Planned {
         ctx,
         plan: physical,

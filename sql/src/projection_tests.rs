@@ -113,3 +113,78 @@ async fn a_scan_that_needs_a_column_the_input_lacks_fails_by_name() {
     let err = out.next().await.unwrap().unwrap_err().to_string();
     assert!(err.contains("\"url\""), "{err}");
 }
+
+/// Runs `sql`, returning the filter its input was opened with.
+async fn filter_of(sql: &str) -> Option<crate::RowFilter> {
+    let (filter, ran) = try_filter_of(sql).await;
+    ran.unwrap();
+    filter
+}
+
+/// Runs `sql`: the filter its input was opened with, and how the run ended.
+async fn try_filter_of(sql: &str) -> (Option<crate::RowFilter>, Result<(), crate::SqlError>) {
+    let noted = Arc::new(Mutex::new(None));
+    let note = noted.clone();
+    let input = TaskInput::filtered(move |columns, filter| {
+        *note.lock().unwrap() = Some(filter);
+        rows(columns)
+    });
+    let mut out = run(sql, schema(), input, &[], BUDGET).await.unwrap();
+    let mut ran = Ok(());
+    while let Some(b) = out.next().await {
+        if let Err(e) = b {
+            ran = Err(e);
+            break;
+        }
+    }
+    let filter = noted.lock().unwrap().take();
+    (filter.expect("the input was opened"), ran)
+}
+
+#[tokio::test]
+async fn a_where_on_the_stream_is_handed_to_its_source_conjunct_by_conjunct() {
+    let filter =
+        filter_of("SELECT auction, price FROM input WHERE auction % 123 = 0 AND price > 100")
+            .await
+            .expect("a filter");
+    let conjuncts = filter.conjuncts();
+    assert_eq!(conjuncts.len(), 2);
+    assert_eq!(conjuncts[0].columns(), ["auction"]);
+    assert_eq!(conjuncts[1].columns(), ["price"]);
+    let all: Vec<usize> = (0..4).collect();
+    let batch = futures::executor::block_on(futures::StreamExt::next(&mut rows(&all)))
+        .unwrap()
+        .unwrap();
+    let keep = conjuncts[0].keeps(&batch).expect("evaluated");
+    let kept: Vec<usize> = (0..batch.num_rows()).filter(|&i| keep.value(i)).collect();
+    let want: Vec<usize> = (0..1000).filter(|i| i % 123 == 0).collect();
+    assert_eq!(kept, want);
+}
+
+#[tokio::test]
+async fn a_conjunct_that_fails_on_a_row_keeps_every_row_for_the_plan_to_decide() {
+    // bidder / auction divides by zero on the row whose auction is 0.
+    let sql = "SELECT auction FROM input WHERE auction > 0 AND bidder / auction >= 0";
+    let (filter, ran) = try_filter_of(sql).await;
+    let filter = filter.expect("a filter");
+    // The plan evaluates the whole conjunction, as the source does.
+    assert!(ran.unwrap_err().to_string().contains("Divide by zero"));
+    let all: Vec<usize> = (0..4).collect();
+    let batch = futures::executor::block_on(futures::StreamExt::next(&mut rows(&all)))
+        .unwrap()
+        .unwrap();
+    let failing = filter
+        .conjuncts()
+        .iter()
+        .find(|c| c.columns() == ["auction", "bidder"])
+        .expect("the division's conjunct");
+    assert!(failing.keeps(&batch).is_none());
+}
+
+#[tokio::test]
+async fn no_filter_is_handed_over_for_a_stream_scanned_twice_or_without_a_where() {
+    assert!(filter_of("SELECT * FROM input").await.is_none());
+    let self_join = "SELECT a.auction FROM input a JOIN input b ON a.auction = b.auction \
+                     WHERE a.price > 5";
+    assert!(filter_of(self_join).await.is_none());
+}

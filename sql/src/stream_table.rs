@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  plan:   optimizer ─► TableScan(projection) ─► StreamTable::scan ─► notes the columns
-//!  open:   columns_read() (union of the scans') ─► TaskInput::open ─► the source reads them
+//!  open:   columns_read() (union of the scans'), filter() ─► TaskInput::open ─► the source reads them
 //!  run:    each scan's partition projects the input's batches to its own columns, by name
 //! ```
 //!
@@ -18,11 +18,12 @@ use arrow_schema::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::error::Result;
-use datafusion::logical_expr::{Expr, TableType};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 
 use crate::input::{Once, SharedInput};
+use crate::predicate::RowFilter;
 
 /// One stream table: the task's input, or empty for a stream the task
 /// does not read.
@@ -34,8 +35,9 @@ pub(crate) struct StreamTable {
     scans: Mutex<Vec<Scan>>,
 }
 
-/// A planned scan: the columns it reads, and its partition.
-type Scan = (Vec<usize>, Arc<dyn PartitionStream>);
+/// A planned scan: the columns it reads, the filters DataFusion pushed
+/// into it (which it also applies above), and its partition.
+type Scan = (Vec<usize>, Vec<Expr>, Arc<dyn PartitionStream>);
 
 impl StreamTable {
     pub(crate) fn new(schema: SchemaRef, input: Option<SharedInput>) -> Self {
@@ -49,17 +51,27 @@ impl StreamTable {
     /// The partitions of the scans planned so far.
     pub(crate) fn partitions(&self) -> Vec<Arc<dyn PartitionStream>> {
         let scans = self.scans.lock().expect("stream table lock poisoned");
-        scans.iter().map(|(_, p)| p.clone()).collect()
+        scans.iter().map(|(_, _, p)| p.clone()).collect()
     }
 
     /// The columns any planned scan reads, as indexes into the table's
     /// schema, ascending; empty when no scan reads a column.
     pub(crate) fn columns_read(&self) -> Vec<usize> {
         let scans = self.scans.lock().expect("stream table lock poisoned");
-        let mut columns: Vec<usize> = scans.iter().flat_map(|(c, _)| c.clone()).collect();
+        let mut columns: Vec<usize> = scans.iter().flat_map(|(c, _, _)| c.clone()).collect();
         columns.sort_unstable();
         columns.dedup();
         columns
+    }
+
+    /// The filter a source may apply: that of the one scan, when the plan
+    /// scans the table once.
+    pub(crate) fn filter(&self) -> Option<RowFilter> {
+        let scans = self.scans.lock().expect("stream table lock poisoned");
+        match scans.as_slice() {
+            [(_, filters, _)] => RowFilter::of(filters, &self.schema),
+            _ => None,
+        }
     }
 }
 
@@ -83,11 +95,25 @@ impl TableProvider for StreamTable {
         TableType::View
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Inexact: the plan filters too, whatever the source does.
+        Ok(filters
+            .iter()
+            .map(|f| match crate::predicate::pushable(f) {
+                true => TableProviderFilterPushDown::Inexact,
+                false => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let columns = match projection {
@@ -102,7 +128,7 @@ impl TableProvider for StreamTable {
         self.scans
             .lock()
             .expect("stream table lock poisoned")
-            .push((columns, partition.clone()));
+            .push((columns, filters.to_vec(), partition.clone()));
         let exec = StreamingTableExec::try_new(schema, vec![partition], None, [], false, limit)?;
         Ok(Arc::new(exec))
     }

@@ -35,6 +35,9 @@ pub struct ReadCounters {
     /// Bytes of the source's files fetched for their rows (a file source;
     /// a Parquet footer aside).
     pub bytes_read: Counter,
+    /// Rows of the range the reader skipped because the query's filter
+    /// drops them ([`SourceReader::filter`]): read, not passed on.
+    pub rows_filtered: Counter,
 }
 
 /// The reader of one task's range.
@@ -44,6 +47,11 @@ pub trait SourceReader: Send {
     /// The number of rows the range holds, when the plan fixes it; the
     /// task checks what it read against it.
     fn planned_rows(&self) -> Option<u64>;
+    /// Hands the reader the query's filter on its rows. A reader that can
+    /// skips the rows it drops, counting them in `rows_filtered`; the
+    /// query filters again, so a reader may also ignore it (the default).
+    fn filter(&mut self, _filter: sluice_sql::RowFilter) {}
+
     /// Reads the range's `columns` (indexes into [`SourceReader::schema`],
     /// ascending, at least one), counting what it skips in `counters`.
     /// Every batch holds exactly those columns: a reader that can, decodes

@@ -42,6 +42,8 @@ pub struct FilesReader {
     stores: Stores,
     format: Format,
     schema: SchemaRef,
+    /// The query's filter, which a Parquet read applies.
+    filter: Option<sluice_sql::RowFilter>,
 }
 
 impl FilesReader {
@@ -68,6 +70,7 @@ impl FilesReader {
             stores,
             format,
             schema,
+            filter: None,
         })
     }
 }
@@ -79,6 +82,10 @@ impl SourceReader for FilesReader {
 
     fn planned_rows(&self) -> Option<u64> {
         None
+    }
+
+    fn filter(&mut self, filter: sluice_sql::RowFilter) {
+        self.filter = Some(filter);
     }
 
     fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches {
@@ -105,6 +112,8 @@ impl SourceReader for FilesReader {
             },
             bad_records: counters.bad_records,
             bytes_read: counters.bytes_read,
+            rows_filtered: counters.rows_filtered,
+            filter: self.filter,
         });
         let ranges = self.task.ranges;
         futures::stream::iter(ranges)
@@ -130,6 +139,8 @@ struct Ctx {
     label: String,
     bad_records: Counter,
     bytes_read: Counter,
+    rows_filtered: Counter,
+    filter: Option<sluice_sql::RowFilter>,
 }
 
 impl Ctx {
@@ -166,17 +177,14 @@ impl Ctx {
                 let counters = parquet::Counters {
                     bad_records: self.bad_records.clone(),
                     bytes_read: self.bytes_read.clone(),
+                    rows_filtered: self.rows_filtered.clone(),
                 };
-                let schema = self.lines.output_schema();
-                parquet::read(
-                    storage,
-                    r,
-                    schema,
-                    counters,
-                    self.lines.skip_bad,
-                    &self.label,
-                )
-                .await
+                let read = parquet::Read {
+                    schema: self.lines.output_schema(),
+                    filter: self.filter.clone(),
+                    skip_bad: self.lines.skip_bad,
+                };
+                parquet::read(storage, r, read, counters, &self.label).await
             }
             Format::Jsonl | Format::Csv => self.read_lines(&storage, &r, &name).await,
         }

@@ -7,12 +7,14 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::arrow_reader::{
+    ArrowPredicate, ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, RowFilter,
+};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::errors::ParquetError;
@@ -48,15 +50,24 @@ pub struct Counters {
     pub bad_records: Counter,
     /// Bytes fetched for rows.
     pub bytes_read: Counter,
+    /// Rows the query's filter dropped.
+    pub rows_filtered: Counter,
 }
 
-/// The range's row groups, as batches of `schema` (the columns read).
+/// What a read returns: the columns of `schema`, of the rows `filter`
+/// keeps.
+pub struct Read {
+    pub schema: SchemaRef,
+    pub filter: Option<sluice_sql::RowFilter>,
+    pub skip_bad: bool,
+}
+
+/// The range's row groups, as batches of the columns read.
 pub async fn read(
     storage: Storage,
     r: FileRange,
-    schema: SchemaRef,
+    read: Read,
     counters: Counters,
-    skip_bad: bool,
     label: &str,
 ) -> Result<Batches, ExecutorError> {
     let name = format!("{label} {}", storage.describe_str(&r.path));
@@ -64,23 +75,33 @@ pub async fn read(
     let arrow = ArrowReaderMetadata::try_new(meta.clone(), ArrowReaderOptions::new())
         .map_err(|e| ExecutorError::BadInput(format!("{name}: {e}")))?;
     let selected = row_groups(&meta, r.start, r.end);
-    let mask = mask(&arrow, &schema);
+    let plan = Arc::new(Plan {
+        mask: mask(&arrow, &read.schema),
+        arrow,
+        schema: read.schema,
+        filter: read.filter,
+        name,
+    });
     let reader = Reader {
         storage,
         path: r.path,
         meta,
         bytes_read: counters.bytes_read,
     };
-    let bad_records = counters.bad_records;
+    let (bad_records, filtered, skip_bad) =
+        (counters.bad_records, counters.rows_filtered, read.skip_bad);
     let stream = futures::stream::iter(selected)
         .then(move |i| {
-            let (reader, arrow, schema, name) =
-                (reader.clone(), arrow.clone(), schema.clone(), name.clone());
-            let (bad_records, mask) = (bad_records.clone(), mask.clone());
+            let (reader, plan) = (reader.clone(), plan.clone());
+            let (bad_records, filtered) = (bad_records.clone(), filtered.clone());
             async move {
                 let rows = reader.meta.row_group(i).num_rows() as u64;
-                match row_group(reader, (arrow, mask), i, &schema, &name).await {
-                    Ok(b) => Ok(b),
+                match row_group(reader, &plan, i).await {
+                    Ok(b) => {
+                        let kept: u64 = b.iter().map(|b| b.num_rows() as u64).sum();
+                        filtered.add(rows - kept);
+                        Ok(b)
+                    }
                     Err(e) if skip_bad && matches!(e, ExecutorError::BadInput(_)) => {
                         bad_records.add(rows);
                         Ok(Vec::new())
@@ -96,6 +117,47 @@ pub async fn read(
     Ok(stream.boxed())
 }
 
+/// How each row group of a file is read.
+struct Plan {
+    arrow: ArrowReaderMetadata,
+    /// The file's columns read.
+    mask: ProjectionMask,
+    /// The columns read, as the query has them.
+    schema: SchemaRef,
+    filter: Option<sluice_sql::RowFilter>,
+    /// The file, in errors.
+    name: String,
+}
+
+/// The query's filter as the Parquet reader's: each conjunct over its own
+/// columns, in order, so that the next conjunct and the columns read are
+/// decoded only for the rows kept. A conjunct over a column the file
+/// lacks is left to the query.
+fn row_filter(arrow: &ArrowReaderMetadata, filter: &sluice_sql::RowFilter) -> Option<RowFilter> {
+    let file = arrow.schema();
+    let predicates: Vec<Box<dyn ArrowPredicate>> = filter
+        .conjuncts()
+        .iter()
+        .filter_map(|c| {
+            let roots = c
+                .columns()
+                .iter()
+                .map(|name| file.index_of(name).ok())
+                .collect::<Option<Vec<_>>>()?;
+            let mask = ProjectionMask::roots(arrow.parquet_schema(), roots);
+            let conjunct = c.clone();
+            let keep = move |batch: RecordBatch| {
+                // A conjunct that cannot say keeps every row: the query decides.
+                Ok(conjunct
+                    .keeps(&batch)
+                    .unwrap_or_else(|| BooleanArray::from(vec![true; batch.num_rows()])))
+            };
+            Some(Box::new(ArrowPredicateFn::new(mask, keep)) as Box<dyn ArrowPredicate>)
+        })
+        .collect();
+    (!predicates.is_empty()).then(|| RowFilter::new(predicates))
+}
+
 /// The file's top-level columns named in `schema`; a column the file
 /// lacks is named by [`conform`]'s error.
 fn mask(arrow: &ArrowReaderMetadata, schema: &SchemaRef) -> ProjectionMask {
@@ -109,11 +171,10 @@ fn mask(arrow: &ArrowReaderMetadata, schema: &SchemaRef) -> ProjectionMask {
 
 async fn row_group(
     reader: Reader,
-    (arrow, mask): (ArrowReaderMetadata, ProjectionMask),
+    plan: &Plan,
     i: usize,
-    schema: &SchemaRef,
-    name: &str,
 ) -> Result<Vec<RecordBatch>, ExecutorError> {
+    let name = &plan.name;
     let bad =
         |e: &dyn std::fmt::Display| ExecutorError::BadInput(format!("{name} row group {i}: {e}"));
     // A storage error stays one (it may be retried); anything else is bad data.
@@ -124,19 +185,27 @@ async fn row_group(
         },
         other => bad(&other),
     };
-    let batches: Vec<RecordBatch> =
-        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, arrow)
+    let mut builder =
+        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, plan.arrow.clone())
             .with_row_groups(vec![i])
-            .with_projection(mask)
-            .with_batch_size(GROUP_LINES)
-            .build()
-            .map_err(failed)?
-            .try_collect()
-            .await
-            .map_err(failed)?;
+            .with_projection(plan.mask.clone())
+            .with_batch_size(GROUP_LINES);
+    if let Some(filter) = plan
+        .filter
+        .as_ref()
+        .and_then(|f| row_filter(&plan.arrow, f))
+    {
+        builder = builder.with_row_filter(filter);
+    }
+    let batches: Vec<RecordBatch> = builder
+        .build()
+        .map_err(failed)?
+        .try_collect()
+        .await
+        .map_err(failed)?;
     batches
         .into_iter()
-        .map(|b| conform(b, schema).map_err(|e| bad(&e)))
+        .map(|b| conform(b, &plan.schema).map_err(|e| bad(&e)))
         .collect()
 }
 

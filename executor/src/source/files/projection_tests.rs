@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
@@ -192,4 +192,57 @@ async fn jsonl_and_csv_reads_decode_only_the_columns_read() {
         assert_eq!(column_values(&batches, "price")[0], 9, "{format}");
         assert_eq!(fetched, size, "{format}: lines are read whole");
     }
+}
+
+#[tokio::test]
+async fn a_parquet_read_applies_the_query_filter_and_counts_the_rows_it_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = write_parquet(&dir.path().join("bids.parquet"));
+    let task = sluice_proto::FilesTask {
+        root: dir.path().display().to_string(),
+        format: "parquet".into(),
+        ranges: vec![sluice_proto::FileRange {
+            path: "bids.parquet".into(),
+            size,
+            start: 0,
+            end: size,
+            modified_ms: 0,
+        }],
+        skip_bad_records: false,
+        csv: None,
+        label: String::new(),
+    };
+    let mut reader: Box<dyn SourceReader> =
+        Box::new(super::FilesReader::new(task, bids(), Default::default()).unwrap());
+    let counters = ReadCounters::default();
+    let (seen, passed) = (counters.clone(), crate::counter::Counter::default());
+    let passed_on = passed.clone();
+    let input = sluice_sql::TaskInput::filtered(move |wanted, filter| {
+        reader.filter(filter.expect("the query's filter"));
+        let columns = Columns::of(&bids(), wanted, None);
+        let batches = reader.read(columns, counters).map(move |b| {
+            let b = b?;
+            passed_on.add(b.num_rows() as u64);
+            Ok(b)
+        });
+        Box::pin(batches.map_err(|e: crate::error::ExecutorError| e.to_string().into()))
+    });
+    let sql = "SELECT auction, price FROM input WHERE auction % 123 = 0";
+    let budget = sluice_sql::guard::DEFAULT_BUDGET;
+    let mut out = sluice_sql::run(sql, bids(), input, &[], budget)
+        .await
+        .unwrap();
+    let mut batches = Vec::new();
+    while let Some(b) = out.next().await {
+        batches.push(b.unwrap());
+    }
+    out.read_rest().await.unwrap();
+    let want: Vec<i64> = (0..ROWS)
+        .map(|i| i % 1000)
+        .filter(|a| a % 123 == 0)
+        .collect();
+    assert_eq!(column_values(&batches, "auction"), want);
+    // The reader passed on only the rows kept; with those it dropped, every row.
+    assert_eq!(passed.get(), want.len() as u64);
+    assert_eq!(seen.rows_filtered.get() + passed.get(), ROWS as u64);
 }
