@@ -46,6 +46,8 @@ import shutil
 import sys
 import time
 
+from nexmark import events_of
+
 # Per --format: the files' suffix and the default --files-dir (as nexmark.py).
 FORMATS = {
     "parquet": {"suffix": ".parquet", "files_dir": "target/nexmark-files/bid"},
@@ -65,9 +67,6 @@ QUERIES = {
             "FROM bid GROUP BY auction, strftime(date_time, '%Y-%m-%d')"),
 }
 ORDER = ["q0", "q1", "q2", "q17"]
-
-# Nexmark's event mix: of every 50 events, 1 person, 3 auctions, 46 bids.
-BID_SHARE = 46 / 50
 
 # The bid table's columns as the jsonl files hold them.
 JSONL_COLUMNS = ("{auction: 'BIGINT', bidder: 'BIGINT', price: 'BIGINT', channel: 'VARCHAR', "
@@ -148,14 +147,7 @@ def run_query(con, a, query, files, n_files_all, files_dir):
     file_rows = con.execute("SELECT count(*) FROM bid").fetchone()[0]
     count_s = time.perf_counter() - t0
 
-    if a.max_files is not None and len(files) < n_files_all:
-        events, events_basis = round(file_rows / BID_SHARE), "rows*50/46 (--max-files)"
-    else:
-        events, events_basis = a.events, "--events"
-    expect_bids = round(a.events * BID_SHARE)
-    problems = []
-    if events_basis == "--events" and abs(file_rows - expect_bids) > 46:
-        problems.append(f"--events {a.events} means about {expect_bids} bids, the files hold {file_rows}")
+    events, events_basis, problems = events_of(a, file_rows, len(files) < n_files_all)
     last = runs[-1]
     for r in runs:
         if r["result_rows"] != last["result_rows"]:

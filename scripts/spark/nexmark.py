@@ -72,6 +72,19 @@ UPDATE_MODE = {"q17"}
 BID_SHARE = 46 / 50
 
 
+def events_of(a, file_rows, partial):
+    """The events the files read cover, how that was found (from --events, or
+    from the rows when --max-files read part of them), and the problems: a
+    file count that does not match --events."""
+    if a.max_files is not None and partial:
+        return round(file_rows / BID_SHARE), "rows*50/46 (--max-files)", []
+    expect_bids = round(a.events * BID_SHARE)
+    problems = []
+    if abs(file_rows - expect_bids) > 46:
+        problems.append(f"--events {a.events} means about {expect_bids} bids, the files hold {file_rows}")
+    return a.events, "--events", problems
+
+
 def event(name, **kw):
     rec = {"event": name, "t": time.time(), "since_proc_start_s": round(time.time() - T_PROC, 3)}
     rec.update(kw)
@@ -332,14 +345,7 @@ def main():
     batch_result_rows = spark.sql(sql).count()
     count_s = time.time() - t0
 
-    if a.max_files is not None and n_files < n_files_all:
-        events, events_basis = round(file_rows / BID_SHARE), "rows*50/46 (--max-files)"
-    else:
-        events, events_basis = a.events, "--events"
-    expect_bids = round(a.events * BID_SHARE)
-    problems = []
-    if events_basis == "--events" and abs(file_rows - expect_bids) > 46:
-        problems.append(f"--events {a.events} means about {expect_bids} bids, the files hold {file_rows}")
+    events, events_basis, problems = events_of(a, file_rows, n_files < n_files_all)
     passes = []
     for r in runs:
         pp = pass_problems(r, mode, file_rows, batch_result_rows)

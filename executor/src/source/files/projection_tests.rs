@@ -60,15 +60,8 @@ fn write_parquet(path: &std::path::Path) -> u64 {
     bytes.len() as u64
 }
 
-/// Reads all of `file` (of `size` bytes, in `format`) for `columns`: the
-/// batches and the bytes fetched.
-async fn read(
-    dir: &std::path::Path,
-    file: &str,
-    size: u64,
-    format: &str,
-    columns: &[usize],
-) -> (Vec<RecordBatch>, u64) {
+/// The reader of all of `file` (of `size` bytes, in `format`) in `dir`.
+fn reader(dir: &std::path::Path, file: &str, size: u64, format: &str) -> Box<dyn SourceReader> {
     let task = sluice_proto::FilesTask {
         root: dir.display().to_string(),
         format: format.into(),
@@ -83,8 +76,19 @@ async fn read(
         csv: None,
         label: String::new(),
     };
-    let reader = super::FilesReader::new(task, bids(), Default::default()).unwrap();
-    let reader: Box<dyn SourceReader> = Box::new(reader);
+    Box::new(super::FilesReader::new(task, bids(), Default::default()).unwrap())
+}
+
+/// Reads all of `file` (of `size` bytes, in `format`) for `columns`: the
+/// batches and the bytes fetched.
+async fn read(
+    dir: &std::path::Path,
+    file: &str,
+    size: u64,
+    format: &str,
+    columns: &[usize],
+) -> (Vec<RecordBatch>, u64) {
+    let reader = reader(dir, file, size, format);
     let counters = ReadCounters::default();
     let columns = Columns::of(&bids(), columns, None);
     let batches = reader
@@ -198,22 +202,7 @@ async fn jsonl_and_csv_reads_decode_only_the_columns_read() {
 async fn a_parquet_read_applies_the_query_filter_and_counts_the_rows_it_drops() {
     let dir = tempfile::tempdir().unwrap();
     let size = write_parquet(&dir.path().join("bids.parquet"));
-    let task = sluice_proto::FilesTask {
-        root: dir.path().display().to_string(),
-        format: "parquet".into(),
-        ranges: vec![sluice_proto::FileRange {
-            path: "bids.parquet".into(),
-            size,
-            start: 0,
-            end: size,
-            modified_ms: 0,
-        }],
-        skip_bad_records: false,
-        csv: None,
-        label: String::new(),
-    };
-    let mut reader: Box<dyn SourceReader> =
-        Box::new(super::FilesReader::new(task, bids(), Default::default()).unwrap());
+    let mut reader = reader(dir.path(), "bids.parquet", size, "parquet");
     let counters = ReadCounters::default();
     let (seen, passed) = (counters.clone(), crate::counter::Counter::default());
     let passed_on = passed.clone();
