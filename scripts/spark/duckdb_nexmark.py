@@ -39,14 +39,13 @@ after another in the same process); --result appends the same JSON lines to
 a file.
 """
 import argparse
-import json
 import os
 import resource
 import shutil
 import sys
 import time
 
-from nexmark import events_of
+from nexmark import events_of, file_args, summary
 
 # Per --format: the files' suffix and the default --files-dir (as nexmark.py).
 FORMATS = {
@@ -186,13 +185,7 @@ def main():
     global DUCKDB_VERSION
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--query", choices=ORDER + ["all"], default="all")
-    ap.add_argument("--format", choices=sorted(FORMATS), default="parquet",
-                    help="the files' format (sluice nexmark generate --format)")
-    ap.add_argument("--files-dir", default=None,
-                    help="the bid table's files (sluice nexmark generate --table bid --format ...); default "
-                         + ", ".join(f"{k}: {v['files_dir']}" for k, v in FORMATS.items()))
-    ap.add_argument("--events", type=int, default=10_000_000,
-                    help="Nexmark events the files cover (the --events they were generated with; bids are 46/50)")
+    file_args(ap, FORMATS)
     ap.add_argument("--max-files", type=int, default=None,
                     help="read only the first N files (by name); events then scale to rows * 50/46")
     ap.add_argument("--passes", type=int, default=2,
@@ -222,12 +215,7 @@ def main():
     failed = []
     for q in ORDER if a.query == "all" else [a.query]:
         res = run_query(con, a, q, files, n_files_all, files_dir)
-        line = json.dumps(res)
-        print("SUMMARY " + line, flush=True)
-        if a.result:
-            os.makedirs(os.path.dirname(os.path.abspath(a.result)), exist_ok=True)
-            with open(a.result, "a") as f:
-                f.write(line + "\n")
+        summary(res, a.result)
         for p in res["problems"]:
             print(f"duckdb_nexmark.py {q}: FAILED: {p}", file=sys.stderr, flush=True)
             failed.append(q)

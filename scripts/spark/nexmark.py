@@ -72,6 +72,27 @@ UPDATE_MODE = {"q17"}
 BID_SHARE = 46 / 50
 
 
+def summary(res, result):
+    """Prints the SUMMARY line of `res`, and appends it to the file `result` when given."""
+    line = json.dumps(res)
+    print("SUMMARY " + line, flush=True)
+    if result:
+        os.makedirs(os.path.dirname(os.path.abspath(result)), exist_ok=True)
+        with open(result, "a") as f:
+            f.write(line + "\n")
+
+
+def file_args(ap, formats):
+    """The options that say which files are read: --format, --files-dir, --events."""
+    ap.add_argument("--format", choices=sorted(formats), default="parquet",
+                    help="the files' format (sluice nexmark generate --format)")
+    ap.add_argument("--files-dir", default=None,
+                    help="the bid table's files (sluice nexmark generate --table bid --format ...); default "
+                         + ", ".join(f"{k}: {v['files_dir']}" for k, v in formats.items()))
+    ap.add_argument("--events", type=int, default=10_000_000,
+                    help="Nexmark events the files cover (the --events they were generated with; bids are 46/50)")
+
+
 def events_of(a, file_rows, partial):
     """The events the files read cover, how that was found (from --events, or
     from the rows when --max-files read part of them), and the problems: a
@@ -283,13 +304,7 @@ def rates(r, events):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--query", choices=sorted(QUERIES), required=True)
-    ap.add_argument("--format", choices=sorted(FORMATS), default="parquet",
-                    help="the files' format (sluice nexmark generate --format)")
-    ap.add_argument("--files-dir", default=None,
-                    help="the bid table's files (sluice nexmark generate --table bid --format ...); default "
-                         + ", ".join(f"{k}: {v['files_dir']}" for k, v in FORMATS.items()))
-    ap.add_argument("--events", type=int, default=10_000_000,
-                    help="Nexmark events the files cover (the --events they were generated with; bids are 46/50)")
+    file_args(ap, FORMATS)
     ap.add_argument("--passes", type=int, default=2,
                     help="runs of the query in the same JVM, each a fresh stream and checkpoint; "
                          "the headline figures are the last pass's")
@@ -406,12 +421,7 @@ def main():
         "problems": problems,
         "per_batch": last["per_batch"],
     }
-    line = json.dumps(res)
-    print("SUMMARY " + line, flush=True)
-    if a.result:
-        os.makedirs(os.path.dirname(os.path.abspath(a.result)), exist_ok=True)
-        with open(a.result, "a") as f:
-            f.write(line + "\n")
+    summary(res, a.result)
     spark.stop()
     if src_dir != files_dir:
         shutil.rmtree(src_dir, ignore_errors=True)
