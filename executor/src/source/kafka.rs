@@ -95,25 +95,25 @@ impl SourceReader for KafkaReader {
     fn read(self: Box<Self>, columns: Columns, counters: ReadCounters) -> Batches {
         let width = self.schema.fields().len() - 3;
         let value_schema = Arc::new(Schema::new(self.schema.fields()[..width].to_vec()));
-        // The value's columns decoded: those read, or the first when none
-        // is (a value is still checked to be a record).
-        let mut decoded: Vec<usize> = columns
-            .indexes()
-            .iter()
-            .copied()
-            .filter(|&c| c < width)
-            .collect();
-        if decoded.is_empty() || self.format == KafkaFormat::Raw {
-            decoded = match self.format {
-                KafkaFormat::Raw => (0..width).collect(),
-                KafkaFormat::Json => vec![0],
-            };
-        }
+        let decoded: Vec<usize> = match self.format {
+            KafkaFormat::Raw => (0..width).collect(),
+            // The value's columns read, or the first when none is (a value
+            // is still checked to be a record).
+            KafkaFormat::Json => {
+                let read: Vec<usize> = columns
+                    .indexes()
+                    .iter()
+                    .copied()
+                    .filter(|&c| c < width)
+                    .collect();
+                if read.is_empty() { vec![0] } else { read }
+            }
+        };
         let state = State {
             from: self.task.start,
             decoder: Decoder {
                 format: self.format,
-                schema: columns_schema(&self.schema, &columns),
+                schema: columns.project(&self.schema),
                 lines: LineFormat {
                     format: Format::Jsonl,
                     schema: value_schema,
@@ -145,14 +145,6 @@ impl SourceReader for KafkaReader {
         })
         .boxed()
     }
-}
-
-fn columns_schema(schema: &SchemaRef, columns: &Columns) -> SchemaRef {
-    Arc::new(
-        schema
-            .project(columns.indexes())
-            .expect("columns of the schema"),
-    )
 }
 
 /// Where a read stands.

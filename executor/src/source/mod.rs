@@ -91,6 +91,11 @@ impl Columns {
         &self.0
     }
 
+    /// `schema`, projected to these columns.
+    pub fn project(&self, schema: &SchemaRef) -> SchemaRef {
+        std::sync::Arc::new(schema.project(&self.0).expect("columns of the schema"))
+    }
+
     /// Whether these are every column of `schema`.
     pub fn are_all(&self, schema: &SchemaRef) -> bool {
         self.0.len() == schema.fields().len()
