@@ -21,7 +21,7 @@ use sluice_common::nexmark;
 use sluice_common::spec::NexmarkSpec;
 use tokio_util::sync::CancellationToken;
 
-pub mod queries;
+pub use sluice_nexmark_queries as queries;
 
 use queries::{Mode, Query, Runs};
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use sluice_bench::nexmark::queries::{self, Mode};
+use sluice_nexmark_queries::{self as queries, Mode};
 use sluice_tests::cli::run_cli;
 use sluice_tests::oracle::{committed, concat, expected_with};
 use sluice_tests::stateful::{batches, latest, oracle};

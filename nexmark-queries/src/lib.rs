@@ -1,5 +1,5 @@
 //! The Nexmark queries q0 to q22 as Sluice runs them (`sluice-bench
-//! nexmark`, and the oracle tests): Flink's Nexmark SQL
+//! nexmark`, and the oracle tests in `tests/`): Flink's Nexmark SQL
 //! (the nexmark repository's `queries/`) in DataFusion's dialect over the
 //! tables `person`, `auction` and `bid`, or the feature a query still
 //! needs. Where the dialects differ: `DATE_FORMAT` is `to_char`, `HOUR` is
