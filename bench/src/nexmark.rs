@@ -196,6 +196,7 @@ fn rates(args: &BenchArgs, run: &Run, cpu: f64, rows_read: u64) -> Value {
         "events_per_second": (events / run.seconds).round(),
         "events_per_second_per_core": (events / cpu.max(1e-9)).round(),
         "rows_read": rows_read,
+        "rows_per_second_per_core": (rows_read as f64 / cpu.max(1e-9)).round(),
         "batches": run.status.last_committed_batch + 1,
         "batch_ms": Summary::of(&batch_ms).map_or(Value::Null, |s| s.to_json()),
         "output_rows": batches.clone().map(|p| p.num_output_rows).sum::<u64>(),

@@ -40,6 +40,7 @@ mod state_names;
 mod stateful;
 mod stream_table;
 mod support;
+mod to_char;
 mod top_n;
 mod window;
 mod window_check;

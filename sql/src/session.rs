@@ -73,6 +73,7 @@ pub fn context(memory: Option<usize>) -> Result<SessionContext, SqlError> {
     }
     ctx.register_udf(crate::session_window::function());
     crate::bounded::register(&ctx);
+    crate::to_char::register(&ctx);
     Ok(ctx)
 }
 

@@ -44,7 +44,21 @@ pub fn line_end(buf: &[u8], buf_start: u64, end: u64) -> Option<usize> {
 }
 
 fn memchr(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', buf)
+}
+
+/// The lines of `body`, each with its newline (the last may have none).
+fn split_lines(body: &[u8]) -> Vec<&[u8]> {
+    let mut lines = Vec::with_capacity(body.len() / 64);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', body) {
+        lines.push(&body[start..=end]);
+        start = end + 1;
+    }
+    if start < body.len() {
+        lines.push(&body[start..]);
+    }
+    lines
 }
 
 /// A record that does not parse: its line, counted from 0 at the range's
@@ -83,6 +97,7 @@ impl LineFormat {
 /// bad lines skipped (and added to `bad`) or reported as the error.
 pub struct Decoded<'a> {
     fmt: &'a LineFormat,
+    body: &'a [u8],
     lines: Vec<&'a [u8]>,
     next: usize,
     pub bad: u64,
@@ -90,10 +105,10 @@ pub struct Decoded<'a> {
 
 impl<'a> Decoded<'a> {
     pub fn new(fmt: &'a LineFormat, body: &'a [u8]) -> Self {
-        let lines = body.split_inclusive(|&b| b == b'\n').collect::<Vec<_>>();
         Decoded {
             fmt,
-            lines,
+            body,
+            lines: split_lines(body),
             next: 0,
             bad: 0,
         }
@@ -118,7 +133,11 @@ impl<'a> Decoded<'a> {
             if group.is_empty() {
                 continue;
             }
-            match decode(self.fmt, group.iter().map(|(_, l)| *l)) {
+            let decoded = match self.contiguous(&group) {
+                Some(bytes) => decode_bytes(self.fmt, bytes, group.len()),
+                None => decode(self.fmt, group.iter().map(|(_, l)| *l)),
+            };
+            match decoded {
                 Ok(b) => return Some(Ok(b)),
                 Err(_) => match self.slow(&group) {
                     Ok(Some(b)) => return Some(Ok(b)),
@@ -128,6 +147,16 @@ impl<'a> Decoded<'a> {
             }
         }
         None
+    }
+
+    /// The bytes of `group` as they lie in the body, when its lines follow
+    /// one another there (no blank line between) and the last ends with a
+    /// newline: the decoder reads them in place.
+    fn contiguous(&self, group: &[(usize, &'a [u8])]) -> Option<&'a [u8]> {
+        let (first, last) = (group.first()?, group.last()?);
+        let whole = last.0 - first.0 + 1 == group.len() && last.1.ends_with(b"\n");
+        let at = |l: &[u8]| l.as_ptr() as usize - self.body.as_ptr() as usize;
+        whole.then(|| &self.body[at(first.1)..at(last.1) + last.1.len()])
     }
 
     /// Decodes a failed group line by line: the bad lines are skipped and
@@ -176,6 +205,12 @@ pub(crate) fn decode<'l>(
         }
         count += 1;
     }
+    decode_bytes(fmt, &buf, count)
+}
+
+/// Decodes `count` whole lines, each ending with a newline, into one batch
+/// of the schema.
+fn decode_bytes(fmt: &LineFormat, buf: &[u8], count: usize) -> Result<RecordBatch, ArrowError> {
     // Room for one more row than lines: a line holding two records is
     // caught by the count below, not by a full decoder.
     let rows = count + 1;
@@ -184,7 +219,7 @@ pub(crate) fn decode<'l>(
             let mut d = arrow_json::ReaderBuilder::new(fmt.output_schema())
                 .with_batch_size(rows)
                 .build_decoder()?;
-            feed(&buf, |b| d.decode(b))?;
+            feed(buf, |b| d.decode(b))?;
             d.flush()?
         }
         Format::Csv => {
@@ -197,7 +232,7 @@ pub(crate) fn decode<'l>(
                 .with_delimiter(fmt.csv.delimiter_byte())
                 .with_batch_size(rows)
                 .build_decoder();
-            feed(&buf, |b| d.decode(b))?;
+            feed(buf, |b| d.decode(b))?;
             d.flush()?
         }
         Format::Parquet => unreachable!("parquet is not line-oriented"),

@@ -199,7 +199,9 @@ impl Ctx {
     ) -> Result<Batches, ExecutorError> {
         let from = r.start.saturating_sub(1);
         let mut hi = r.size.min(r.end.saturating_add(TAIL_STEP));
-        let mut buf = storage.get_range(&r.path, from..hi).await?.to_vec();
+        // The range as storage gives it; copied only when its last line
+        // runs past what was read.
+        let mut buf = storage.get_range(&r.path, from..hi).await?;
         self.bytes_read.add(hi - from);
         let Some(first) = lines::first_line(&buf, from, r.start) else {
             return Ok(futures::stream::empty().boxed());
@@ -216,11 +218,13 @@ impl Ctx {
                 break buf.len();
             }
             let more = r.size.min(hi.saturating_add(TAIL_STEP.max(hi - from)));
-            buf.extend_from_slice(&storage.get_range(&r.path, hi..more).await?);
+            let mut longer = bytes::BytesMut::from(buf);
+            longer.extend_from_slice(&storage.get_range(&r.path, hi..more).await?);
+            buf = longer.freeze();
             self.bytes_read.add(more - hi);
             hi = more;
         };
-        let body = bytes::Bytes::from(buf).slice(first..last);
+        let body = buf.slice(first..last);
         let header = r.start == 0 && self.format == Format::Csv && self.lines.csv.header;
         let batches = decode_all(&self.lines, &body, header, &self.bad_records);
         match batches {

@@ -103,6 +103,25 @@ fn large_inputs_decode_in_groups_with_every_row() {
     assert_eq!(got, (0..20_000).collect::<Vec<i64>>());
 }
 
+#[test]
+fn lines_read_in_place_or_copied_decode_alike() {
+    // Groups with a blank line or a last line without its newline are
+    // copied; the others are read where they lie.
+    let mut body: String = (0..9_000).map(|i| format!("{{\"id\": {i}}}\n")).collect();
+    let middle = body[body.len() / 2..].find('\n').unwrap() + body.len() / 2 + 1;
+    body.insert_str(middle, "\n  \n");
+    body.push_str("{\"id\": 9000}");
+    for f in [fmt(Format::Jsonl, false), fmt(Format::Jsonl, true)] {
+        let mut d = Decoded::new(&f, body.as_bytes());
+        assert_eq!(ids(&mut d).unwrap(), (0..=9_000).collect::<Vec<i64>>());
+        assert_eq!(d.bad, 0);
+    }
+    let csv: String = (0..9_000).map(|i| format!("{i},c{i}\n")).collect();
+    let f = fmt(Format::Csv, false);
+    let got = ids(&mut Decoded::new(&f, csv.as_bytes())).unwrap();
+    assert_eq!(got, (0..9_000).collect::<Vec<i64>>());
+}
+
 /// The first error of reading `ranges` of `dir`, as a task would.
 async fn read_error(dir: &std::path::Path, ranges: Vec<sluice_proto::FileRange>) -> String {
     read_error_as(dir, ranges, "").await
