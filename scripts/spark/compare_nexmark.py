@@ -60,23 +60,15 @@ def sluice(a, q, log):
     return figures
 
 
-def spark(a, q, log):
-    cmd = [sys.executable, os.path.join(HERE, "nexmark.py"), "--query", q,
+def peer(a, q, script, log):
+    """One run of a peer's script (nexmark.py: Spark, duckdb_nexmark.py:
+    DuckDB), two passes; its SUMMARY."""
+    cmd = [sys.executable, os.path.join(HERE, script), "--query", q,
            "--format", a.format, "--passes", "2", "--events", str(a.events)]
     out, rc = run(cmd, log)
     s = last_json(out, "SUMMARY ")
     if rc != 0 or not s.get("ok"):
-        raise RuntimeError(f"spark {q}: {s.get('problems')} (see {log})")
-    return s
-
-
-def duckdb(a, q, log):
-    cmd = [sys.executable, os.path.join(HERE, "duckdb_nexmark.py"), "--query", q,
-           "--format", a.format, "--passes", "2", "--events", str(a.events)]
-    out, rc = run(cmd, log)
-    s = last_json(out, "SUMMARY ")
-    if rc != 0 or not s.get("ok"):
-        raise RuntimeError(f"duckdb {q}: {s.get('problems')} (see {log})")
+        raise RuntimeError(f"{script} {q}: {s.get('problems')} (see {log})")
     return s
 
 
@@ -101,9 +93,9 @@ def main():
         log = lambda who: os.path.join(a.out, f"{q}-{a.format}-{who}.log")  # noqa: E731
         try:
             first = sluice(a, q, log("sluice-1"))
-            sp = spark(a, q, log("spark"))
+            sp = peer(a, q, "nexmark.py", log("spark"))
             second = sluice(a, q, log("sluice-2"))
-            dk = duckdb(a, q, log("duckdb"))
+            dk = peer(a, q, "duckdb_nexmark.py", log("duckdb"))
         except RuntimeError as e:
             print(f"{q}: {e}", file=sys.stderr)
             failed = True

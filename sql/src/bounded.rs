@@ -15,14 +15,13 @@
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array};
-use arrow_schema::{DataType, FieldRef};
+use arrow_schema::DataType;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::execution::FunctionRegistry;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
 use datafusion::prelude::SessionContext;
+
+use crate::wrapped::{Call, Wrapped};
 
 /// The most bytes one call of a wrapped function may build.
 pub const MAX_CALL_BYTES: u64 = 256 << 20;
@@ -53,15 +52,9 @@ const WRAPPED: [(&str, Growth); 6] = [
 pub fn register(ctx: &SessionContext) {
     for (name, growth) in WRAPPED {
         if let Some(inner) = ctx.udf(name).ok().map(|u| u.as_ref().clone()) {
-            ctx.register_udf(ScalarUDF::new_from_impl(Bounded { inner, growth }));
+            ctx.register_udf(Wrapped::udf(inner, growth));
         }
     }
-}
-
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Bounded {
-    inner: ScalarUDF,
-    growth: Growth,
 }
 
 /// One argument's per-row values as integers (a string's length for the
@@ -160,50 +153,18 @@ fn range_len(ints: &[Values], r: usize) -> u64 {
     u64::try_from(span.max(0)).unwrap_or(u64::MAX)
 }
 
-impl ScalarUDFImpl for Bounded {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.inner.documentation()
-    }
-
-    fn short_circuits(&self) -> bool {
-        self.inner.short_circuits()
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if let Some(bytes) = estimate(self.growth, &args.args, args.number_rows)
+impl Call for Growth {
+    fn call(&self, inner: &ScalarUDF, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if let Some(bytes) = estimate(*self, &args.args, args.number_rows)
             && bytes > MAX_CALL_BYTES
         {
             return Err(DataFusionError::Execution(format!(
                 "{}(...) would build {bytes} bytes for one batch, above the limit of \
                  {MAX_CALL_BYTES} bytes per call",
-                self.name()
+                inner.name()
             )));
         }
-        self.inner.invoke_with_args(args)
+        inner.invoke_with_args(args)
     }
 }
 

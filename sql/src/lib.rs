@@ -45,6 +45,7 @@ mod top_n;
 mod window;
 mod window_check;
 mod window_length;
+mod wrapped;
 
 pub use adhoc::{Answer, query_rows};
 pub use bound::Bound;

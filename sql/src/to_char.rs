@@ -18,26 +18,24 @@ use arrow_array::types::{
     TimestampSecondType,
 };
 use arrow_array::{Array, ArrayRef};
-use arrow_schema::{DataType, FieldRef, TimeUnit};
+use arrow_schema::{DataType, TimeUnit};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::execution::FunctionRegistry;
-use datafusion::logical_expr::{
-    ColumnarValue, Documentation, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF};
 use datafusion::prelude::SessionContext;
+
+use crate::wrapped::{Call, Wrapped};
 
 /// Replaces `ctx`'s `to_char` by the one with the fast path.
 pub fn register(ctx: &SessionContext) {
     if let Some(inner) = ctx.udf("to_char").ok().map(|u| u.as_ref().clone()) {
-        ctx.register_udf(ScalarUDF::new_from_impl(ToChar { inner }));
+        ctx.register_udf(Wrapped::udf(inner, FastPath));
     }
 }
 
+/// The fast path, in front of DataFusion's function.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct ToChar {
-    inner: ScalarUDF,
-}
+struct FastPath;
 
 /// One piece of a format the fast path writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,39 +196,11 @@ fn fast(args: &[ColumnarValue]) -> Option<ArrayRef> {
     Some(Arc::new(builder.finish()))
 }
 
-impl ScalarUDFImpl for ToChar {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
-    }
-
-    fn documentation(&self) -> Option<&Documentation> {
-        self.inner.documentation()
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+impl Call for FastPath {
+    fn call(&self, inner: &ScalarUDF, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         match fast(&args.args) {
             Some(out) => Ok(ColumnarValue::Array(out)),
-            None => self.inner.invoke_with_args(args),
+            None => inner.invoke_with_args(args),
         }
     }
 }

@@ -49,9 +49,7 @@ fn values(per_second: i64, beyond: bool) -> Vec<Option<i64>> {
 /// path wrote the output.
 fn both(values: ArrayRef, format: &str) -> (ArrayRef, ArrayRef, bool) {
     let inner = datafusion::functions::datetime::to_char();
-    let ours = ScalarUDF::new_from_impl(ToChar {
-        inner: inner.as_ref().clone(),
-    });
+    let ours = Wrapped::udf(inner.as_ref().clone(), FastPath);
     let call = |udf: &ScalarUDF| {
         let args = ScalarFunctionArgs {
             number_rows: values.len(),
