@@ -18,29 +18,105 @@ use sluice_common::spec::{CsvOptions, Format};
 /// Lines decoded together (and the most rows in one batch).
 pub const GROUP_LINES: usize = 8192;
 
-/// Where, in a buffer holding the file from `buf_start`, the first line
-/// of a range that starts at `start` begins: `start` itself when it is 0
-/// or follows a newline, else just after the next newline. `None` when
-/// the buffer has no newline at or after `start - 1` (the range holds no
-/// line start).
-pub fn first_line(buf: &[u8], buf_start: u64, start: u64) -> Option<usize> {
-    if start == 0 {
-        return Some(0);
-    }
-    let from = usize::try_from(start - 1 - buf_start).expect("range within buffer");
-    memchr(&buf[from..]).map(|i| from + i + 1)
+/// A range's whole lines, found in the file's bytes as they arrive in
+/// chunks, from `read_from()` on. Each `push` gives how many bytes at the
+/// front of `body()` are whole lines of the range, ready to decode; the
+/// caller then `consume`s them. Only a line cut by a chunk's end is kept
+/// between pushes.
+#[derive(Debug)]
+pub struct RangeLines {
+    end: u64,
+    /// The bytes not given out yet, from the file's offset `at`.
+    buf: Vec<u8>,
+    at: u64,
+    /// Whether `at` is at the start of a line of the range.
+    in_range: bool,
+    done: bool,
 }
 
-/// Where the last line of a range ending at `end` ends, in a buffer
-/// holding the file from `buf_start`: just after the first newline at or
-/// after `end - 1`. `None` when the buffer has none (read more, or the
-/// file ends there).
-pub fn line_end(buf: &[u8], buf_start: u64, end: u64) -> Option<usize> {
-    let from = usize::try_from(end.max(1) - 1 - buf_start).expect("range within buffer");
-    if from >= buf.len() {
-        return None;
+impl RangeLines {
+    pub fn new(start: u64, end: u64) -> Self {
+        assert!(start < end, "an empty range {start}..{end}");
+        RangeLines {
+            end,
+            buf: Vec::new(),
+            at: start.saturating_sub(1),
+            in_range: start == 0,
+            done: false,
+        }
     }
-    memchr(&buf[from..]).map(|i| from + i + 1)
+
+    /// Where in the file the first chunk starts: the byte before the
+    /// range, which tells whether a line starts at `start`.
+    pub fn read_from(&self) -> u64 {
+        self.at
+    }
+
+    /// Whether the range's last line has been given out.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Appends the file's next bytes (`eof`: they are its last) and
+    /// returns how many bytes at the front of `body()` are whole lines of
+    /// the range.
+    pub fn push(&mut self, chunk: &[u8], eof: bool) -> usize {
+        assert!(!self.done, "bytes pushed after the range's last line");
+        self.buf.extend_from_slice(chunk);
+        if !self.in_range && !self.find_first(eof) {
+            return 0;
+        }
+        // Every line given out so far ended before `end - 1`, so `at` is
+        // at most `end - 1`: the newline ending the range is in `buf` or
+        // after it.
+        let last = usize::try_from(self.end - 1 - self.at).expect("range within buffer");
+        if let Some(i) = self.buf.get(last..).and_then(memchr) {
+            self.done = true;
+            return last + i + 1;
+        }
+        if eof {
+            self.done = true;
+            return self.buf.len();
+        }
+        memchr::memrchr(b'\n', &self.buf).map_or(0, |i| i + 1)
+    }
+
+    /// Drops the bytes before the range's first line, once a newline
+    /// shows where it starts; `false` while it is not known yet, or when
+    /// the range holds no line start.
+    fn find_first(&mut self, eof: bool) -> bool {
+        let Some(i) = memchr(&self.buf) else {
+            self.at += self.buf.len() as u64;
+            self.buf.clear();
+            self.done = eof;
+            return false;
+        };
+        self.consume(i + 1);
+        if self.at >= self.end {
+            // The first line of this range starts in the next one.
+            self.buf.clear();
+            self.done = true;
+            return false;
+        }
+        self.in_range = true;
+        true
+    }
+
+    /// The bytes not given out yet.
+    pub fn body(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Where `body()` starts in the file.
+    pub fn body_offset(&self) -> u64 {
+        self.at
+    }
+
+    /// Drops the first `n` bytes of `body()`, once decoded.
+    pub fn consume(&mut self, n: usize) {
+        self.buf.drain(..n);
+        self.at += n as u64;
+    }
 }
 
 fn memchr(buf: &[u8]) -> Option<usize> {
@@ -101,6 +177,9 @@ pub struct Decoded<'a> {
     lines: Vec<&'a [u8]>,
     next: usize,
     pub bad: u64,
+    /// The decoder of whole groups, kept from one to the next (and from
+    /// one body to the next, see [`Decoded::reusing`]) with its buffers.
+    decoder: Option<LineDecoder>,
 }
 
 impl<'a> Decoded<'a> {
@@ -111,7 +190,19 @@ impl<'a> Decoded<'a> {
             lines: split_lines(body),
             next: 0,
             bad: 0,
+            decoder: None,
         }
+    }
+
+    /// Decodes with `decoder`, from an earlier body of the same format.
+    pub fn reusing(mut self, decoder: Option<LineDecoder>) -> Self {
+        self.decoder = decoder;
+        self
+    }
+
+    /// The decoder, for the next body.
+    pub fn into_decoder(self) -> Option<LineDecoder> {
+        self.decoder
     }
 
     /// Skips the first line (a csv header).
@@ -134,7 +225,7 @@ impl<'a> Decoded<'a> {
                 continue;
             }
             let decoded = match self.contiguous(&group) {
-                Some(bytes) => decode_bytes(self.fmt, bytes, group.len()),
+                Some(bytes) => self.decode_group(bytes, group.len()),
                 None => decode(self.fmt, group.iter().map(|(_, l)| *l)),
             };
             match decoded {
@@ -147,6 +238,18 @@ impl<'a> Decoded<'a> {
             }
         }
         None
+    }
+
+    /// Decodes `count` whole lines with the kept decoder. A decoder that
+    /// failed is dropped: its state is not known.
+    fn decode_group(&mut self, bytes: &[u8], count: usize) -> Result<RecordBatch, ArrowError> {
+        let mut d = match self.decoder.take() {
+            Some(d) => d,
+            None => LineDecoder::new(self.fmt, GROUP_LINES)?,
+        };
+        let batch = d.decode_lines(self.fmt, bytes, count)?;
+        self.decoder = Some(d);
+        Ok(batch)
     }
 
     /// The bytes of `group` as they lie in the body, when its lines follow
@@ -211,40 +314,73 @@ pub(crate) fn decode<'l>(
 /// Decodes `count` whole lines, each ending with a newline, into one batch
 /// of the schema.
 fn decode_bytes(fmt: &LineFormat, buf: &[u8], count: usize) -> Result<RecordBatch, ArrowError> {
-    // Room for one more row than lines: a line holding two records is
-    // caught by the count below, not by a full decoder.
-    let rows = count + 1;
-    let batch = match fmt.format {
-        Format::Jsonl => {
-            let mut d = arrow_json::ReaderBuilder::new(fmt.output_schema())
-                .with_batch_size(rows)
-                .build_decoder()?;
-            feed(buf, |b| d.decode(b))?;
-            d.flush()?
-        }
-        Format::Csv => {
-            let mut builder = arrow_csv::ReaderBuilder::new(fmt.schema.clone());
-            if let Some(c) = &fmt.columns {
-                builder = builder.with_projection(c.clone());
+    LineDecoder::new(fmt, count)?.decode_lines(fmt, buf, count)
+}
+
+/// A decoder of jsonl or csv lines into batches of the output schema.
+pub struct LineDecoder(Inner);
+
+enum Inner {
+    Jsonl(arrow_json::reader::Decoder),
+    Csv(Box<arrow_csv::reader::Decoder>),
+}
+
+impl LineDecoder {
+    /// A decoder of up to `lines` lines at a time.
+    fn new(fmt: &LineFormat, lines: usize) -> Result<Self, ArrowError> {
+        // Room for one more row than lines: a line holding two records is
+        // caught by the count in `decode_lines`, not by a full decoder.
+        let rows = lines + 1;
+        Ok(LineDecoder(match fmt.format {
+            Format::Jsonl => Inner::Jsonl(
+                arrow_json::ReaderBuilder::new(fmt.output_schema())
+                    .with_batch_size(rows)
+                    .build_decoder()?,
+            ),
+            Format::Csv => {
+                let mut builder = arrow_csv::ReaderBuilder::new(fmt.schema.clone());
+                if let Some(c) = &fmt.columns {
+                    builder = builder.with_projection(c.clone());
+                }
+                Inner::Csv(Box::new(
+                    builder
+                        .with_header(false)
+                        .with_delimiter(fmt.csv.delimiter_byte())
+                        .with_batch_size(rows)
+                        .build_decoder(),
+                ))
             }
-            let mut d = builder
-                .with_header(false)
-                .with_delimiter(fmt.csv.delimiter_byte())
-                .with_batch_size(rows)
-                .build_decoder();
-            feed(buf, |b| d.decode(b))?;
-            d.flush()?
-        }
-        Format::Parquet => unreachable!("parquet is not line-oriented"),
-    };
-    let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(fmt.output_schema()));
-    if batch.num_rows() != count {
-        return Err(ArrowError::ParseError(format!(
-            "{count} lines gave {} records",
-            batch.num_rows()
-        )));
+            Format::Parquet => unreachable!("parquet is not line-oriented"),
+        }))
     }
-    Ok(batch)
+
+    /// Decodes `count` whole lines, each ending with a newline, into one
+    /// batch; more or fewer records than lines is an error.
+    fn decode_lines(
+        &mut self,
+        fmt: &LineFormat,
+        buf: &[u8],
+        count: usize,
+    ) -> Result<RecordBatch, ArrowError> {
+        let batch = match &mut self.0 {
+            Inner::Jsonl(d) => {
+                feed(buf, |b| d.decode(b))?;
+                d.flush()?
+            }
+            Inner::Csv(d) => {
+                feed(buf, |b| d.decode(b))?;
+                d.flush()?
+            }
+        };
+        let batch = batch.unwrap_or_else(|| RecordBatch::new_empty(fmt.output_schema()));
+        if batch.num_rows() != count {
+            return Err(ArrowError::ParseError(format!(
+                "{count} lines gave {} records",
+                batch.num_rows()
+            )));
+        }
+        Ok(batch)
+    }
 }
 
 /// Feeds `buf` to a decoder until it has taken every byte.

@@ -4,7 +4,7 @@
 //! ```text
 //!  for each range: head(file) ── size differs / gone ──► fatal error (the query fails)
 //!        │
-//!        ├─ jsonl, csv: read the range's whole lines ─► lines::Decoded ─► batches
+//!        ├─ jsonl, csv: the range in chunks ─► lines::RangeLines (whole lines) ─► lines::Decoded ─► batches
 //!        └─ parquet:    footer ─► row groups whose middle is in the range ─► batches
 //! ```
 //!
@@ -31,11 +31,16 @@ use sluice_proto::{FileRange, FilesTask};
 use super::{Batches, Columns, ReadCounters, SourceReader};
 use crate::counter::Counter;
 use crate::error::ExecutorError;
-use lines::{Decoded, LineFormat};
+use lines::{Decoded, LineFormat, RangeLines};
 
 /// How much more of a file to read, at a time, to find the end of a
 /// range's last line.
 const TAIL_STEP: u64 = 64 << 10;
+
+/// How much of a file is read at a time. A few MiB keep reads large
+/// enough for object stores while the allocator reuses the buffers
+/// (larger ones are mapped afresh, zeroed and faulted in for every read).
+const CHUNK: u64 = 4 << 20;
 
 pub struct FilesReader {
     task: FilesTask,
@@ -190,52 +195,83 @@ impl Ctx {
         }
     }
 
-    /// The range's whole lines, decoded.
+    /// The range's whole lines, decoded. The file is read in chunks, two
+    /// at a time, and each chunk's whole lines are decoded before the
+    /// next is taken, so a range costs two chunks of memory, whatever
+    /// its size, besides its batches.
     async fn read_lines(
         &self,
         storage: &Storage,
         r: &FileRange,
         name: &str,
     ) -> Result<Batches, ExecutorError> {
-        let from = r.start.saturating_sub(1);
-        let mut hi = r.size.min(r.end.saturating_add(TAIL_STEP));
-        // The range as storage gives it; copied only when its last line
-        // runs past what was read.
-        let mut buf = storage.get_range(&r.path, from..hi).await?;
-        self.bytes_read.add(hi - from);
-        let Some(first) = lines::first_line(&buf, from, r.start) else {
-            return Ok(futures::stream::empty().boxed());
+        let mut lines = RangeLines::new(r.start, r.end);
+        let mut decoded = Bodies {
+            header: r.start == 0 && self.format == Format::Csv && self.lines.csv.header,
+            ..Bodies::default()
         };
-        if first as u64 + from >= r.end {
-            // The first line of this range starts in the next one.
-            return Ok(futures::stream::empty().boxed());
+        // The range, and a little more for its last line, in chunks.
+        let planned = chunks(
+            lines.read_from(),
+            r.size.min(r.end.saturating_add(TAIL_STEP)),
+        );
+        let mut next = planned.last().map_or(lines.read_from(), |c| c.end);
+        let mut reads = futures::stream::iter(planned)
+            .map(|c| async move { storage.get_range(&r.path, c.clone()).await.map(|b| (c, b)) })
+            .buffered(2);
+        while let Some(read) = reads.next().await {
+            let (c, bytes) = read?;
+            self.bytes_read.add(c.end - c.start);
+            let n = lines.push(&bytes, c.end == r.size);
+            self.decode(&mut decoded, &mut lines, n, storage, r, name)
+                .await?;
+            if lines.is_done() {
+                break;
+            }
         }
-        let last = loop {
-            if let Some(end) = lines::line_end(&buf, from, r.end) {
-                break end;
+        // A last line longer than what was planned: read on, in steps
+        // that double, to its end.
+        let mut step = TAIL_STEP;
+        while !lines.is_done() {
+            let c = next..r.size.min(next.saturating_add(step));
+            let bytes = storage.get_range(&r.path, c.clone()).await?;
+            self.bytes_read.add(c.end - c.start);
+            let n = lines.push(&bytes, c.end == r.size);
+            self.decode(&mut decoded, &mut lines, n, storage, r, name)
+                .await?;
+            (next, step) = (c.end, step.saturating_mul(2));
+        }
+        self.bad_records.add(decoded.bad);
+        Ok(futures::stream::iter(decoded.batches.into_iter().map(Ok)).boxed())
+    }
+
+    /// Decodes the first `n` bytes of `lines`' body into `into`, then
+    /// drops them; a bad line is an error naming its line in the file.
+    async fn decode(
+        &self,
+        into: &mut Bodies,
+        lines: &mut RangeLines,
+        n: usize,
+        storage: &Storage,
+        r: &FileRange,
+        name: &str,
+    ) -> Result<(), ExecutorError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let at = lines.body_offset();
+        match into.decode(&self.lines, &lines.body()[..n]) {
+            Ok(()) => {
+                lines.consume(n);
+                Ok(())
             }
-            if hi == r.size {
-                break buf.len();
-            }
-            let more = r.size.min(hi.saturating_add(TAIL_STEP.max(hi - from)));
-            let mut longer = bytes::BytesMut::from(buf);
-            longer.extend_from_slice(&storage.get_range(&r.path, hi..more).await?);
-            buf = longer.freeze();
-            self.bytes_read.add(more - hi);
-            hi = more;
-        };
-        let body = buf.slice(first..last);
-        let header = r.start == 0 && self.format == Format::Csv && self.lines.csv.header;
-        let batches = decode_all(&self.lines, &body, header, &self.bad_records);
-        match batches {
-            Ok(b) => Ok(futures::stream::iter(b.into_iter().map(Ok)).boxed()),
             Err(bad) => {
                 // The line number within the file: count the lines before
-                // the range (only on this error path).
-                let before = if from + first as u64 == 0 {
+                // the body (only on this error path).
+                let before = if at == 0 {
                     0
                 } else {
-                    let prefix = storage.get_range(&r.path, 0..from + first as u64).await?;
+                    let prefix = storage.get_range(&r.path, 0..at).await?;
                     prefix.iter().filter(|&&b| b == b'\n').count() as u64
                 };
                 Err(ExecutorError::BadInput(format!(
@@ -248,21 +284,37 @@ impl Ctx {
     }
 }
 
-/// Every batch of `body`, or the first bad line.
-fn decode_all(
-    fmt: &LineFormat,
-    body: &[u8],
+/// The byte ranges `[from, to)` is read in.
+fn chunks(from: u64, to: u64) -> Vec<std::ops::Range<u64>> {
+    (from..to)
+        .step_by(CHUNK as usize)
+        .map(|s| s..to.min(s + CHUNK))
+        .collect()
+}
+
+/// A range's batches, decoded a body of whole lines at a time.
+#[derive(Default)]
+struct Bodies {
+    batches: Vec<RecordBatch>,
+    /// Whether the next body starts with a csv header to skip.
     header: bool,
-    bad_records: &Counter,
-) -> Result<Vec<RecordBatch>, lines::BadLine> {
-    let mut d = Decoded::new(fmt, body);
-    if header {
-        d = d.skip_header();
+    bad: u64,
+    decoder: Option<lines::LineDecoder>,
+}
+
+impl Bodies {
+    /// Decodes every line of `body`; a bad line's index is counted from
+    /// the body's first line.
+    fn decode(&mut self, fmt: &LineFormat, body: &[u8]) -> Result<(), lines::BadLine> {
+        let mut d = Decoded::new(fmt, body).reusing(self.decoder.take());
+        if std::mem::take(&mut self.header) {
+            d = d.skip_header();
+        }
+        while let Some(b) = d.next_batch() {
+            self.batches.push(b?);
+        }
+        self.bad += d.bad;
+        self.decoder = d.into_decoder();
+        Ok(())
     }
-    let mut out = Vec::new();
-    while let Some(b) = d.next_batch() {
-        out.push(b?);
-    }
-    bad_records.add(d.bad);
-    Ok(out)
 }

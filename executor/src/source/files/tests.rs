@@ -4,25 +4,27 @@ use arrow_array::{Array, Int64Array, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use sluice_common::spec::{CsvOptions, Format};
 
-use super::lines::{Decoded, LineFormat, first_line, line_end};
+use super::lines::{Decoded, LineFormat, RangeLines};
 
 /// The lines of `file` that a range `[start, end)` holds, found as the
-/// reader finds them.
-fn range_lines(file: &[u8], start: u64, end: u64) -> Vec<String> {
-    let from = start.saturating_sub(1);
-    let buf = &file[from as usize..];
-    let Some(first) = first_line(buf, from, start) else {
-        return Vec::new();
-    };
-    if first as u64 + from >= end {
-        return Vec::new();
+/// reader finds them: pushed in chunks of `chunk` bytes.
+fn range_lines(file: &[u8], start: u64, end: u64, chunk: usize) -> Vec<String> {
+    let mut lines = RangeLines::new(start, end);
+    let mut at = lines.read_from() as usize;
+    let mut got = Vec::new();
+    while !lines.is_done() {
+        let to = file.len().min(at + chunk);
+        let n = lines.push(&file[at..to], to == file.len());
+        got.extend(
+            String::from_utf8(lines.body()[..n].to_vec())
+                .unwrap()
+                .lines()
+                .map(str::to_string),
+        );
+        lines.consume(n);
+        at = to;
     }
-    let last = line_end(buf, from, end).unwrap_or(buf.len());
-    String::from_utf8(buf[first..last].to_vec())
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    got
 }
 
 #[test]
@@ -35,15 +37,30 @@ fn byte_ranges_hold_every_line_exactly_once() {
         .collect();
     let size = file.len() as u64;
     for step in 1..=size {
-        let mut got = Vec::new();
-        let mut start = 0;
-        while start < size {
-            let end = size.min(start + step);
-            got.extend(range_lines(file, start, end));
-            start = end;
+        for chunk in 1..=file.len() + 1 {
+            let mut got = Vec::new();
+            let mut start = 0;
+            while start < size {
+                let end = size.min(start + step);
+                got.extend(range_lines(file, start, end, chunk));
+                start = end;
+            }
+            assert_eq!(got, all, "ranges of {step} bytes, read {chunk} at a time");
         }
-        assert_eq!(got, all, "ranges of {step} bytes");
     }
+}
+
+#[test]
+fn a_range_stops_at_its_last_line_and_keeps_only_a_cut_line() {
+    let file = b"aa\nbb\ncc\ndd\n";
+    // [3, 7): bb\n and cc\n start in it, dd\n in the next range.
+    let mut lines = RangeLines::new(3, 7);
+    assert_eq!(lines.read_from(), 2);
+    assert_eq!(lines.push(&file[2..5], false), 0, "no whole line yet");
+    assert_eq!(lines.body(), b"bb", "only the cut line is kept");
+    let n = lines.push(&file[5..], true);
+    assert_eq!(&lines.body()[..n], b"bb\ncc\n");
+    assert!(lines.is_done(), "dd starts after the range");
 }
 
 fn fmt(format: Format, skip_bad: bool) -> LineFormat {
@@ -120,6 +137,83 @@ fn lines_read_in_place_or_copied_decode_alike() {
     let f = fmt(Format::Csv, false);
     let got = ids(&mut Decoded::new(&f, csv.as_bytes())).unwrap();
     assert_eq!(got, (0..9_000).collect::<Vec<i64>>());
+}
+
+/// The ids read from `ranges` of `dir` as a task would, or its error.
+async fn read_ids(
+    dir: &std::path::Path,
+    ranges: Vec<sluice_proto::FileRange>,
+    skip_bad: bool,
+) -> Result<Vec<i64>, String> {
+    use futures::StreamExt;
+    let task = sluice_proto::FilesTask {
+        root: dir.display().to_string(),
+        format: "jsonl".into(),
+        ranges,
+        skip_bad_records: skip_bad,
+        csv: None,
+        label: String::new(),
+    };
+    let reader = super::FilesReader::new(
+        task,
+        fmt(Format::Jsonl, skip_bad).schema,
+        Default::default(),
+    )
+    .unwrap();
+    let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
+    let columns = crate::source::Columns::all(&reader.schema());
+    let mut batches = reader.read(columns, crate::source::ReadCounters::default());
+    let mut out = Vec::new();
+    while let Some(b) = batches.next().await {
+        let b = b.map_err(|e| e.to_string())?;
+        let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        out.extend(col.iter().map(|v| v.unwrap_or(-1)));
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn ranges_larger_than_a_chunk_read_every_line_once_and_name_a_bad_line() {
+    // About 3 chunks of lines, cut into ranges at odd places (and one
+    // range inside a single line), then with a bad line past the first
+    // chunk.
+    let dir = tempfile::tempdir().unwrap();
+    let line = |i: usize| format!("{{\"id\": {i}, \"city\": \"{}\"}}\n", "c".repeat(i % 50));
+    let rows = 300_000;
+    let body: String = (0..rows).map(line).collect();
+    std::fs::write(dir.path().join("a.jsonl"), &body).unwrap();
+    let size = body.len() as u64;
+    let cuts = [0, 1, 5_000_000, 5_000_003, 9_999_999, size];
+    let ranges: Vec<_> = cuts
+        .windows(2)
+        .map(|w| sluice_proto::FileRange {
+            path: "a.jsonl".into(),
+            size,
+            start: w[0],
+            end: w[1],
+            modified_ms: 0,
+        })
+        .collect();
+    let ids = read_ids(dir.path(), ranges.clone(), false).await.unwrap();
+    assert_eq!(ids, (0..rows as i64).collect::<Vec<_>>());
+
+    let bad_at = 200_000;
+    let body = body.replacen(&line(bad_at), "{\"id\": oops}\n", 1);
+    std::fs::write(dir.path().join("a.jsonl"), &body).unwrap();
+    let size = body.len() as u64;
+    let whole = sluice_proto::FileRange {
+        path: "a.jsonl".into(),
+        size,
+        start: 0,
+        end: size,
+        modified_ms: 0,
+    };
+    let err = read_ids(dir.path(), vec![whole.clone()], false)
+        .await
+        .unwrap_err();
+    assert!(err.contains(&format!("line {}:", bad_at + 1)), "{err}");
+    let ids = read_ids(dir.path(), vec![whole], true).await.unwrap();
+    assert_eq!(ids.len(), rows - 1, "only the bad line is skipped");
 }
 
 /// The first error of reading `ranges` of `dir`, as a task would.
