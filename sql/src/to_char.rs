@@ -14,8 +14,8 @@ use std::sync::Arc;
 use arrow_array::builder::StringBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
+    ArrowPrimitiveType, Date32Type, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType,
 };
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, TimeUnit};
@@ -123,31 +123,30 @@ fn write(seconds: i64, pieces: &[Piece], out: &mut String) -> bool {
 }
 
 /// Whole seconds since the epoch of each value of a timestamp without a
-/// time zone or a date; `None` for any other type.
-fn seconds_of(array: &dyn Array) -> Option<Box<dyn Fn(usize) -> i64 + '_>> {
+/// time zone or a date (of a null, any number); `None` for any other type.
+fn seconds_of(array: &dyn Array) -> Option<Vec<i64>> {
+    fn each<T: ArrowPrimitiveType>(array: &dyn Array, f: impl Fn(T::Native) -> i64) -> Vec<i64> {
+        array
+            .as_primitive::<T>()
+            .values()
+            .iter()
+            .map(|&v| f(v))
+            .collect()
+    }
     Some(match array.data_type() {
         DataType::Timestamp(unit, None) => match unit {
-            TimeUnit::Second => {
-                let a = array.as_primitive::<TimestampSecondType>();
-                Box::new(move |i| a.value(i))
-            }
+            TimeUnit::Second => each::<TimestampSecondType>(array, |v| v),
             TimeUnit::Millisecond => {
-                let a = array.as_primitive::<TimestampMillisecondType>();
-                Box::new(move |i| a.value(i).div_euclid(1_000))
+                each::<TimestampMillisecondType>(array, |v| v.div_euclid(1_000))
             }
             TimeUnit::Microsecond => {
-                let a = array.as_primitive::<TimestampMicrosecondType>();
-                Box::new(move |i| a.value(i).div_euclid(1_000_000))
+                each::<TimestampMicrosecondType>(array, |v| v.div_euclid(1_000_000))
             }
             TimeUnit::Nanosecond => {
-                let a = array.as_primitive::<TimestampNanosecondType>();
-                Box::new(move |i| a.value(i).div_euclid(1_000_000_000))
+                each::<TimestampNanosecondType>(array, |v| v.div_euclid(1_000_000_000))
             }
         },
-        DataType::Date32 => {
-            let a = array.as_primitive::<Date32Type>();
-            Box::new(move |i| i64::from(a.value(i)) * 86_400)
-        }
+        DataType::Date32 => each::<Date32Type>(array, |d| i64::from(d) * 86_400),
         _ => return None,
     })
 }
@@ -178,12 +177,12 @@ fn fast(args: &[ColumnarValue]) -> Option<ArrayRef> {
     let per = if timed { 1 } else { 86_400 };
     let mut text = String::with_capacity(format.len() + 8);
     let mut last = None;
-    for i in 0..values.len() {
-        if values.is_null(i) {
+    let nulls = values.nulls();
+    for (i, &s) in seconds.iter().enumerate() {
+        if nulls.is_some_and(|n| n.is_null(i)) {
             builder.append_null();
             continue;
         }
-        let s = seconds(i);
         if last != Some(s.div_euclid(per)) {
             text.clear();
             if !write(s, &pieces, &mut text) {

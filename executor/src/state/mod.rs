@@ -18,6 +18,7 @@
 
 pub mod codec;
 pub mod local;
+mod memo;
 pub mod rescale;
 pub mod rows;
 pub mod table;

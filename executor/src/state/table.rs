@@ -25,6 +25,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::concat::concat_batches;
 
 use super::local::{Frozen, Pair, Space, Stored};
+use super::memo::Memo;
 use super::rows::{KeyRows, RowCodec};
 use crate::error::ExecutorError;
 
@@ -81,7 +82,7 @@ pub struct StateTable {
     pub version: Option<u64>,
     /// The size of each value [`StateTable::find`] read (`None`: no row)
     /// since the last change, so applying a change reads no key twice.
-    memo: Mutex<HashMap<Key, Option<usize>>>,
+    memo: Mutex<Memo>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -243,7 +244,7 @@ impl StateTable {
         let mut found: Vec<(&[u8], &Stored)> = Vec::new();
         let mut at_distinct = Vec::with_capacity(distinct.len());
         for (key, value) in distinct.iter().zip(&values) {
-            memo.insert((*key).into(), value.as_ref().map(|v| v.len()));
+            memo.insert(key, value.as_ref().map(|v| v.len()));
             at_distinct.push(value.as_ref().map(|v| {
                 found.push((key, v));
                 found.len() as u32 - 1
@@ -344,12 +345,18 @@ impl StateTable {
         }
         writes.sort_unstable_by_key(|w| w.0);
         let (mut len, mut bytes) = (self.len as i64, self.bytes as i64);
-        let mut memo = std::mem::take(&mut *lock(&self.memo));
-        for (key, value) in &writes {
-            let old = match memo.remove(*key) {
-                Some(known) => known,
-                None => self.space.get(key)?.map(|v| v.len()),
-            };
+        // The memo is of this change's reads: forgotten once they are
+        // done, whether they succeed or not.
+        let memo = self.memo.get_mut().expect("state memo lock poisoned");
+        let old: Result<Vec<Option<usize>>, _> = writes
+            .iter()
+            .map(|(key, _)| match memo.get(key) {
+                Some(known) => Ok(known),
+                None => self.space.get(key).map(|v| v.map(|v| v.len())),
+            })
+            .collect();
+        memo.clear();
+        for ((key, value), old) in writes.iter().zip(old?) {
             if let Some(old) = old {
                 len -= 1;
                 bytes -= (key.len() + old) as i64;
