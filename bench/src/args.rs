@@ -188,6 +188,11 @@ pub struct BenchArgs {
     /// `max_state_bytes`, the executor's `--max-state-bytes`).
     #[arg(long, default_value_t = 6 << 30)]
     pub max_state_bytes: u64,
+    /// nexmark: the memory each task's operators may hold (the executor's
+    /// `--max-task-memory-bytes`); q9's and q19's reduce tasks hold more
+    /// than the executor's default at 10 M events.
+    #[arg(long, default_value_t = 4 << 30)]
+    pub max_task_memory_bytes: u64,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).

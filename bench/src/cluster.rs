@@ -34,11 +34,19 @@ pub async fn start(
 pub async fn start_reading(
     root: &str,
     inputs: &[String],
-    state_bytes: u64,
+    memory: Memory,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
     let stores = sluice_cli::verify::stores();
-    start_with(root, &stores, None, (inputs, Some(state_bytes)), shutdown).await
+    start_with(root, &stores, None, (inputs, Some(memory)), shutdown).await
+}
+
+/// What the executor of [`start_reading`] may hold: state, and each
+/// task's operators.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pub state_bytes: u64,
+    pub task_bytes: u64,
 }
 
 /// [`start`], with every node opening storage through `stores`, and with
@@ -56,7 +64,7 @@ async fn start_with(
     root: &str,
     stores: &Stores,
     tls: Option<&BenchTls>,
-    (inputs, state_bytes): (&[String], Option<u64>),
+    (inputs, memory): (&[String], Option<Memory>),
     shutdown: &CancellationToken,
 ) -> anyhow::Result<(InProcess, Client)> {
     let listen = inproc::free_addr()?;
@@ -80,8 +88,9 @@ async fn start_with(
         client = client.secured(client_tls, token);
     }
     cluster.spawn_driver(&driver_args)?;
-    if let Some(bytes) = state_bytes {
-        cluster.executor_state_bytes(bytes);
+    if let Some(m) = memory {
+        cluster.executor_state_bytes(m.state_bytes);
+        cluster.executor_task_memory_bytes(m.task_bytes);
     }
     cluster.spawn_executor(
         vec![addr.clone()],

@@ -154,8 +154,11 @@ async fn one(
                 .to_string(),
         ],
     };
-    let (c, client) =
-        cluster::start_reading(&root, &inputs, args.max_state_bytes, shutdown).await?;
+    let memory = cluster::Memory {
+        state_bytes: args.max_state_bytes,
+        task_bytes: args.max_task_memory_bytes,
+    };
+    let (c, client) = cluster::start_reading(&root, &inputs, memory, shutdown).await?;
     let cpu = cpu_seconds()?;
     let run = cluster::run_query(c, client, &query, &spec.to_string()).await?;
     let cpu = cpu_seconds()? - cpu;

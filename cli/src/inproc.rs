@@ -77,6 +77,7 @@ pub struct InProcess {
     executor_tls: sluice_common::tls::ClientTls,
     /// The state each executor may hold (`--max-state-bytes`).
     executor_state_bytes: u64,
+    executor_task_memory_bytes: u64,
     /// The Kafka secrets the executors may read: the last driver's
     /// (`--secrets-dir`, `--secret-env-prefix`, from its flags or
     /// environment).
@@ -98,6 +99,7 @@ impl InProcess {
             allowed: None,
             executor_tls: Default::default(),
             executor_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
+            executor_task_memory_bytes: sluice_executor::config::DEFAULT_MAX_TASK_MEMORY_BYTES,
             secrets: Default::default(),
         }
     }
@@ -105,6 +107,12 @@ impl InProcess {
     /// Lets the executors started from now on hold `bytes` of state.
     pub fn executor_state_bytes(&mut self, bytes: u64) {
         self.executor_state_bytes = bytes;
+    }
+
+    /// Lets each task of the executors started from now on hold `bytes` in
+    /// its operators (their `--max-task-memory-bytes`).
+    pub fn executor_task_memory_bytes(&mut self, bytes: u64) {
+        self.executor_task_memory_bytes = bytes;
     }
 
     /// Confines the executors started from now on to `allowed` (their
@@ -147,7 +155,7 @@ impl InProcess {
             id: id.to_string(),
             max_state_bytes: self.executor_state_bytes,
             state: Default::default(),
-            max_task_memory_bytes: sluice_executor::config::DEFAULT_MAX_TASK_MEMORY_BYTES,
+            max_task_memory_bytes: self.executor_task_memory_bytes,
             stores: self.stores.clone(),
             tls: self.executor_tls.clone(),
             token: Default::default(),

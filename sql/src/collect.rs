@@ -24,10 +24,12 @@
 //! time and yields before each, a join's slices sized by
 //! [`join_slice_rows`] so that each compares a bounded number of pairs.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use datafusion::arrow::array::{Array, ArrayData};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::ExecutionPlan;
@@ -56,10 +58,11 @@ pub async fn collect_within(
     let reservation = MemoryConsumer::new(consumer).register(ctx.memory_pool());
     let mut stream = crate::execute_in_order(plan, ctx)?;
     let mut batches = Vec::new();
+    let mut held = Held::default();
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(SqlError::from_execution)?;
         reservation
-            .try_grow(batch.get_array_memory_size())
+            .try_grow(held.add(&batch))
             .map_err(SqlError::from_execution)?;
         batches.push(batch);
         tokio::task::yield_now().await;
@@ -68,6 +71,42 @@ pub async fn collect_within(
         batches,
         reservation,
     })
+}
+
+/// The memory a collected output holds: each buffer once. Output batches
+/// are often slices of one larger batch (a join's output, cut to the
+/// batch size), and each slice's arrays name the whole buffers: counted
+/// per batch, they would count one buffer many times over.
+#[derive(Default)]
+struct Held {
+    /// The allocations counted, by their start.
+    seen: HashSet<usize>,
+}
+
+impl Held {
+    /// The bytes of `batch`'s buffers not counted before.
+    fn add(&mut self, batch: &RecordBatch) -> usize {
+        batch
+            .columns()
+            .iter()
+            .map(|c| self.add_data(&c.to_data()))
+            .sum()
+    }
+
+    fn add_data(&mut self, data: &ArrayData) -> usize {
+        let nulls = data.nulls().map(|n| n.inner().inner());
+        let mut bytes: usize = data
+            .buffers()
+            .iter()
+            .chain(nulls)
+            .filter(|b| self.seen.insert(b.data_ptr().as_ptr() as usize))
+            .map(|b| b.capacity())
+            .sum();
+        for child in data.child_data() {
+            bytes += self.add_data(child);
+        }
+        bytes
+    }
 }
 
 /// The most pairs of rows a join compares between two yields: its probe
@@ -151,14 +190,35 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
     use datafusion::datasource::memory::MemorySourceConfig;
 
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+    }
+
+    /// `batches` batches of `rows` rows, each with buffers of its own.
     fn plan(batches: usize, rows: usize) -> Arc<dyn ExecutionPlan> {
-        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))],
-        )
-        .unwrap();
-        MemorySourceConfig::try_new_exec(&[vec![batch; batches]], schema, None).unwrap()
+        let batch = |_| {
+            let values = Int64Array::from_iter_values(0..rows as i64);
+            RecordBatch::try_new(schema(), vec![Arc::new(values)]).unwrap()
+        };
+        let batches: Vec<_> = (0..batches).map(batch).collect();
+        MemorySourceConfig::try_new_exec(&[batches], schema(), None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn slices_of_one_batch_count_its_buffers_once() {
+        let values = Int64Array::from_iter_values(0..64 * 1024);
+        let whole = RecordBatch::try_new(schema(), vec![Arc::new(values)]).unwrap();
+        let bytes = whole.column(0).to_data().buffers()[0].capacity();
+        assert!(bytes >= 512 * 1024);
+        let slices: Vec<_> = (0..64).map(|i| whole.slice(i * 1024, 1024)).collect();
+        let sliced = MemorySourceConfig::try_new_exec(&[slices], schema(), None).unwrap();
+        // Each slice names all 512 KiB: counted per batch, 32 MiB.
+        let ctx = crate::session::context(Some(4 << 20)).unwrap();
+        let out = collect_within(sliced, ctx.task_ctx(), "output")
+            .await
+            .unwrap();
+        assert_eq!(out.batches.len(), 64);
+        assert_eq!(out.reservation.size(), bytes);
     }
 
     #[tokio::test]

@@ -123,16 +123,17 @@ fn memchr(buf: &[u8]) -> Option<usize> {
     memchr::memchr(b'\n', buf)
 }
 
-/// The lines of `body`, each with its newline (the last may have none).
-fn split_lines(body: &[u8]) -> Vec<&[u8]> {
+/// Where the lines of `body` lie in it, each with its newline (the last
+/// may have none).
+fn split_lines(body: &[u8]) -> Vec<std::ops::Range<usize>> {
     let mut lines = Vec::with_capacity(body.len() / 64);
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', body) {
-        lines.push(&body[start..=end]);
+        lines.push(start..end + 1);
         start = end + 1;
     }
     if start < body.len() {
-        lines.push(&body[start..]);
+        lines.push(start..body.len());
     }
     lines
 }
@@ -174,7 +175,8 @@ impl LineFormat {
 pub struct Decoded<'a> {
     fmt: &'a LineFormat,
     body: &'a [u8],
-    lines: Vec<&'a [u8]>,
+    /// Where each line lies in `body`.
+    lines: Vec<std::ops::Range<usize>>,
     next: usize,
     pub bad: u64,
     /// The decoder of whole groups, kept from one to the next (and from
@@ -217,16 +219,13 @@ impl<'a> Decoded<'a> {
             let from = self.next;
             let to = (from + GROUP_LINES).min(self.lines.len());
             self.next = to;
-            let group: Vec<(usize, &[u8])> = (from..to)
-                .map(|i| (i, self.lines[i]))
-                .filter(|(_, l)| !is_blank(l))
-                .collect();
+            let group: Vec<usize> = (from..to).filter(|&i| !is_blank(self.line(i))).collect();
             if group.is_empty() {
                 continue;
             }
             let decoded = match self.contiguous(&group) {
                 Some(bytes) => self.decode_group(bytes, group.len()),
-                None => decode(self.fmt, group.iter().map(|(_, l)| *l)),
+                None => decode(self.fmt, group.iter().map(|&i| self.line(i))),
             };
             match decoded {
                 Ok(b) => return Some(Ok(b)),
@@ -255,18 +254,23 @@ impl<'a> Decoded<'a> {
     /// The bytes of `group` as they lie in the body, when its lines follow
     /// one another there (no blank line between) and the last ends with a
     /// newline: the decoder reads them in place.
-    fn contiguous(&self, group: &[(usize, &'a [u8])]) -> Option<&'a [u8]> {
-        let (first, last) = (group.first()?, group.last()?);
-        let whole = last.0 - first.0 + 1 == group.len() && last.1.ends_with(b"\n");
-        let at = |l: &[u8]| l.as_ptr() as usize - self.body.as_ptr() as usize;
-        whole.then(|| &self.body[at(first.1)..at(last.1) + last.1.len()])
+    fn contiguous(&self, group: &[usize]) -> Option<&'a [u8]> {
+        let (&first, &last) = (group.first()?, group.last()?);
+        let whole = last - first + 1 == group.len() && self.line(last).ends_with(b"\n");
+        whole.then(|| &self.body[self.lines[first].start..self.lines[last].end])
+    }
+
+    /// The `i`th line of the body, with its newline.
+    fn line(&self, i: usize) -> &'a [u8] {
+        &self.body[self.lines[i].clone()]
     }
 
     /// Decodes a failed group line by line: the bad lines are skipped and
     /// counted, or the first is the error.
-    fn slow(&mut self, group: &[(usize, &'a [u8])]) -> Result<Option<RecordBatch>, BadLine> {
+    fn slow(&mut self, group: &[usize]) -> Result<Option<RecordBatch>, BadLine> {
         let mut good = Vec::with_capacity(group.len());
-        for &(i, line) in group {
+        for &i in group {
+            let line = self.line(i);
             match decode(self.fmt, std::iter::once(line)) {
                 Ok(_) => good.push(line),
                 Err(_) if self.fmt.skip_bad => self.bad += 1,
@@ -284,7 +288,7 @@ impl<'a> Decoded<'a> {
         decode(self.fmt, good.into_iter())
             .map(Some)
             .map_err(|e| BadLine {
-                index: group[0].0 as u64,
+                index: group[0] as u64,
                 reason: format!("lines that parse one by one do not parse together: {e}"),
             })
     }
