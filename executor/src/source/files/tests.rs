@@ -139,6 +139,29 @@ fn lines_read_in_place_or_copied_decode_alike() {
     assert_eq!(got, (0..9_000).collect::<Vec<i64>>());
 }
 
+/// The batches of `ranges` of jsonl files under `dir`, read as a task
+/// reads them.
+fn read_jsonl(
+    dir: &std::path::Path,
+    ranges: Vec<sluice_proto::FileRange>,
+    skip_bad: bool,
+    label: &str,
+) -> crate::source::Batches {
+    let task = sluice_proto::FilesTask {
+        root: dir.display().to_string(),
+        format: "jsonl".into(),
+        ranges,
+        skip_bad_records: skip_bad,
+        csv: None,
+        label: label.into(),
+    };
+    let schema = fmt(Format::Jsonl, skip_bad).schema;
+    let reader = super::FilesReader::new(task, schema, Default::default()).unwrap();
+    let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
+    let columns = crate::source::Columns::all(&reader.schema());
+    reader.read(columns, crate::source::ReadCounters::default())
+}
+
 /// The ids read from `ranges` of `dir` as a task would, or its error.
 async fn read_ids(
     dir: &std::path::Path,
@@ -146,23 +169,7 @@ async fn read_ids(
     skip_bad: bool,
 ) -> Result<Vec<i64>, String> {
     use futures::StreamExt;
-    let task = sluice_proto::FilesTask {
-        root: dir.display().to_string(),
-        format: "jsonl".into(),
-        ranges,
-        skip_bad_records: skip_bad,
-        csv: None,
-        label: String::new(),
-    };
-    let reader = super::FilesReader::new(
-        task,
-        fmt(Format::Jsonl, skip_bad).schema,
-        Default::default(),
-    )
-    .unwrap();
-    let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
-    let columns = crate::source::Columns::all(&reader.schema());
-    let mut batches = reader.read(columns, crate::source::ReadCounters::default());
+    let mut batches = read_jsonl(dir, ranges, skip_bad, "");
     let mut out = Vec::new();
     while let Some(b) = batches.next().await {
         let b = b.map_err(|e| e.to_string())?;
@@ -227,19 +234,7 @@ async fn read_error_as(
     label: &str,
 ) -> String {
     use futures::StreamExt;
-    let task = sluice_proto::FilesTask {
-        root: dir.display().to_string(),
-        format: "jsonl".into(),
-        ranges,
-        skip_bad_records: true,
-        csv: None,
-        label: label.into(),
-    };
-    let reader =
-        super::FilesReader::new(task, fmt(Format::Jsonl, true).schema, Default::default()).unwrap();
-    let reader: Box<dyn crate::source::SourceReader> = Box::new(reader);
-    let columns = crate::source::Columns::all(&reader.schema());
-    let mut batches = reader.read(columns, crate::source::ReadCounters::default());
+    let mut batches = read_jsonl(dir, ranges, true, label);
     while let Some(b) = batches.next().await {
         if let Err(e) = b {
             assert!(!e.is_retryable(), "{e}");
