@@ -149,7 +149,12 @@ impl Operator for Join {
         let joined = concat_batches(&self.join.join_schema(), &joined).map_err(fail)?;
         let mut upserts = Vec::new();
         for side in 0..2 {
-            upserts.push(self.state_rows(side, &new[side], |id| matched[side].contains(&id))?);
+            let held = self.state_rows(side, &new[side], |id| matched[side].contains(&id))?;
+            // Invariant: a new row's id holds this batch, which no earlier
+            // batch's row has (ids are numbered again below later batches'
+            // on a rescale).
+            state.vouch_new(&held)?;
+            upserts.push(held);
             if self.join.outer()[side] {
                 let newly = old[side].filter(|id, was| !was && matched[side].contains(&id))?;
                 upserts.push(self.state_rows(side, &newly, |_| true)?);

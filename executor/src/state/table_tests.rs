@@ -409,3 +409,30 @@ fn timing_of_a_change_to_a_large_state() {
         t3 - t2
     );
 }
+
+#[test]
+fn keys_vouched_new_are_applied_without_a_read_and_counted_the_same() {
+    let mut read = table();
+    let mut vouched = table();
+    for t in [&mut read, &mut vouched] {
+        t.apply(&change(&[("a", 1)], &[]), 0).unwrap();
+    }
+    let next = change(&[("b", 2), ("c", 3)], &[("a", 1)]);
+    vouched.vouch_new(&rows(&[("b", 2), ("c", 3)])).unwrap();
+    read.apply(&next, 1).unwrap();
+    vouched.apply(&next, 1).unwrap();
+    assert_eq!(
+        pairs(&vouched.scan().unwrap()),
+        owned(&[("b", 2), ("c", 3)])
+    );
+    assert_eq!((vouched.len(), vouched.bytes()), (read.len(), read.bytes()));
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "a key vouched new is in the state")]
+fn vouching_for_a_held_key_is_a_fault_in_debug_builds() {
+    let mut t = table();
+    t.apply(&change(&[("a", 1)], &[]), 0).unwrap();
+    t.vouch_new(&rows(&[("a", 5)])).unwrap();
+}
