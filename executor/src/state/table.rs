@@ -272,8 +272,7 @@ impl StateTable {
     /// Records that no key of `rows` (state rows) is in the state, so
     /// applying the next change reads none of them: the caller's
     /// invariant (a join's new rows carry their batch in their ids), which
-    /// debug builds check. A batch's new keys are most of its writes, and
-    /// reading each one's absence was a fifth of a join's CPU.
+    /// debug builds check. A join's new keys are most of its writes.
     pub fn vouch_new(&self, rows: &RecordBatch) -> Result<(), ExecutorError> {
         let keys = self.codec.key_rows(rows)?;
         let mut memo = lock(&self.memo);
