@@ -193,6 +193,10 @@ pub struct BenchArgs {
     /// than the executor's default at 10 M events.
     #[arg(long, default_value_t = 4 << 30)]
     pub max_task_memory_bytes: u64,
+    /// nexmark: the executor's `--state-memory-bytes`: half of it keeps
+    /// states in memory, so that `--max-state-bytes` of state fit there.
+    #[arg(long, default_value_t = 12 << 30)]
+    pub state_memory_bytes: u64,
     /// overhead, failover: TLS on the driver's port, mutual TLS for the
     /// executors and a token for the client (certificates from `sluice
     /// certs init` in a temporary directory).

@@ -47,6 +47,8 @@ pub async fn start_reading(
 pub struct Memory {
     pub state_bytes: u64,
     pub task_bytes: u64,
+    /// The executor's `--state-memory-bytes`.
+    pub state_memory_bytes: u64,
 }
 
 /// [`start`], with every node opening storage through `stores`, and with
@@ -91,6 +93,7 @@ async fn start_with(
     if let Some(m) = memory {
         cluster.executor_state_bytes(m.state_bytes);
         cluster.executor_task_memory_bytes(m.task_bytes);
+        cluster.executor_state_memory_bytes(m.state_memory_bytes);
     }
     cluster.spawn_executor(
         vec![addr.clone()],

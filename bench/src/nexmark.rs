@@ -157,6 +157,7 @@ async fn one(
     let memory = cluster::Memory {
         state_bytes: args.max_state_bytes,
         task_bytes: args.max_task_memory_bytes,
+        state_memory_bytes: args.state_memory_bytes,
     };
     let (c, client) = cluster::start_reading(&root, &inputs, memory, shutdown).await?;
     let cpu = cpu_seconds()?;

@@ -78,6 +78,7 @@ pub struct InProcess {
     /// The state each executor may hold (`--max-state-bytes`).
     executor_state_bytes: u64,
     executor_task_memory_bytes: u64,
+    executor_state: sluice_executor::config::LocalConfig,
     /// The Kafka secrets the executors may read: the last driver's
     /// (`--secrets-dir`, `--secret-env-prefix`, from its flags or
     /// environment).
@@ -100,6 +101,7 @@ impl InProcess {
             executor_tls: Default::default(),
             executor_state_bytes: sluice_executor::config::DEFAULT_MAX_STATE_BYTES,
             executor_task_memory_bytes: sluice_executor::config::DEFAULT_MAX_TASK_MEMORY_BYTES,
+            executor_state: Default::default(),
             secrets: Default::default(),
         }
     }
@@ -113,6 +115,12 @@ impl InProcess {
     /// its operators (their `--max-task-memory-bytes`).
     pub fn executor_task_memory_bytes(&mut self, bytes: u64) {
         self.executor_task_memory_bytes = bytes;
+    }
+
+    /// Lets the executors started from now on keep `bytes` of state in
+    /// memory (their `--state-memory-bytes`).
+    pub fn executor_state_memory_bytes(&mut self, bytes: u64) {
+        self.executor_state.memory_bytes = bytes;
     }
 
     /// Confines the executors started from now on to `allowed` (their
@@ -154,7 +162,7 @@ impl InProcess {
             heartbeat,
             id: id.to_string(),
             max_state_bytes: self.executor_state_bytes,
-            state: Default::default(),
+            state: self.executor_state.clone(),
             max_task_memory_bytes: self.executor_task_memory_bytes,
             stores: self.stores.clone(),
             tls: self.executor_tls.clone(),

@@ -1,24 +1,28 @@
-//! The executor's local state files: one embedded LSM store (fjall) per
-//! executor process, one keyspace in it per state partition held. This
+//! The executor's local state: each partition's pairs in memory while they
+//! fit ([`super::memory`]), then in one embedded LSM store (fjall) per
+//! executor process, one keyspace in it per partition moved there. This
 //! module is the only one that names fjall.
 //!
-//! The files are a cache. They are deleted when the executor starts (and
+//! The memory tier and the files are a cache. They are deleted when the executor starts (and
 //! when it exits cleanly); a partition's state is rebuilt from the
 //! checkpoint whenever its keyspace is missing or at another version.
 //! Nothing here is ever fsynced: a crash loses the cache, never a result.
 //!
-//! Memory: the store's block cache holds half of `--state-memory-bytes`,
-//! and the memtables (the latest writes, before they are flushed to disk)
-//! a quarter of it, each keyspace's a sixteenth (between 1 and 16 MiB).
-//! The rest of the state is on disk.
+//! Memory, of `--state-memory-bytes`: the memory tier holds at most half;
+//! the store's block cache a quarter, and its memtables (the latest
+//! writes, before they are flushed to disk) a quarter, each keyspace's a
+//! sixteenth (between 1 and 16 MiB). The rest of the state is on disk.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
+use fjall::Database;
 use tracing::{info, warn};
 
+use super::memory::Budget;
 use crate::error::ExecutorError;
+pub use space::{Frozen, Space};
 
 /// Bytes read from the store.
 pub type Stored = fjall::Slice;
@@ -56,6 +60,7 @@ impl Default for LocalConfig {
 pub struct LocalStore {
     db: Database,
     memtable_bytes: u64,
+    budget: Arc<Budget>,
     next: AtomicU64,
     path: PathBuf,
 }
@@ -93,7 +98,7 @@ impl LocalStore {
         // the memory given.
         #[allow(deprecated)]
         let db = Database::builder(&path)
-            .cache_size(memory / 2)
+            .cache_size(memory / 4)
             .max_write_buffer_size(Some(memory / 4))
             .manual_journal_persist(true)
             .temporary(true)
@@ -103,28 +108,23 @@ impl LocalStore {
         Ok(LocalStore {
             db,
             memtable_bytes: (memory / 16).clamp(1 << 20, 16 << 20),
+            budget: Arc::new(Budget::new(config.memory_bytes / 2)),
             next: AtomicU64::new(0),
             path,
         })
     }
 
-    /// A new, empty keyspace for one partition's state; deleted when the
+    /// A new, empty space for one partition's state, in memory until it
+    /// outgrows the memory tier; its keyspace (if any) is deleted when the
     /// returned [`Space`] is dropped.
-    pub fn space(&self) -> Result<Space, ExecutorError> {
+    pub fn space(&self) -> Space {
         let name = format!("p{}", self.next.fetch_add(1, Ordering::Relaxed));
-        let memtable = self.memtable_bytes;
-        let ks = self
-            .db
-            .keyspace(&name, || {
-                KeyspaceCreateOptions::default()
-                    .max_memtable_size(memtable)
-                    .manual_journal_persist(true)
-            })
-            .map_err(|e| failed("cannot create a state keyspace", e))?;
-        Ok(Space {
-            db: self.db.clone(),
-            ks,
-        })
+        Space::new(
+            self.db.clone(),
+            name,
+            self.memtable_bytes,
+            self.budget.clone(),
+        )
     }
 }
 
@@ -149,92 +149,5 @@ fn remove_stale(base: &Path) {
     }
 }
 
-/// One partition's keyspace: sorted keys, each with one value.
-pub struct Space {
-    db: Database,
-    ks: Keyspace,
-}
-
-impl Drop for Space {
-    fn drop(&mut self) {
-        if let Err(e) = self.db.delete_keyspace(self.ks.clone()) {
-            warn!(error = %e, "local state keyspace not deleted");
-        }
-    }
-}
-
-/// A point-in-time view of a [`Space`], readable while the space moves on.
-pub struct Frozen {
-    snapshot: fjall::Snapshot,
-    ks: Keyspace,
-}
-
-impl Frozen {
-    /// Every pair, in key order.
-    pub fn pairs(&self) -> impl Iterator<Item = Result<Pair, ExecutorError>> + '_ {
-        self.snapshot
-            .iter(&self.ks)
-            .map(|g| g.into_inner().map_err(|e| failed("state scan", e)))
-    }
-}
-
-impl Space {
-    pub fn get(&self, key: &[u8]) -> Result<Option<Stored>, ExecutorError> {
-        self.ks.get(key).map_err(|e| failed("state lookup", e))
-    }
-
-    pub fn contains(&self, key: &[u8]) -> Result<bool, ExecutorError> {
-        self.ks
-            .contains_key(key)
-            .map_err(|e| failed("state lookup", e))
-    }
-
-    /// Writes puts (`Some`) and deletes (`None`) at once.
-    pub fn write<'a>(
-        &self,
-        changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
-    ) -> Result<(), ExecutorError> {
-        let mut batch = self.db.batch().durability(None);
-        for (key, value) in changes {
-            match value {
-                Some(v) => batch.insert(&self.ks, key, v),
-                None => batch.remove(&self.ks, key),
-            }
-        }
-        batch.commit().map_err(|e| failed("state write", e))
-    }
-
-    /// Fills the (empty) space with the pairs `fill` writes, whose keys
-    /// must ascend strictly: written as sorted tables directly, the
-    /// fastest load there is. When `fill` fails, nothing is loaded.
-    pub fn ingest(
-        &self,
-        fill: impl FnOnce(
-            &mut dyn FnMut(&[u8], &[u8]) -> Result<(), ExecutorError>,
-        ) -> Result<(), ExecutorError>,
-    ) -> Result<(), ExecutorError> {
-        let mut ingestion = self
-            .ks
-            .start_ingestion()
-            .map_err(|e| failed("state load", e))?;
-        let mut write =
-            |k: &[u8], v: &[u8]| ingestion.write(k, v).map_err(|e| failed("state load", e));
-        fill(&mut write)?;
-        ingestion.finish().map_err(|e| failed("state load", e))
-    }
-
-    /// Every pair, in key order.
-    pub fn pairs(&self) -> impl Iterator<Item = Result<Pair, ExecutorError>> + '_ {
-        self.ks
-            .iter()
-            .map(|g| g.into_inner().map_err(|e| failed("state scan", e)))
-    }
-
-    /// The space as it is now, to read while it changes.
-    pub fn freeze(&self) -> Frozen {
-        Frozen {
-            snapshot: self.db.snapshot(),
-            ks: self.ks.clone(),
-        }
-    }
-}
+#[path = "local_space.rs"]
+mod space;

@@ -19,6 +19,7 @@
 pub mod codec;
 pub mod local;
 mod memo;
+mod memory;
 pub mod rescale;
 pub mod rows;
 pub mod table;
@@ -70,7 +71,7 @@ impl States {
         keys: usize,
         stamped: bool,
     ) -> Result<StateTable, ExecutorError> {
-        StateTable::new(self.local()?.space()?, schema, keys, stamped)
+        StateTable::new(self.local()?.space(), schema, keys, stamped)
     }
 
     /// The local store, opened on first use (blocking, once).
@@ -160,7 +161,7 @@ pub async fn load(
 /// An empty state in a store of its own, for unit tests.
 #[cfg(test)]
 pub fn test_table(schema: SchemaRef, keys: usize) -> StateTable {
-    States::default()
+    States::new(on_disk())
         .empty(schema, keys)
         .expect("a local state store")
 }
@@ -168,7 +169,18 @@ pub fn test_table(schema: SchemaRef, keys: usize) -> StateTable {
 /// An empty stamped state in a store of its own, for unit tests.
 #[cfg(test)]
 pub fn test_stamped(schema: SchemaRef, keys: usize) -> StateTable {
-    States::default()
+    States::new(on_disk())
         .table(schema, keys, true)
         .expect("a local state store")
+}
+
+/// A local store with no memory tier: the states of the unit tests are in
+/// the LSM store, whose reads and writes they check (the memory tier's are
+/// checked against it in `local_space.rs`).
+#[cfg(test)]
+fn on_disk() -> LocalConfig {
+    LocalConfig {
+        dir: None,
+        memory_bytes: 0,
+    }
 }

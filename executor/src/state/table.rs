@@ -384,7 +384,7 @@ impl StateTable {
                 bytes += (key.len() + v.len()) as i64;
             }
         }
-        self.space.write(writes)?;
+        self.space.write(&writes)?;
         (self.len, self.bytes) = (len as u64, bytes as u64);
         self.version = Some(version);
         Ok(())

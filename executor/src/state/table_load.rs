@@ -129,8 +129,8 @@ impl StateTable {
                 pairs.push((k.into(), v.into()));
                 Ok(())
             })?;
-            self.space
-                .write(pairs.iter().map(|(k, v)| (&k[..], Some(&v[..]))))?;
+            let writes: Vec<_> = pairs.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
+            self.space.write(&writes)?;
         }
         Ok(counted)
     }
