@@ -244,6 +244,45 @@ impl Space {
         }
     }
 
+    /// Calls `f` with every pair, in key order, in chunks of at most
+    /// `rows` pairs (at least one chunk, maybe empty). The memory tier
+    /// lends its pairs; the store's are read into the chunk.
+    pub fn scan(
+        &self,
+        rows: usize,
+        mut f: impl FnMut(&[(&[u8], &[u8])]) -> Result<(), ExecutorError>,
+    ) -> Result<(), ExecutorError> {
+        let mut chunk: Vec<(&[u8], &[u8])> = Vec::with_capacity(rows);
+        match self.freeze() {
+            Frozen::Memory(map) => {
+                for (k, v) in map.iter() {
+                    chunk.push((k, v));
+                    if chunk.len() == rows {
+                        f(&chunk)?;
+                        chunk.clear();
+                    }
+                }
+                f(&chunk)
+            }
+            Frozen::Disk(snapshot, ks) => {
+                let mut owned: Vec<Pair> = Vec::with_capacity(rows);
+                let mut pairs = disk_pairs(snapshot.iter(&ks)).peekable();
+                loop {
+                    owned.clear();
+                    for pair in pairs.by_ref().take(rows) {
+                        owned.push(pair?);
+                    }
+                    let lent: Vec<(&[u8], &[u8])> =
+                        owned.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                    f(&lent)?;
+                    if pairs.peek().is_none() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     /// The space as it is now, to read while it changes.
     pub fn freeze(&self) -> Frozen {
         match &*lock(&self.tier) {
@@ -292,7 +331,8 @@ mod tests {
                 if writes.iter().any(|(w, _)| *w == k) {
                     continue;
                 }
-                let value = (seed % 3 != 0).then(|| vec![round as u8; (seed % 40) as usize]);
+                let value =
+                    (!seed.is_multiple_of(3)).then(|| vec![round as u8; (seed % 40) as usize]);
                 writes.push((k, value));
             }
             let writes: Vec<(&[u8], Option<&[u8]>)> =

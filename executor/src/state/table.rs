@@ -196,15 +196,8 @@ impl StateTable {
         &self,
         mut f: impl FnMut(RecordBatch) -> Result<(), ExecutorError>,
     ) -> Result<(), ExecutorError> {
-        let mut chunk: Vec<Pair> = Vec::with_capacity(SCAN_ROWS.min(self.len()));
-        for pair in self.space.pairs() {
-            chunk.push(pair?);
-            if chunk.len() == SCAN_ROWS {
-                f(self.codec.decode(&chunk)?)?;
-                chunk.clear();
-            }
-        }
-        f(self.codec.decode(&chunk)?)
+        let rows = SCAN_ROWS.min(self.len()).max(1);
+        self.space.scan(rows, |chunk| f(self.codec.decode(chunk)?))
     }
 
     /// The state as it is now, for a snapshot written while batches go on.
