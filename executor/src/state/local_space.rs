@@ -237,6 +237,7 @@ impl Space {
     }
 
     /// Every pair, in key order.
+    #[cfg(test)]
     pub fn pairs(&self) -> Pairs<'static> {
         match &*lock(&self.tier) {
             Tier::Memory(m) => memory_pairs(m.frozen()),
@@ -255,14 +256,19 @@ impl Space {
         let mut chunk: Vec<(&[u8], &[u8])> = Vec::with_capacity(rows);
         match self.freeze() {
             Frozen::Memory(map) => {
+                let mut sent = false;
                 for (k, v) in map.iter() {
                     chunk.push((k, v));
                     if chunk.len() == rows {
                         f(&chunk)?;
                         chunk.clear();
+                        sent = true;
                     }
                 }
-                f(&chunk)
+                match chunk.is_empty() && sent {
+                    true => Ok(()),
+                    false => f(&chunk),
+                }
             }
             Frozen::Disk(snapshot, ks) => {
                 let mut owned: Vec<Pair> = Vec::with_capacity(rows);
@@ -348,6 +354,26 @@ mod tests {
         assert!(m.in_memory());
         assert!(!d.in_memory());
         assert!(all(&m).len() > 100);
+        assert_eq!(scanned(&m, 7), scanned(&d, 7));
+        assert_eq!(scanned(&m, 7).concat(), all(&m));
+    }
+
+    /// The chunks of a scan of `rows` pairs each.
+    fn scanned(space: &Space, rows: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut chunks = Vec::new();
+        space
+            .scan(rows, |chunk| {
+                assert!(chunk.len() <= rows);
+                chunks.push(
+                    chunk
+                        .iter()
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect(),
+                );
+                Ok(())
+            })
+            .unwrap();
+        chunks
     }
 
     #[test]
