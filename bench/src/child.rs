@@ -129,9 +129,25 @@ impl ChildProcess {
     }
 }
 
+/// The environment of an executor child, as the Kubernetes manifests set
+/// it (deploy/k8s/base/kustomization.yaml): glibc's malloc with two
+/// arenas, not eight per core, each of which keeps what its threads
+/// freed (docs/design-notes.md, "State larger than memory"). A value in
+/// the benchmark's own environment wins.
+pub const EXECUTOR_ENV: [(&str, &str); 1] = [("MALLOC_ARENA_MAX", "2")];
+
+/// [`EXECUTOR_ENV`], each value overridden by the benchmark's environment.
+fn executor_env() -> Vec<(String, String)> {
+    EXECUTOR_ENV
+        .iter()
+        .map(|(k, v)| (k.to_string(), std::env::var(k).unwrap_or(v.to_string())))
+        .collect()
+}
+
 /// A local cluster of two child processes: a `sluice driver` on a free
 /// port over the checkpoint `root`, and one `sluice executor` with `slots`
-/// slots and 200 ms heartbeats attached to it, both logging into `dir`, neither started yet. Returns the driver's address
+/// slots and 200 ms heartbeats attached to it (in [`EXECUTOR_ENV`]), both
+/// logging into `dir`, neither started yet. Returns the driver's address
 /// too.
 pub fn driver_and_executor(
     dir: &std::path::Path,
@@ -156,7 +172,8 @@ pub fn driver_and_executor(
     ]
     .map(str::to_string)
     .to_vec();
-    let executor = ChildProcess::sluice("executor", executor_args, dir.join("executor.log"))?;
+    let executor = ChildProcess::sluice("executor", executor_args, dir.join("executor.log"))?
+        .with_env(executor_env());
     Ok((addr, driver, executor))
 }
 

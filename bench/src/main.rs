@@ -9,10 +9,6 @@ use clap::Parser;
 use sluice_bench::BenchArgs;
 use sluice_cli::node;
 
-/// The `sluice` binary's allocator (docs/design-notes.md, "The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Sluice's benchmarks: a scenario on a local cluster, its figures as JSON.
 #[derive(Debug, Parser)]
 #[command(name = "sluice-bench", version, about)]

@@ -144,10 +144,6 @@ enum TokenCommand {
     },
 }
 
-/// See docs/design-notes.md, "The allocator".
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     node::main(|| run(Cli::parse()))
 }

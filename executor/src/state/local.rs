@@ -1,5 +1,5 @@
 //! The executor's local state: each partition's pairs in memory while they
-//! fit ([`super::memory`]), then in one embedded LSM store (fjall) per
+//! fit ([`memory`]), then in one embedded LSM store (fjall) per
 //! executor process, one keyspace in it per partition moved there. This
 //! module is the only one that names fjall.
 //!
@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fjall::Database;
 use tracing::{info, warn};
 
-use super::memory::Budget;
 use crate::error::ExecutorError;
+use memory::Budget;
 pub use space::{Frozen, Space};
 
 /// Bytes read from the store.
@@ -148,6 +148,9 @@ fn remove_stale(base: &Path) {
         }
     }
 }
+
+#[path = "local_memory.rs"]
+mod memory;
 
 #[path = "local_space.rs"]
 mod space;

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use tracing::{info, warn};
 
+use super::memory::{Budget, Map, Memory};
 use super::{Pair, Stored, failed};
 use crate::error::ExecutorError;
-use crate::state::memory::{Budget, Map, Memory};
 
 /// One partition's pairs: sorted keys, each with one value; in memory
 /// while the memory tier's budget allows, then in a keyspace of the store.

@@ -19,7 +19,6 @@
 pub mod codec;
 pub mod local;
 mod memo;
-mod memory;
 pub mod rescale;
 pub mod rows;
 pub mod table;

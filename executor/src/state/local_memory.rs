@@ -1,6 +1,6 @@
 //! The memory tier of the local state: a partition's state as a sorted map
 //! in memory, for as long as the executor's states in memory fit their
-//! budget (half of `--state-memory-bytes`, see [`super::local`]).
+//! budget (half of `--state-memory-bytes`, see [`super`]).
 //!
 //! A partition starts here and moves to the LSM store the first time a
 //! write or a load would take the budget past its limit; it never moves
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::local::Stored;
+use super::Stored;
 
 /// The sorted map of one partition's pairs.
 pub type Map = BTreeMap<Stored, Stored>;
