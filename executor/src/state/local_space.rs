@@ -245,19 +245,31 @@ impl Space {
         }
     }
 
-    /// Calls `f` with every pair, in key order, in chunks of at most
-    /// `rows` pairs (at least one chunk, maybe empty). The memory tier
-    /// lends its pairs; the store's are read into the chunk.
+    /// Calls `f` with every pair whose key begins with `prefix` (every
+    /// pair, when it is empty) and sorts below `below` (when given), in
+    /// key order, in chunks of at most `rows` pairs (at least one chunk,
+    /// maybe empty). The memory tier lends its pairs; the store's are read
+    /// into the chunk.
     pub fn scan(
         &self,
+        prefix: &[u8],
+        below: Option<&[u8]>,
         rows: usize,
         mut f: impl FnMut(&[(&[u8], &[u8])]) -> Result<(), ExecutorError>,
     ) -> Result<(), ExecutorError> {
         let mut chunk: Vec<(&[u8], &[u8])> = Vec::with_capacity(rows);
+        let range = (
+            Bound::Included(prefix),
+            below.map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        if below.is_some_and(|b| b <= prefix) {
+            return f(&chunk);
+        }
         match self.freeze() {
             Frozen::Memory(map) => {
                 let mut sent = false;
-                for (k, v) in map.iter() {
+                let pairs = map.range::<[u8], _>(range);
+                for (k, v) in pairs.take_while(|(k, _)| k.starts_with(prefix)) {
                     chunk.push((k, v));
                     if chunk.len() == rows {
                         f(&chunk)?;
@@ -272,7 +284,13 @@ impl Space {
             }
             Frozen::Disk(snapshot, ks) => {
                 let mut owned: Vec<Pair> = Vec::with_capacity(rows);
-                let mut pairs = disk_pairs(snapshot.iter(&ks)).peekable();
+                let pairs = disk_pairs(snapshot.range::<&[u8], _>(&ks, range));
+                let mut pairs = pairs
+                    .take_while(|p| match p {
+                        Ok((k, _)) => k.starts_with(prefix),
+                        Err(_) => true,
+                    })
+                    .peekable();
                 loop {
                     owned.clear();
                     for pair in pairs.by_ref().take(rows) {
@@ -358,11 +376,49 @@ mod tests {
         assert_eq!(scanned(&m, 7).concat(), all(&m));
     }
 
+    #[test]
+    fn a_scan_by_prefix_reads_the_keys_that_begin_with_it_below_a_bound_on_either_tier() {
+        let (memory, disk) = (store(1 << 30), store(0));
+        for space in [memory.space(), disk.space()] {
+            // Keys 0..768: the prefix [0, 0, 1] is the first three bytes of
+            // 256..512 in big-endian (0x00000100..0x000001ff).
+            let writes: Vec<([u8; 4], [u8; 1])> = (0..768).map(|i| (key(i), [i as u8])).collect();
+            let writes: Vec<(&[u8], Option<&[u8]>)> =
+                writes.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
+            space.write(&writes).unwrap();
+            let keys = |prefix: &[u8], below: Option<&[u8]>| -> Vec<Vec<u8>> {
+                let mut keys = Vec::new();
+                space
+                    .scan(prefix, below, 7, |chunk| {
+                        keys.extend(chunk.iter().map(|(k, _)| k.to_vec()));
+                        Ok(())
+                    })
+                    .unwrap();
+                keys
+            };
+            let want: Vec<Vec<u8>> = (256..512).map(|i| key(i).to_vec()).collect();
+            assert_eq!(
+                keys(&[0, 0, 1], None),
+                want,
+                "in memory: {}",
+                space.in_memory()
+            );
+            assert_eq!(keys(&[0, 0, 3], None), Vec::<Vec<u8>>::new());
+            assert_eq!(keys(&[], None).len(), 768);
+            // Below a key: from the prefix's first key up to it.
+            assert_eq!(keys(&[0, 0, 1], Some(&key(300))), want[..44]);
+            assert_eq!(keys(&[0, 0, 1], Some(&key(600))), want);
+            assert_eq!(keys(&[0, 0, 1], Some(&key(256))), Vec::<Vec<u8>>::new());
+            assert_eq!(keys(&[0, 0, 1], Some(&[0, 0])), Vec::<Vec<u8>>::new());
+            assert_eq!(keys(&[], Some(&key(10))).len(), 10);
+        }
+    }
+
     /// The chunks of a scan of `rows` pairs each.
     fn scanned(space: &Space, rows: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut chunks = Vec::new();
         space
-            .scan(rows, |chunk| {
+            .scan(&[], None, rows, |chunk| {
                 assert!(chunk.len() <= rows);
                 chunks.push(
                     chunk

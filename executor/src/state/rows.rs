@@ -97,6 +97,26 @@ impl RowCodec {
         }
     }
 
+    /// The bytes every key whose first columns hold `leading` (one value
+    /// each, at most the key's columns) begins with: a row of the format
+    /// is its columns' encodings one after the other, so those of the
+    /// leading columns alone are its prefix.
+    pub fn key_prefix(&self, leading: &[ArrayRef]) -> Result<Vec<u8>, ExecutorError> {
+        if leading.len() > self.keys || leading.iter().any(|c| c.len() != 1) {
+            return Err(ExecutorError::TaskPanicked(format!(
+                "a key prefix of {} columns (one value each) for a key of {}",
+                leading.len(),
+                self.keys
+            )));
+        }
+        if leading.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prefix = converter(&self.schema, 0..leading.len())?.expect("columns to convert");
+        let rows = prefix.convert_columns(leading).map_err(fail)?;
+        Ok(rows.row(0).data().to_vec())
+    }
+
     /// The values of `batch` (state rows); `None` without value columns
     /// (every value is empty).
     pub fn value_rows(&self, batch: &RecordBatch) -> Result<Option<Rows>, ExecutorError> {

@@ -20,7 +20,7 @@
 use foldhash::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{ArrowError, SchemaRef};
 use arrow_select::concat::concat_batches;
 
@@ -177,12 +177,43 @@ impl StateTable {
         self.view(&self.scan_stored()?)
     }
 
+    /// The state rows whose key begins with `leading`, the values of the
+    /// key's first columns (one row each), in key order: a scan of those
+    /// keys alone.
+    pub fn scan_prefix(&self, leading: &[ArrayRef]) -> Result<RecordBatch, ExecutorError> {
+        let prefix = self.codec.key_prefix(leading)?;
+        self.view(&self.scan_stored_from(&prefix, None)?)
+    }
+
+    /// The state rows whose key begins with `leading` and sorts below a
+    /// key that begins with `below` (both the values of the key's first
+    /// columns, one row each), in key order.
+    pub fn scan_prefix_below(
+        &self,
+        leading: &[ArrayRef],
+        below: &[ArrayRef],
+    ) -> Result<RecordBatch, ExecutorError> {
+        let prefix = self.codec.key_prefix(leading)?;
+        let below = self.codec.key_prefix(below)?;
+        self.view(&self.scan_stored_from(&prefix, Some(&below))?)
+    }
+
     /// Every stored row (with its stamp, when stamped), in key order: a
     /// scan of the whole state.
     pub fn scan_stored(&self) -> Result<RecordBatch, ExecutorError> {
+        self.scan_stored_from(&[], None)
+    }
+
+    /// The stored rows whose encoded key begins with `prefix` and sorts
+    /// below `below`.
+    fn scan_stored_from(
+        &self,
+        prefix: &[u8],
+        below: Option<&[u8]>,
+    ) -> Result<RecordBatch, ExecutorError> {
         blocking(|| {
             let mut batches = Vec::new();
-            self.each_chunk(|rows| {
+            self.each_chunk(prefix, below, |rows| {
                 batches.push(rows);
                 Ok(())
             })?;
@@ -190,14 +221,18 @@ impl StateTable {
         })
     }
 
-    /// Calls `f` with every stored row, in key order, in batches of at
+    /// Calls `f` with every stored row whose encoded key begins with
+    /// `prefix` and sorts below `below`, in key order, in batches of at
     /// most `SCAN_ROWS` rows (at least one batch, maybe empty).
     fn each_chunk(
         &self,
+        prefix: &[u8],
+        below: Option<&[u8]>,
         mut f: impl FnMut(RecordBatch) -> Result<(), ExecutorError>,
     ) -> Result<(), ExecutorError> {
         let rows = SCAN_ROWS.min(self.len()).max(1);
-        self.space.scan(rows, |chunk| f(self.codec.decode(chunk)?))
+        self.space
+            .scan(prefix, below, rows, |chunk| f(self.codec.decode(chunk)?))
     }
 
     /// The state as it is now, for a snapshot written while batches go on.

@@ -113,7 +113,7 @@ impl StateTable {
         let (ttl, now) = (i128::from(ttl_ms), i128::from(now_ms));
         let mut gone = Vec::new();
         super::blocking(|| {
-            self.each_chunk(|rows| {
+            self.each_chunk(&[], None, |rows| {
                 let stamps = rows
                     .column(rows.num_columns() - 1)
                     .as_any()

@@ -436,3 +436,49 @@ fn vouching_for_a_held_key_is_a_fault_in_debug_builds() {
     t.apply(&change(&[("a", 1)], &[]), 0).unwrap();
     t.vouch_new(&rows(&[("a", 5)])).unwrap();
 }
+
+#[test]
+fn a_scan_by_the_leading_key_column_reads_that_values_rows_in_key_order() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("side", DataType::UInt8, false),
+        Field::new("id", DataType::UInt64, false),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let mut t = test_table(schema.clone(), 2);
+    let (sides, ids, vs): (Vec<u8>, Vec<u64>, Vec<&str>) = (
+        vec![1, 0, 1, 0, 2],
+        vec![7, 300, 1, 2, 0],
+        vec!["r7", "l300", "r1", "l2", "x"],
+    );
+    let upserts = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(arrow_array::UInt8Array::from(sides)),
+            Arc::new(arrow_array::UInt64Array::from(ids)),
+            Arc::new(StringArray::from(vs)),
+        ],
+    )
+    .unwrap();
+    let deletes = RecordBatch::new_empty(schema);
+    t.apply(&Change { upserts, deletes }, 0).unwrap();
+    let of = |side: u8| -> Vec<String> {
+        let leading: ArrayRef = Arc::new(arrow_array::UInt8Array::from(vec![side]));
+        let rows = t.scan_prefix(&[leading]).unwrap();
+        let v = rows
+            .column(2)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
+        v.iter().map(|s| s.unwrap().to_string()).collect()
+    };
+    assert_eq!(of(0), ["l2", "l300"]);
+    assert_eq!(of(1), ["r1", "r7"]);
+    assert_eq!(of(3), Vec::<String>::new());
+    let two: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::UInt8Array::from(vec![0u8])),
+        Arc::new(arrow_array::UInt64Array::from(vec![300u64])),
+    ];
+    assert_eq!(t.scan_prefix(&two).unwrap().num_rows(), 1);
+    let too_many = [two.clone(), two].concat();
+    assert!(t.scan_prefix(&too_many).is_err());
+}
