@@ -312,8 +312,8 @@ impl StateStore {
         bytes: Bytes,
     ) -> Result<()> {
         let path = self.dir(operator, partition).join(file.name());
-        let bytes = identity::wrap(&self.identity(operator, partition, file), &bytes)?;
-        self.create_same(&path, bytes).await
+        let header = identity::header(&self.identity(operator, partition, file), &bytes)?;
+        self.create_same_parts(&path, [header, bytes]).await
     }
 
     /// A state file's rows, once its identity and checksum are checked
@@ -405,9 +405,28 @@ impl StateStore {
     }
 
     async fn create_same(&self, path: &Path, bytes: Bytes) -> Result<()> {
-        match self.storage.create(path, bytes.clone()).await? {
+        self.create_same_parts(path, [bytes]).await
+    }
+
+    /// [`Self::create_same`] of the bytes of `parts`, one after the other.
+    async fn create_same_parts<const N: usize>(
+        &self,
+        path: &Path,
+        parts: [Bytes; N],
+    ) -> Result<()> {
+        let same = |b: &Bytes| {
+            let mut rest = &b[..];
+            parts.iter().all(|p| match rest.strip_prefix(&p[..]) {
+                Some(after) => {
+                    rest = after;
+                    true
+                }
+                None => false,
+            }) && rest.is_empty()
+        };
+        match self.storage.create_parts(path, &parts).await? {
             Created::New => Ok(()),
-            Created::Existing(b) if b == bytes => Ok(()),
+            Created::Existing(b) if same(&b) => Ok(()),
             Created::Existing(_) => Err(Error::Corrupt {
                 path: self.storage.describe(path),
                 reason: "exists with other bytes than this deterministic task wrote".into(),
@@ -420,6 +439,51 @@ impl StateStore {
 mod tests {
     use super::*;
     use StateFile::{Delta, Snapshot};
+
+    #[tokio::test]
+    async fn a_state_file_is_its_header_and_rows_and_a_retry_must_write_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("q1").display().to_string();
+        let store = StateStore::open(&Stores::default(), &location).unwrap();
+        let rows = Bytes::from_static(b"the rows of a delta");
+        store.write("agg", 3, Delta(7), rows.clone()).await.unwrap();
+        let path = walkdir(dir.path())
+            .into_iter()
+            .find(|p| p.ends_with(Delta(7).name()))
+            .expect("the delta's file");
+        let on_disk = std::fs::read(&path).unwrap();
+        let header = identity::header(&store.identity("agg", 3, Delta(7)), &rows).unwrap();
+        assert_eq!(on_disk, [&header[..], &rows[..]].concat());
+        assert_eq!(store.read("agg", 3, Delta(7)).await.unwrap(), rows);
+        // A retried task writes the same bytes: accepted.
+        store.write("agg", 3, Delta(7), rows.clone()).await.unwrap();
+        // Other rows, or rows that only begin the same, are damage.
+        for other in [
+            &b"other rows of a delta"[..],
+            &b"the rows of a"[..],
+            &b"the rows of a delta!"[..],
+        ] {
+            let e = store
+                .write("agg", 3, Delta(7), Bytes::copy_from_slice(other))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("exists with other bytes"), "{e}");
+        }
+    }
+
+    /// The files under `dir`, at any depth.
+    fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => files.extend(walkdir(&path)),
+                false => files.push(path),
+            }
+        }
+        files
+    }
 
     #[test]
     fn a_version_is_its_latest_snapshot_and_the_deltas_after_it() {

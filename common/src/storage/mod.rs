@@ -192,15 +192,18 @@ impl Storage {
 
     /// Writes `bytes` to `path` atomically, only if `path` does not exist.
     pub async fn create(&self, path: &Path, bytes: Bytes) -> Result<Created> {
+        self.create_parts(path, &[bytes]).await
+    }
+
+    /// [`Self::create`] of the bytes of `parts`, one after the other, as
+    /// one file; the parts are written as they are, not copied into one.
+    pub async fn create_parts(&self, path: &Path, parts: &[Bytes]) -> Result<Created> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
         };
-        match self
-            .store
-            .put_opts(path, PutPayload::from(bytes), opts)
-            .await
-        {
+        let payload: PutPayload = parts.iter().cloned().collect();
+        match self.store.put_opts(path, payload, opts).await {
             Ok(_) => Ok(Created::New),
             Err(object_store::Error::AlreadyExists { .. }) => self.adopt(path).await,
             Err(e) => Err(Error::storage(self.describe(path), e)),
