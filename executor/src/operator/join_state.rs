@@ -20,7 +20,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow_select::concat::concat_batches;
-use sluice_sql::StreamJoin;
+use sluice_sql::{Bound, StreamJoin};
 
 use super::{Join, fail};
 use crate::error::ExecutorError;
@@ -198,18 +198,26 @@ impl Join {
         let Some(bound) = self.join.bound() else {
             return Ok(RecordBatch::new_empty(self.state.clone()));
         };
-        let wm = i128::from(wm);
-        let cutoffs = [
-            bound.upper_ms.map(|u| wm - i128::from(u)),
-            bound.lower_ms.map(|l| wm + i128::from(l)),
-        ];
         let mut gone = Vec::with_capacity(2);
-        for (side, cutoff) in cutoffs.into_iter().enumerate() {
-            let cutoff = cutoff.filter(|_| self.evict[side]);
+        for side in 0..2 {
+            let cutoff = cutoff(&bound, side, self.evict[side], wm);
             gone.push(self.held_before(state, side, cutoff)?);
         }
         concat_batches(&self.state, &gone).map_err(fail)
     }
+}
+
+/// The time (ms) below which `side`'s rows have passed the watermark `wm`
+/// by `bound`: a left row's time + upper bound < `wm`, a right row's
+/// time − lower bound < `wm`. `None` when no row can pass (the side may
+/// not be evicted, or the bound does not limit it).
+fn cutoff(bound: &Bound, side: usize, may: bool, wm: i64) -> Option<i128> {
+    let wm = i128::from(wm);
+    let cutoff = match side {
+        0 => bound.upper_ms.map(|u| wm - i128::from(u)),
+        _ => bound.lower_ms.map(|l| wm + i128::from(l)),
+    };
+    cutoff.filter(|_| may)
 }
 
 /// A state row's schema for `join` (see the module header).
@@ -246,4 +254,49 @@ fn millis(a: &ArrayRef) -> Result<ArrayRef, ExecutorError> {
     let ms = arrow_cast::cast(a, &TIME).map_err(fail)?;
     debug_assert!(ms.as_primitive_opt::<TimestampMillisecondType>().is_some());
     Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(lower_ms: Option<i64>, upper_ms: Option<i64>) -> Bound {
+        Bound {
+            left: 0,
+            right: 0,
+            lower_ms,
+            upper_ms,
+        }
+    }
+
+    #[test]
+    fn a_row_passes_once_its_time_and_bound_fall_behind_the_watermark() {
+        // b.t BETWEEN a.t - 5 s AND a.t + 10 s: a left row can match a
+        // right row up to 10 s later, a right row a left row up to 5 s
+        // later.
+        let b = bound(Some(5_000), Some(10_000));
+        assert_eq!(cutoff(&b, 0, true, 100_000), Some(90_000));
+        assert_eq!(cutoff(&b, 1, true, 100_000), Some(105_000));
+        // A side that may not be evicted keeps its rows.
+        assert_eq!(cutoff(&b, 0, false, 100_000), None);
+        // A bound with no limit on a side keeps that side's rows.
+        let open = bound(None, Some(10_000));
+        assert_eq!(cutoff(&open, 1, true, 100_000), None);
+        // A negative bound: the right row is kept only until wm > t + 3 s.
+        let later = bound(Some(-3_000), Some(10_000));
+        assert_eq!(cutoff(&later, 1, true, 100_000), Some(97_000));
+    }
+
+    #[test]
+    fn cutoffs_past_the_range_of_times_are_exact() {
+        let b = bound(Some(i64::MAX), Some(i64::MAX));
+        assert_eq!(
+            cutoff(&b, 0, true, i64::MIN),
+            Some(i128::from(i64::MIN) - i128::from(i64::MAX))
+        );
+        assert_eq!(
+            cutoff(&b, 1, true, i64::MAX),
+            Some(2 * i128::from(i64::MAX))
+        );
+    }
 }
