@@ -34,7 +34,7 @@ use crate::stage::Assigned;
 use crate::state::rescale::Repartition;
 use crate::state::table::StateTable;
 
-use state::{ID, KEYS, Side, state_schema};
+use state::{ID, KEYS, Side, Slots, state_schema};
 
 /// A query's join of two streams.
 pub struct Join {
@@ -43,6 +43,8 @@ pub struct Join {
     /// Whether each side's rows may leave the state by the bound.
     evict: [bool; 2],
     state: SchemaRef,
+    /// Where each side's columns are in a state row.
+    slots: Slots,
 }
 
 impl Repartition for Join {
@@ -89,8 +91,10 @@ impl Operator for Join {
         (graph, index): (&Graph, usize),
     ) -> Result<Self, ExecutorError> {
         let join = StreamJoin::of(graph, index)?;
+        let (state, slots) = state_schema(&join);
         Ok(Join {
-            state: state_schema(&join),
+            state,
+            slots,
             join,
             batch: task.batch_id,
             evict: [work.evict_left, work.evict_right],

@@ -5,7 +5,9 @@
 //! side's bound column in milliseconds; NULL when the join has no bound),
 //! `__sluice_id` (the batch in the high 32 bits, the row's place among the
 //! batch's rows of its side in the partition below), `__sluice_matched`,
-//! then the left columns and the right columns, the other side's NULL.
+//! then slots: each holds a left column in left rows and a right column of
+//! the same type in right rows ([`Slots`]), so a row carries as few NULLs
+//! of the other side as the two sides' types allow.
 //! Its key is (side, time, id): a side's rows are one range of keys, in
 //! the order of their times, so the rows the watermark has passed are the
 //! range's beginning, and an eviction reads those alone.
@@ -134,11 +136,9 @@ impl Join {
                 stage::filter(rows, &mask)?
             }
         };
-        let width = self.join.side_schema(0).fields().len();
         let schema = self.join.side_schema(side);
-        let first = META + if side == 0 { 0 } else { width };
-        let columns = (0..schema.fields().len())
-            .map(|i| cast(picked.column(first + i), schema.field(i).data_type()))
+        let columns = (self.slots.of[side].iter().zip(schema.fields()))
+            .map(|(&slot, f)| cast(picked.column(slot), f.data_type()))
             .collect::<Result<Vec<_>, _>>()?;
         let rows = RecordBatch::try_new(schema, columns).map_err(fail)?;
         Ok(Side {
@@ -177,14 +177,14 @@ impl Join {
                 rows.ids.iter().map(|&id| matched(id)).collect::<Vec<_>>(),
             )),
         ];
-        for s in 0..2 {
-            let schema = self.join.side_schema(s);
-            for (i, f) in schema.fields().iter().enumerate() {
-                columns.push(match s == side {
-                    true => rows.rows.column(i).clone(),
-                    false => new_null_array(f.data_type(), n),
-                });
-            }
+        let fields = self.state.fields();
+        columns.extend(
+            fields[META..]
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n)),
+        );
+        for (i, &slot) in self.slots.of[side].iter().enumerate() {
+            columns[slot] = rows.rows.column(i).clone();
         }
         RecordBatch::try_new(self.state.clone(), columns).map_err(fail)
     }
@@ -220,25 +220,61 @@ fn cutoff(bound: &Bound, side: usize, may: bool, wm: i64) -> Option<i128> {
     cutoff.filter(|_| may)
 }
 
-/// A state row's schema for `join` (see the module header).
-pub(super) fn state_schema(join: &StreamJoin) -> SchemaRef {
+/// Where each side's columns are in a state row: a slot per column of the
+/// left side, in order, and each right column in the first slot of its
+/// type that no earlier right column took, or a new one.
+#[derive(Debug, PartialEq)]
+pub(super) struct Slots {
+    /// For each side, its columns' places in a state row.
+    pub of: [Vec<usize>; 2],
+    /// Each slot's type.
+    pub types: Vec<DataType>,
+}
+
+impl Slots {
+    pub fn of(left: &[DataType], right: &[DataType]) -> Slots {
+        let mut types: Vec<DataType> = left.to_vec();
+        let mut taken = vec![false; types.len()];
+        let mut right_slots = Vec::with_capacity(right.len());
+        for t in right {
+            let free = (0..types.len()).find(|&s| !taken[s] && &types[s] == t);
+            let slot = free.unwrap_or_else(|| {
+                types.push(t.clone());
+                taken.push(false);
+                types.len() - 1
+            });
+            taken[slot] = true;
+            right_slots.push(META + slot);
+        }
+        Slots {
+            of: [(META..META + left.len()).collect(), right_slots],
+            types,
+        }
+    }
+}
+
+/// A state row's schema for `join` (see the module header), and where
+/// each side's columns are in it.
+pub(super) fn state_schema(join: &StreamJoin) -> (SchemaRef, Slots) {
+    let types = |side: usize| -> Vec<DataType> {
+        let schema = join.side_schema(side);
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect()
+    };
+    let slots = Slots::of(&types(0), &types(1));
     let mut fields = vec![
         Field::new("__sluice_side", DataType::UInt8, false),
         Field::new("__sluice_time", TIME, true),
         Field::new("__sluice_id", DataType::UInt64, false),
         Field::new("__sluice_matched", DataType::Boolean, false),
     ];
-    for (s, prefix) in ["l", "r"].iter().enumerate() {
-        let schema = join.side_schema(s);
-        for (i, f) in schema.fields().iter().enumerate() {
-            fields.push(Field::new(
-                format!("{prefix}{i}"),
-                f.data_type().clone(),
-                true,
-            ));
-        }
+    for (i, t) in slots.types.iter().enumerate() {
+        fields.push(Field::new(format!("c{i}"), t.clone(), true));
     }
-    Arc::new(Schema::new(fields))
+    (Arc::new(Schema::new(fields)), slots)
 }
 
 /// A buffered column back in its side's type (the state's are nullable).
@@ -285,6 +321,41 @@ mod tests {
         // A negative bound: the right row is kept only until wm > t + 3 s.
         let later = bound(Some(-3_000), Some(10_000));
         assert_eq!(cutoff(&later, 1, true, 100_000), Some(97_000));
+    }
+
+    #[test]
+    fn the_right_sides_columns_share_the_left_sides_slots_of_their_type() {
+        use DataType::{Int64, Utf8};
+        let ts = TIME;
+        // Nexmark's bid ⋈ auction.
+        let bid = [Int64, Int64, Int64, Utf8, Utf8, ts.clone(), Utf8];
+        let auction = [
+            Int64,
+            Utf8,
+            Utf8,
+            Int64,
+            Int64,
+            ts.clone(),
+            ts.clone(),
+            Int64,
+            Int64,
+            Utf8,
+        ];
+        let slots = Slots::of(&bid, &auction);
+        assert_eq!(slots.of[0], (4..11).collect::<Vec<_>>());
+        assert_eq!(slots.of[1], [4, 7, 8, 5, 6, 9, 11, 12, 13, 10]);
+        assert_eq!(slots.types.len(), 10, "17 columns in 10 slots");
+        for side in 0..2 {
+            let types = if side == 0 { &bid[..] } else { &auction[..] };
+            for (c, &slot) in slots.of[side].iter().enumerate() {
+                assert_eq!(slots.types[slot - META], types[c]);
+            }
+            let distinct: std::collections::HashSet<_> = slots.of[side].iter().collect();
+            assert_eq!(distinct.len(), types.len(), "one slot a column");
+        }
+        // No shared type: a slot per column of each side.
+        let apart = Slots::of(&[Int64], &[Utf8, Utf8]);
+        assert_eq!(apart.of, [vec![4], vec![5, 6]]);
     }
 
     #[test]
