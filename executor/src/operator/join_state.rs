@@ -177,15 +177,18 @@ impl Join {
                 rows.ids.iter().map(|&id| matched(id)).collect::<Vec<_>>(),
             )),
         ];
-        let fields = self.state.fields();
-        columns.extend(
-            fields[META..]
-                .iter()
-                .map(|f| new_null_array(f.data_type(), n)),
-        );
+        // Each slot holds the side's column, or NULLs when the side has
+        // none there; only those are made.
+        let mut slots: Vec<Option<ArrayRef>> = vec![None; self.slots.types.len()];
         for (i, &slot) in self.slots.of[side].iter().enumerate() {
-            columns[slot] = rows.rows.column(i).clone();
+            slots[slot - META] = Some(rows.rows.column(i).clone());
         }
+        columns.extend(
+            slots
+                .into_iter()
+                .zip(&self.slots.types)
+                .map(|(column, t)| column.unwrap_or_else(|| new_null_array(t, n))),
+        );
         RecordBatch::try_new(self.state.clone(), columns).map_err(fail)
     }
 
