@@ -12,6 +12,7 @@
 //! the snapshot is alive.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +29,14 @@ const PAIR_OVERHEAD: u64 = 96;
 /// The bytes a pair is counted as.
 fn cost(key: &[u8], value: &[u8]) -> u64 {
     (key.len() + value.len()) as u64 + PAIR_OVERHEAD
+}
+
+/// The pairs a write replaced or removed: how many, and the bytes of
+/// their keys and values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replaced {
+    pub pairs: u64,
+    pub bytes: u64,
 }
 
 /// The bytes all memory tiers of one executor may hold.
@@ -100,33 +109,39 @@ impl Memory {
     }
 
     /// Writes puts (`Some`) and deletes (`None`), in order, when the
-    /// budget takes what the puts may add; otherwise writes nothing and
-    /// returns false.
-    pub fn write(&mut self, changes: &[(&[u8], Option<&[u8]>)]) -> bool {
+    /// budget takes what the puts may add: the pairs they replaced or
+    /// removed. Otherwise writes nothing and returns `None`. Each pair
+    /// costs one descent of the map.
+    pub fn write(&mut self, changes: &[(&[u8], Option<&[u8]>)]) -> Option<Replaced> {
         let growth: u64 = changes
             .iter()
             .filter_map(|(k, v)| v.map(|v| cost(k, v)))
             .sum();
         if !self.budget.take(growth) {
-            return false;
+            return None;
         }
         let map = Arc::make_mut(&mut self.map);
-        let mut freed = 0;
+        let (mut freed, mut replaced) = (0, Replaced::default());
         for &(key, value) in changes {
             let old = match value {
-                Some(v) => match map.get_mut(key) {
-                    Some(held) => Some(std::mem::replace(held, Stored::from(v))),
-                    None => map.insert(Stored::from(key), Stored::from(v)),
+                Some(v) => match map.entry(Stored::from(key)) {
+                    Entry::Occupied(mut held) => Some(held.insert(Stored::from(v))),
+                    Entry::Vacant(room) => {
+                        room.insert(Stored::from(v));
+                        None
+                    }
                 },
                 None => map.remove(key),
             };
             if let Some(old) = old {
                 freed += cost(key, &old);
+                replaced.pairs += 1;
+                replaced.bytes += (key.len() + old.len()) as u64;
             }
         }
         self.bytes = self.bytes + growth - freed;
         self.budget.give(freed);
-        true
+        Some(replaced)
     }
 
     /// Adds a pair whose key is above every key held (a load in key
@@ -166,10 +181,20 @@ mod tests {
     fn writes_count_against_the_budget_and_drop_gives_it_back() {
         let budget = Arc::new(Budget::new(1000));
         let mut m = Memory::new(budget.clone());
-        assert!(m.write(&[(b"a", Some(b"12345")), (b"b", Some(b"1"))]));
+        let none = Replaced::default();
+        let written = m.write(&[(b"a", Some(b"12345")), (b"b", Some(b"1"))]);
+        assert_eq!(written, Some(none));
         assert_eq!(budget.used(), cost(b"a", b"12345") + cost(b"b", b"1"));
-        // A replace counts the new value, a delete frees its pair.
-        assert!(m.write(&[(b"a", Some(b"1")), (b"b", None)]));
+        // A replace counts the new value, a delete frees its pair; both
+        // report the pair they replaced.
+        let written = m.write(&[(b"a", Some(b"1")), (b"b", None), (b"c", None)]);
+        assert_eq!(
+            written,
+            Some(Replaced {
+                pairs: 2,
+                bytes: 6 + 2
+            })
+        );
         assert_eq!(budget.used(), cost(b"a", b"1"));
         assert_eq!(m.get(b"a").as_deref(), Some(&b"1"[..]));
         assert!(!m.contains(b"b"));
@@ -182,7 +207,7 @@ mod tests {
         let budget = Arc::new(Budget::new(2 * PAIR_OVERHEAD + 4));
         let mut m = Memory::new(budget.clone());
         assert!(m.push(b"a", b"1"));
-        assert!(!m.write(&[(b"b", Some(b"1")), (b"c", Some(b"1"))]));
+        assert_eq!(m.write(&[(b"b", Some(b"1")), (b"c", Some(b"1"))]), None);
         assert!(!m.contains(b"b"));
         assert_eq!(budget.used(), cost(b"a", b"1"));
         let pairs = m.take();
@@ -193,9 +218,9 @@ mod tests {
     #[test]
     fn a_frozen_map_keeps_its_pairs_while_the_tier_changes() {
         let mut m = Memory::new(Arc::new(Budget::new(1 << 20)));
-        assert!(m.write(&[(b"a", Some(b"1"))]));
+        assert!(m.write(&[(b"a", Some(b"1"))]).is_some());
         let frozen = m.frozen();
-        assert!(m.write(&[(b"a", None), (b"b", Some(b"2"))]));
+        assert!(m.write(&[(b"a", None), (b"b", Some(b"2"))]).is_some());
         assert_eq!(frozen.keys().map(|k| &k[..]).collect::<Vec<_>>(), [b"a"]);
         assert_eq!(
             m.frozen().keys().map(|k| &k[..]).collect::<Vec<_>>(),

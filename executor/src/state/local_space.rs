@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use tracing::{info, warn};
 
-use super::memory::{Budget, Map, Memory};
+use super::memory::{Budget, Map, Memory, Replaced};
 use super::{Pair, Stored, failed};
 use crate::error::ExecutorError;
 
@@ -106,12 +106,6 @@ impl Space {
         }
     }
 
-    /// Whether the pairs are in memory (not yet moved to the store).
-    #[cfg(test)]
-    pub fn in_memory(&self) -> bool {
-        matches!(*lock(&self.tier), Tier::Memory(_))
-    }
-
     pub fn get(&self, key: &[u8]) -> Result<Option<Stored>, ExecutorError> {
         match &*lock(&self.tier) {
             Tier::Memory(m) => Ok(m.get(key)),
@@ -126,18 +120,39 @@ impl Space {
         }
     }
 
-    /// Writes puts (`Some`) and deletes (`None`) at once.
-    pub fn write(&self, changes: &[(&[u8], Option<&[u8]>)]) -> Result<(), ExecutorError> {
+    /// Writes puts (`Some`) and deletes (`None`) at once, each key at
+    /// most once: the pairs they replaced or removed. The memory tier
+    /// knows them as it writes; the store's are read first, except the
+    /// value sizes `known` gives (`Some(None)`: the key has no pair).
+    pub fn write(
+        &self,
+        changes: &[(&[u8], Option<&[u8]>)],
+        known: impl Fn(&[u8]) -> Option<Option<usize>>,
+    ) -> Result<Replaced, ExecutorError> {
         let mut tier = lock(&self.tier);
         if let Tier::Memory(m) = &mut *tier {
-            if m.write(changes) {
-                return Ok(());
+            if let Some(replaced) = m.write(changes) {
+                return Ok(replaced);
             }
             *tier = Tier::Disk(self.spill(m)?);
         }
         let Tier::Disk(ks) = &*tier else {
             unreachable!("a space spilled is on disk");
         };
+        let mut replaced = Replaced::default();
+        for &(key, _) in changes {
+            let old = match known(key) {
+                Some(size) => size,
+                None => ks
+                    .get(key)
+                    .map_err(|e| failed("state lookup", e))?
+                    .map(|v| v.len()),
+            };
+            if let Some(size) = old {
+                replaced.pairs += 1;
+                replaced.bytes += (key.len() + size) as u64;
+            }
+        }
         let mut batch = self.db.batch().durability(None);
         for &(key, value) in changes {
             match value {
@@ -145,7 +160,14 @@ impl Space {
                 None => batch.remove(ks, key),
             }
         }
-        batch.commit().map_err(|e| failed("state write", e))
+        batch.commit().map_err(|e| failed("state write", e))?;
+        Ok(replaced)
+    }
+
+    /// Whether the pairs are in the memory tier, where a write reads
+    /// nothing first.
+    pub fn in_memory(&self) -> bool {
+        matches!(*lock(&self.tier), Tier::Memory(_))
     }
 
     /// A keyspace of the store holding the memory tier's pairs, which the
@@ -361,8 +383,13 @@ mod tests {
             }
             let writes: Vec<(&[u8], Option<&[u8]>)> =
                 writes.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
-            m.write(&writes).unwrap();
-            d.write(&writes).unwrap();
+            // Both tiers report the same pairs replaced: the memory
+            // tier's as it writes, the store's read first.
+            let replaced = m.write(&writes, |_| None).unwrap();
+            assert_eq!(replaced, d.write(&writes, |_| None).unwrap());
+            if round > 0 {
+                assert!(replaced.pairs > 0, "round {round} replaced nothing");
+            }
             assert_eq!(all(&m), all(&d), "round {round}");
             for i in 0..200 {
                 assert_eq!(m.get(&key(i)).unwrap(), d.get(&key(i)).unwrap());
@@ -385,7 +412,7 @@ mod tests {
             let writes: Vec<([u8; 4], [u8; 1])> = (0..768).map(|i| (key(i), [i as u8])).collect();
             let writes: Vec<(&[u8], Option<&[u8]>)> =
                 writes.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
-            space.write(&writes).unwrap();
+            space.write(&writes, |_| None).unwrap();
             let keys = |prefix: &[u8], below: Option<&[u8]>| -> Vec<Vec<u8>> {
                 let mut keys = Vec::new();
                 space
@@ -440,7 +467,7 @@ mod tests {
         let writes: Vec<([u8; 4], [u8; 1])> = (0..n).map(|i| (key(i), [i as u8])).collect();
         let writes: Vec<(&[u8], Option<&[u8]>)> =
             writes.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
-        space.write(&writes).unwrap();
+        space.write(&writes, |_| None).unwrap();
         let mut pairs = space.pairs();
         let keys: Vec<Vec<u8>> = pairs.by_ref().map(|p| p.unwrap().0.to_vec()).collect();
         assert_eq!(keys, (0..n).map(|i| key(i).to_vec()).collect::<Vec<_>>());
@@ -455,7 +482,9 @@ mod tests {
         let before = space.freeze();
         let mut moved_at = None;
         for i in 0..300u32 {
-            space.write(&[(&key(i), Some(&[1u8; 32][..]))]).unwrap();
+            space
+                .write(&[(&key(i), Some(&[1u8; 32][..]))], |_| None)
+                .unwrap();
             if moved_at.is_none() && !space.in_memory() {
                 moved_at = Some(i);
             }
@@ -467,7 +496,7 @@ mod tests {
         assert_eq!(keys, (0..300).map(|i| key(i).to_vec()).collect::<Vec<_>>());
         // A view frozen before the move still reads what it saw.
         assert_eq!(before.pairs().count(), 0);
-        space.write(&[(&key(5), None)]).unwrap();
+        space.write(&[(&key(5), None)], |_| None).unwrap();
         assert_eq!(space.get(&key(5)).unwrap(), None);
         assert_eq!(all(&space).len(), 299);
     }

@@ -165,6 +165,19 @@ pub fn test_table(schema: SchemaRef, keys: usize) -> StateTable {
         .expect("a local state store")
 }
 
+/// An empty state in a store of its own whose memory tier holds it, for
+/// unit tests.
+#[cfg(test)]
+pub fn test_table_in_memory(schema: SchemaRef, keys: usize) -> StateTable {
+    let config = LocalConfig {
+        dir: None,
+        memory_bytes: 1 << 30,
+    };
+    States::new(config)
+        .empty(schema, keys)
+        .expect("a local state store")
+}
+
 /// An empty stamped state in a store of its own, for unit tests.
 #[cfg(test)]
 pub fn test_stamped(schema: SchemaRef, keys: usize) -> StateTable {

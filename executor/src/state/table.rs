@@ -39,6 +39,9 @@ pub const TOUCHED: &str = "__sluice_touched";
 /// Key bytes, owned.
 type Key = Box<[u8]>;
 
+/// A key's new value, or `None`: the key leaves the state.
+type Write<'a> = (&'a [u8], Option<&'a [u8]>);
+
 /// Rows decoded from the store at once when scanning.
 const SCAN_ROWS: usize = 64 * 1024;
 
@@ -81,7 +84,9 @@ pub struct StateTable {
     /// The batch whose state this is; `None` before the first batch.
     pub version: Option<u64>,
     /// The size of each value [`StateTable::find`] read (`None`: no row)
-    /// since the last change, so applying a change reads no key twice.
+    /// since the last change, so applying a change to the store reads no
+    /// key twice (the memory tier reads nothing before a write: its
+    /// states keep no memo).
     memo: Mutex<Memo>,
 }
 
@@ -268,11 +273,14 @@ impl StateTable {
             of_row.push(d);
         }
         let values = self.get_sorted(&distinct)?;
+        let remember = !self.space.in_memory();
         let mut memo = lock(&self.memo);
         let mut found: Vec<(&[u8], &Stored)> = Vec::new();
         let mut at_distinct = Vec::with_capacity(distinct.len());
         for (key, value) in distinct.iter().zip(&values) {
-            memo.insert(key, value.as_ref().map(|v| v.len()));
+            if remember {
+                memo.insert(key, value.as_ref().map(|v| v.len()));
+            }
             at_distinct.push(value.as_ref().map(|v| {
                 found.push((key, v));
                 found.len() as u32 - 1
@@ -302,6 +310,12 @@ impl StateTable {
     /// invariant (a join's new rows carry their batch in their ids), which
     /// debug builds check. A join's new keys are most of its writes.
     pub fn vouch_new(&self, rows: &RecordBatch) -> Result<(), ExecutorError> {
+        // The memory tier reads nothing before a write: only the store's
+        // writes are spared their reads.
+        let remember = !self.space.in_memory();
+        if !remember && !cfg!(debug_assertions) {
+            return Ok(());
+        }
         let keys = self.codec.key_rows(rows)?;
         let mut memo = lock(&self.memo);
         for i in 0..keys.len() {
@@ -310,7 +324,9 @@ impl StateTable {
                 !self.space.contains(key)?,
                 "a key vouched new is in the state"
             );
-            memo.insert(key, None);
+            if remember {
+                memo.insert(key, None);
+            }
         }
         Ok(())
     }
@@ -367,56 +383,52 @@ impl StateTable {
         let up_keys = self.codec.key_rows(up)?;
         let values = self.codec.value_rows(up)?;
         let gone_keys = self.codec.key_rows(gone)?;
-        let rows = up_keys.len() + gone_keys.len();
-        let mut writes: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(rows);
-        let mut slot: HashMap<&[u8], usize> =
-            HashMap::with_capacity_and_hasher(rows, Default::default());
+        let mut writes: Vec<Write> = Vec::with_capacity(up_keys.len() + gone_keys.len());
         for i in 0..up_keys.len() {
-            let key = up_keys.get(i);
             let value = values.as_ref().map_or(&[][..], |v| v.row(i).data());
-            if slot.insert(key, writes.len()).is_some() {
-                return Err(twice());
-            }
-            writes.push((key, Some(value)));
+            writes.push((up_keys.get(i), Some(value)));
         }
-        for i in 0..gone_keys.len() {
-            let key = gone_keys.get(i);
-            match slot.get(key) {
-                Some(&w) => writes[w].1 = None,
-                None => {
-                    slot.insert(key, writes.len());
-                    writes.push((key, None));
-                }
-            }
-        }
-        writes.sort_unstable_by_key(|w| w.0);
-        let (mut len, mut bytes) = (self.len as i64, self.bytes as i64);
+        writes.extend((0..gone_keys.len()).map(|i| (gone_keys.get(i), None)));
+        let writes = last_of_each_key(writes)?;
         // The memo is of this change's reads: forgotten once they are
         // done, whether they succeed or not.
         let memo = self.memo.get_mut().expect("state memo lock poisoned");
-        let old: Result<Vec<Option<usize>>, _> = writes
-            .iter()
-            .map(|(key, _)| match memo.get(key) {
-                Some(known) => Ok(known),
-                None => self.space.get(key).map(|v| v.map(|v| v.len())),
-            })
-            .collect();
+        let written = self.space.write(&writes, |key| memo.get(key));
         memo.clear();
-        for ((key, value), old) in writes.iter().zip(old?) {
-            if let Some(old) = old {
-                len -= 1;
-                bytes -= (key.len() + old) as i64;
-            }
-            if let Some(v) = value {
-                len += 1;
-                bytes += (key.len() + v.len()) as i64;
-            }
-        }
-        self.space.write(&writes)?;
-        (self.len, self.bytes) = (len as u64, bytes as u64);
+        let replaced = written?;
+        let added = writes
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| k.len() + v.len()));
+        let (count, bytes) = added.fold((0, 0), |(n, b), size| (n + 1, b + size as u64));
+        // Invariant: a write replaces or removes only pairs the state holds.
+        self.len = (self.len + count)
+            .checked_sub(replaced.pairs)
+            .expect("state rows counted below zero");
+        self.bytes = (self.bytes + bytes)
+            .checked_sub(replaced.bytes)
+            .expect("state bytes counted below zero");
         self.version = Some(version);
         Ok(())
     }
+}
+
+/// `writes` (upserts, then deletes) in key order, one per key: a key's
+/// delete wins over its upsert, and a key upserted twice fails.
+fn last_of_each_key(mut writes: Vec<Write<'_>>) -> Result<Vec<Write<'_>>, ExecutorError> {
+    // Stable: a key's upsert stays before its deletes.
+    writes.sort_by(|a, b| a.0.cmp(b.0));
+    let mut kept: Vec<Write> = Vec::with_capacity(writes.len());
+    for (key, value) in writes {
+        match kept.last_mut() {
+            Some(last) if last.0 == key => match (last.1, value) {
+                (Some(_), Some(_)) => return Err(twice()),
+                (_, None) => last.1 = None,
+                (None, Some(_)) => unreachable!("deletes sort after the upserts"),
+            },
+            _ => kept.push((key, value)),
+        }
+    }
+    Ok(kept)
 }
 
 /// A state version frozen for a snapshot: readable in the background while

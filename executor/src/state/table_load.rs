@@ -130,7 +130,8 @@ impl StateTable {
                 Ok(())
             })?;
             let writes: Vec<_> = pairs.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
-            self.space.write(&writes)?;
+            // The space was empty, and no key comes twice: none is there.
+            self.space.write(&writes, |_| Some(None))?;
         }
         Ok(counted)
     }

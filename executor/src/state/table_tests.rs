@@ -4,7 +4,7 @@ use arrow_array::{Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::*;
-use crate::state::{test_stamped, test_table};
+use crate::state::{test_stamped, test_table, test_table_in_memory};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -71,6 +71,46 @@ fn a_change_replaces_adds_and_removes_keys_and_the_state_is_in_key_order() {
 fn a_key_upserted_twice_in_one_change_is_a_fault() {
     let mut t = table();
     let err = t.apply(&change(&[("a", 1), ("a", 2)], &[]), 0).unwrap_err();
+    assert!(err.to_string().contains("two rows for one key"), "{err}");
+}
+
+#[test]
+fn a_state_in_memory_counts_its_rows_and_bytes_as_one_in_the_store_does() {
+    let (mut memory, mut disk) = (test_table_in_memory(schema(), 1), table());
+    let changes = [
+        change(&[("c", 3), ("a", 1), ("b", 2)], &[]),
+        // A replace, a key upserted and deleted in one change, a delete of
+        // a key the state never held, and one deleted twice.
+        change(
+            &[("b", 20), ("d", 4), ("e", 5)],
+            &[("a", 1), ("e", 5), ("z", 0)],
+        ),
+        change(
+            &[("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 6)],
+            &[("c", 3), ("c", 3)],
+        ),
+        change(&[], &[("b", 20), ("d", 4)]),
+    ];
+    for (v, c) in changes.iter().enumerate() {
+        memory.apply(c, v as u64).unwrap();
+        disk.apply(c, v as u64).unwrap();
+        let step = format!("change {v}");
+        assert_eq!(
+            pairs(&memory.scan().unwrap()),
+            pairs(&disk.scan().unwrap()),
+            "{step}"
+        );
+        assert_eq!(
+            (memory.len(), memory.bytes()),
+            (disk.len(), disk.bytes()),
+            "{step}"
+        );
+    }
+    assert_eq!(memory.len(), 1);
+    assert!(memory.space.in_memory() && !disk.space.in_memory());
+    let err = memory
+        .apply(&change(&[("a", 1), ("a", 2)], &[]), 9)
+        .unwrap_err();
     assert!(err.to_string().contains("two rows for one key"), "{err}");
 }
 
