@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMillisecondType;
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use sluice_common::spec::OutputMode;
 use sluice_common::state::StateStore;
@@ -144,6 +144,14 @@ pub fn evict_closed(
     mode: OutputMode,
 ) -> Result<Option<RecordBatch>, ExecutorError> {
     match (window, watermark, mode) {
+        // A window that is a key column is read from the keys alone:
+        // only the closed windows' rows are decoded whole.
+        (Some((column, end)), Some(wm), OutputMode::Update | OutputMode::Append)
+            if column < state.keys() =>
+        {
+            let rows = state.scan_keys_where(|keys| ended(&keys[column], end, wm))?;
+            Ok(Some(rows))
+        }
         (Some(w), Some(wm), OutputMode::Update | OutputMode::Append) => {
             closed(&state.scan()?, w, wm).map(Some)
         }
@@ -173,10 +181,15 @@ pub fn closed(
     (column, end): (usize, WindowEnd),
     watermark: i64,
 ) -> Result<RecordBatch, ExecutorError> {
+    filter(rows, &ended(rows.column(column), end, watermark)?)
+}
+
+/// Whether each window of `key` (a window's key column) ends at or before
+/// the watermark.
+fn ended(key: &ArrayRef, end: WindowEnd, watermark: i64) -> Result<BooleanArray, ExecutorError> {
     let fail =
         |e: arrow_schema::ArrowError| ExecutorError::TaskPanicked(format!("window end: {e}"));
     let ms = DataType::Timestamp(TimeUnit::Millisecond, None);
-    let key = rows.column(column);
     let (ends, plus) = match end {
         WindowEnd::Field => {
             let s = key.as_struct_opt().ok_or_else(|| {
@@ -187,11 +200,10 @@ pub fn closed(
         WindowEnd::Plus(d) => (arrow_cast::cast(key, &ms).map_err(fail)?, d),
     };
     let ends = ends.as_primitive::<TimestampMillisecondType>();
-    let keep: arrow_array::BooleanArray = ends
+    Ok(ends
         .iter()
         .map(|e| Some(e.is_some_and(|e| e.saturating_add(plus) <= watermark)))
-        .collect();
-    filter(rows, &keep)
+        .collect())
 }
 
 /// Writes reduce task `task`'s output rows into its sink; returns what

@@ -39,6 +39,28 @@ pub struct Replaced {
     pub bytes: u64,
 }
 
+/// Keys at most this long are held inline, with no allocation of their
+/// own (a `fjall::Slice`'s inline size).
+const INLINE_KEY: usize = 20;
+
+/// Puts `value` as `key`'s: its old value, if any. An inline key costs
+/// one descent of the map either way; a longer one is looked up first, so
+/// that replacing its value allocates no key.
+fn put(map: &mut Map, key: &[u8], value: &[u8]) -> Option<Stored> {
+    if key.len() > INLINE_KEY
+        && let Some(held) = map.get_mut(key)
+    {
+        return Some(std::mem::replace(held, Stored::from(value)));
+    }
+    match map.entry(Stored::from(key)) {
+        Entry::Occupied(mut held) => Some(held.insert(Stored::from(value))),
+        Entry::Vacant(room) => {
+            room.insert(Stored::from(value));
+            None
+        }
+    }
+}
+
 /// The bytes all memory tiers of one executor may hold.
 #[derive(Debug)]
 pub struct Budget {
@@ -124,13 +146,7 @@ impl Memory {
         let (mut freed, mut replaced) = (0, Replaced::default());
         for &(key, value) in changes {
             let old = match value {
-                Some(v) => match map.entry(Stored::from(key)) {
-                    Entry::Occupied(mut held) => Some(held.insert(Stored::from(v))),
-                    Entry::Vacant(room) => {
-                        room.insert(Stored::from(v));
-                        None
-                    }
-                },
+                Some(v) => put(map, key, v),
                 None => map.remove(key),
             };
             if let Some(old) = old {
@@ -199,6 +215,26 @@ mod tests {
         assert_eq!(m.get(b"a").as_deref(), Some(&b"1"[..]));
         assert!(!m.contains(b"b"));
         drop(m);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_key_longer_than_inline_is_replaced_and_removed_like_a_short_one() {
+        let budget = Arc::new(Budget::new(1 << 20));
+        let mut m = Memory::new(budget.clone());
+        let long = [7u8; INLINE_KEY + 9];
+        assert_eq!(m.write(&[(&long, Some(b"old"))]), Some(Replaced::default()));
+        let written = m.write(&[(&long, Some(b"newer"))]);
+        assert_eq!(
+            written,
+            Some(Replaced {
+                pairs: 1,
+                bytes: long.len() as u64 + 3
+            })
+        );
+        assert_eq!(m.get(&long).as_deref(), Some(&b"newer"[..]));
+        assert_eq!(budget.used(), cost(&long, b"newer"));
+        assert_eq!(m.write(&[(&long, None)]).map(|r| r.pairs), Some(1));
         assert_eq!(budget.used(), 0);
     }
 

@@ -291,7 +291,10 @@ impl Space {
             Frozen::Memory(map) => {
                 let mut sent = false;
                 let pairs = map.range::<[u8], _>(range);
-                for (k, v) in pairs.take_while(|(k, _)| k.starts_with(prefix)) {
+                // An empty prefix reads no key's bytes: a whole scan
+                // touches only the pairs it lends.
+                for (k, v) in pairs.take_while(|(k, _)| prefix.is_empty() || k.starts_with(prefix))
+                {
                     chunk.push((k, v));
                     if chunk.len() == rows {
                         f(&chunk)?;

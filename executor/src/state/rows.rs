@@ -134,28 +134,46 @@ impl RowCodec {
         &self,
         pairs: &[(K, V)],
     ) -> Result<RecordBatch, ExecutorError> {
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
-        if let Some(c) = &self.key {
-            let parser = c.parser();
-            let rows = pairs.iter().map(|(k, _)| parser.parse(k.as_ref()));
-            columns.extend(c.convert_rows(rows).map_err(fail)?);
-        }
+        let mut columns = self.decode_keys(pairs)?;
         if let Some(c) = &self.value {
             let parser = c.parser();
             let rows = pairs.iter().map(|(_, v)| parser.parse(v.as_ref()));
-            columns.extend(c.convert_rows(rows).map_err(fail)?);
+            let values = c.convert_rows(rows).map_err(fail)?;
+            columns.extend(self.as_schema(values, self.keys)?);
         }
-        // The row format gives back a dictionary's values: the schema's
-        // own types, again.
-        let columns = columns
+        let options = RecordBatchOptions::new().with_row_count(Some(pairs.len()));
+        RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).map_err(fail)
+    }
+
+    /// The key columns of (key, value) pairs this codec encoded, in
+    /// order; their values are not read.
+    pub fn decode_keys<K: AsRef<[u8]>, V>(
+        &self,
+        pairs: &[(K, V)],
+    ) -> Result<Vec<ArrayRef>, ExecutorError> {
+        let Some(c) = &self.key else {
+            return Ok(Vec::new());
+        };
+        let parser = c.parser();
+        let rows = pairs.iter().map(|(k, _)| parser.parse(k.as_ref()));
+        self.as_schema(c.convert_rows(rows).map_err(fail)?, 0)
+    }
+
+    /// Decoded columns as the schema's, from its column `first` on: the
+    /// row format gives back a dictionary's values, which are cast to the
+    /// schema's own types again.
+    fn as_schema(
+        &self,
+        columns: Vec<ArrayRef>,
+        first: usize,
+    ) -> Result<Vec<ArrayRef>, ExecutorError> {
+        columns
             .into_iter()
-            .zip(self.schema.fields())
+            .zip(&self.schema.fields()[first..])
             .map(|(c, f)| match c.data_type() == f.data_type() {
                 true => Ok(c),
                 false => arrow_cast::cast(&c, f.data_type()).map_err(fail),
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let options = RecordBatchOptions::new().with_row_count(Some(pairs.len()));
-        RecordBatch::try_new_with_options(Arc::clone(&self.schema), columns, &options).map_err(fail)
+            .collect()
     }
 }

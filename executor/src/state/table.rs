@@ -164,6 +164,11 @@ impl StateTable {
         self.codec.schema()
     }
 
+    /// How many leading columns of a state row are its key.
+    pub fn keys(&self) -> usize {
+        self.codec.keys()
+    }
+
     pub fn is_stamped(&self) -> bool {
         self.stamped
     }
@@ -201,6 +206,42 @@ impl StateTable {
         let prefix = self.codec.key_prefix(leading)?;
         let below = self.codec.key_prefix(below)?;
         self.view(&self.scan_stored_from(&prefix, Some(&below))?)
+    }
+
+    /// The state rows that `keep` selects, in key order: a scan of the
+    /// whole state that decodes the key columns first, in chunks, and the
+    /// rest only of the rows kept. `keep` is given a chunk's key columns
+    /// and says which of its rows to keep.
+    pub fn scan_keys_where(
+        &self,
+        mut keep: impl FnMut(&[ArrayRef]) -> Result<BooleanArray, ExecutorError>,
+    ) -> Result<RecordBatch, ExecutorError> {
+        let stored = blocking(|| {
+            let rows = SCAN_ROWS.min(self.len()).max(1);
+            let mut batches = Vec::new();
+            self.space.scan(&[], None, rows, |chunk| {
+                let mask = keep(&self.codec.decode_keys(chunk)?)?;
+                if mask.len() != chunk.len() {
+                    return Err(ExecutorError::TaskPanicked(format!(
+                        "a state scan kept {} of {} rows",
+                        mask.len(),
+                        chunk.len()
+                    )));
+                }
+                let kept: Vec<_> = chunk
+                    .iter()
+                    .zip(mask.iter())
+                    .filter(|(_, k)| k.unwrap_or(false))
+                    .map(|(pair, _)| *pair)
+                    .collect();
+                if !kept.is_empty() {
+                    batches.push(self.codec.decode(&kept)?);
+                }
+                Ok(())
+            })?;
+            concat_batches(self.stored_schema(), &batches).map_err(fail)
+        })?;
+        self.view(&stored)
     }
 
     /// Every stored row (with its stamp, when stamped), in key order: a

@@ -522,3 +522,28 @@ fn a_scan_by_the_leading_key_column_reads_that_values_rows_in_key_order() {
     let too_many = [two.clone(), two].concat();
     assert!(t.scan_prefix(&too_many).is_err());
 }
+
+#[test]
+fn a_scan_by_keys_keeps_the_rows_whose_keys_it_selects_whole_on_either_tier() {
+    // More rows than one chunk of a scan, so that chunks are filtered
+    // and joined.
+    let many: Vec<(String, i64)> = (0..70_000).map(|i| (format!("k{i:06}"), i)).collect();
+    let r: Vec<(&str, i64)> = many.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    let wanted: Vec<(String, i64)> = many.iter().filter(|(_, n)| n % 7 == 3).cloned().collect();
+    for mut t in [table(), test_table_in_memory(schema(), 1)] {
+        t.apply(&change(&r, &[]), 0).unwrap();
+        let mut seen = 0;
+        let kept = t
+            .scan_keys_where(|keys| {
+                assert_eq!(keys.len(), 1, "only the key columns are decoded");
+                let k = keys[0].as_any().downcast_ref::<StringArray>().unwrap();
+                seen += arrow_array::Array::len(k);
+                Ok(k.iter()
+                    .map(|k| k.map(|k| k[1..].parse::<i64>().unwrap() % 7 == 3))
+                    .collect())
+            })
+            .unwrap();
+        assert_eq!(seen, 70_000);
+        assert_eq!(pairs(&kept), wanted);
+    }
+}
