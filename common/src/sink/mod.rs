@@ -26,6 +26,7 @@ use crate::checkpoint::padded;
 use crate::error::{Error, Result};
 use crate::storage::{Storage, Stores, Visible, VisibleWriter};
 
+pub mod delta;
 mod jsonl;
 mod log;
 pub mod manifest;
