@@ -1,13 +1,8 @@
 use super::*;
 use crate::sink::manifest::SinkFile;
-use crate::storage::Stores;
 
 fn open() -> (tempfile::TempDir, Storage) {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Stores::default()
-        .open(dir.path().to_str().unwrap())
-        .unwrap();
-    (dir, storage)
+    crate::sink::temp_storage()
 }
 
 fn manifest(batch: u64) -> SinkManifest {

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::storage::{Storage, Stores, Visible, VisibleWriter};
 
 pub mod delta;
+pub mod delta_log;
 mod jsonl;
 mod log;
 pub mod manifest;
@@ -36,6 +37,16 @@ pub use log::{decode_compact, decode_delta, read_delta};
 pub use manifest::{
     COMPACT_INTERVAL, CompactManifest, MANIFEST_DIR, ManifestName, SinkFile, SinkManifest,
 };
+
+/// A storage root in a new temporary directory, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_storage() -> (tempfile::TempDir, Storage) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let storage = crate::storage::Stores::default()
+        .open(dir.path().to_str().expect("a UTF-8 temporary path"))
+        .expect("storage in a temporary directory");
+    (dir, storage)
+}
 
 /// The path of a part file in format `ext`, relative to the sink root:
 /// under `dir` (a Hive-style partition directory, or empty), file `seq`
