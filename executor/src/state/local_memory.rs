@@ -143,18 +143,19 @@ impl Memory {
             return None;
         }
         let map = Arc::make_mut(&mut self.map);
-        let (mut freed, mut replaced) = (0, Replaced::default());
+        let mut replaced = Replaced::default();
         for &(key, value) in changes {
             let old = match value {
                 Some(v) => put(map, key, v),
                 None => map.remove(key),
             };
             if let Some(old) = old {
-                freed += cost(key, &old);
                 replaced.pairs += 1;
                 replaced.bytes += (key.len() + old.len()) as u64;
             }
         }
+        // What the old pairs cost (see [`cost`]).
+        let freed = replaced.bytes + replaced.pairs * PAIR_OVERHEAD;
         self.bytes = self.bytes + growth - freed;
         self.budget.give(freed);
         Some(replaced)

@@ -217,13 +217,12 @@ impl StateTable {
         mut keep: impl FnMut(&[ArrayRef]) -> Result<BooleanArray, ExecutorError>,
     ) -> Result<RecordBatch, ExecutorError> {
         let stored = blocking(|| {
-            let rows = SCAN_ROWS.min(self.len()).max(1);
             let mut batches = Vec::new();
-            self.space.scan(&[], None, rows, |chunk| {
+            self.each_pairs(&[], None, |chunk| {
                 let mask = keep(&self.codec.decode_keys(chunk)?)?;
                 if mask.len() != chunk.len() {
                     return Err(ExecutorError::TaskPanicked(format!(
-                        "a state scan kept {} of {} rows",
+                        "a state scan's filter answered for {} of {} rows",
                         mask.len(),
                         chunk.len()
                     )));
@@ -276,9 +275,18 @@ impl StateTable {
         below: Option<&[u8]>,
         mut f: impl FnMut(RecordBatch) -> Result<(), ExecutorError>,
     ) -> Result<(), ExecutorError> {
+        self.each_pairs(prefix, below, |chunk| f(self.codec.decode(chunk)?))
+    }
+
+    /// [`Self::each_chunk`] of the stored pairs, undecoded.
+    fn each_pairs(
+        &self,
+        prefix: &[u8],
+        below: Option<&[u8]>,
+        f: impl FnMut(&[(&[u8], &[u8])]) -> Result<(), ExecutorError>,
+    ) -> Result<(), ExecutorError> {
         let rows = SCAN_ROWS.min(self.len()).max(1);
-        self.space
-            .scan(prefix, below, rows, |chunk| f(self.codec.decode(chunk)?))
+        self.space.scan(prefix, below, rows, f)
     }
 
     /// The state as it is now, for a snapshot written while batches go on.
