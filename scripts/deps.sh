@@ -21,6 +21,10 @@
 #                           (tests/requirements-kafka.txt): noida-db, a
 #                           broker with Kafka transactions, and
 #                           confluent-kafka,
+#                           the pinned venv target/lake/venv
+#                           (tests/requirements-lake.txt): deltalake and
+#                           DuckDB with its delta extension, the readers
+#                           of the Delta sink's tables,
 #                           and tansu 0.6.0 from crates.io, the Kafka
 #                           source's test broker, built once into
 #                           ~/.cache/sluice/tansu-0.6.0 (about 10 minutes on
@@ -210,6 +214,16 @@ if [ "$mode" = test ]; then
     fail "noida-db 0.2.3 from $requirements does not run ($venv/lib/python3*/site-packages/noida_db/noida-db version)"
   "$venv/bin/python" -c 'import confluent_kafka' >/dev/null 2>&1 ||
     fail "confluent-kafka from $requirements does not import"
+fi
+
+# --- the readers of the lakehouse tables (PyPI, pinned) -------------------------
+
+if [ "$mode" = test ]; then
+  venv=target/lake/venv
+  requirements=tests/requirements-lake.txt
+  pinned_venv "$venv" "$requirements"
+  "$venv/bin/python" -c 'import deltalake, duckdb, duckdb_extension_delta, pyarrow' >/dev/null 2>&1 ||
+    fail "the readers of $requirements do not import"
 fi
 
 # --- the Kafka broker of the Kafka source's tests (crates.io, pinned) ----------

@@ -2,6 +2,7 @@
 //! message. Parsing rejects unknown fields by name; [`QuerySpec::validate`]
 //! checks every range and names the field that is out of it.
 
+mod delta_sink;
 mod files;
 mod inputs;
 mod kafka;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
 use crate::error::{Error, Result};
+pub use delta_sink::{DeltaMode, DeltaSinkSpec};
 pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
@@ -140,6 +142,8 @@ pub enum SinkSpec {
     Kafka(KafkaSinkSpec),
     /// Counts rows and bytes and writes nothing.
     Discard(DiscardSinkSpec),
+    /// A Delta Lake table.
+    Delta(DeltaSinkSpec),
 }
 
 /// `sink: {discard: {}}`.
@@ -264,6 +268,7 @@ impl QuerySpec {
                     .map_err(|reason| Error::invalid("sink.files.path", reason))?;
             }
             SinkSpec::Kafka(k) => k.validate()?,
+            SinkSpec::Delta(d) => d.validate()?,
             SinkSpec::Discard(_) => {}
         }
         Ok(())
@@ -297,10 +302,16 @@ impl QuerySpec {
         self.max_state_bytes.unwrap_or(DEFAULT_MAX_STATE_BYTES)
     }
 
-    /// The sink location; `None` for a sink that writes nothing.
+    /// The sink location; `None` for a sink that writes no files.
     pub fn sink_path(&self) -> Option<&str> {
+        self.sink_location().map(|(_, path)| path)
+    }
+
+    /// The sink location with the field that sets it.
+    pub fn sink_location(&self) -> Option<(&'static str, &str)> {
         match &self.sink {
-            SinkSpec::Files(f) => Some(&f.path),
+            SinkSpec::Files(f) => Some(("sink.files.path", &f.path)),
+            SinkSpec::Delta(d) => Some(("sink.delta.path", &d.path)),
             SinkSpec::Kafka(_) | SinkSpec::Discard(_) => None,
         }
     }
@@ -309,7 +320,7 @@ impl QuerySpec {
     pub fn sink_security(&self) -> Option<(&'static str, &KafkaSecurity)> {
         match &self.sink {
             SinkSpec::Kafka(k) => Some(("sink.kafka.security", &k.security)),
-            SinkSpec::Files(_) | SinkSpec::Discard(_) => None,
+            SinkSpec::Files(_) | SinkSpec::Discard(_) | SinkSpec::Delta(_) => None,
         }
     }
 
@@ -476,11 +487,15 @@ impl SinkSpec {
             SinkSpec::Discard(_) => pb::Sink {
                 kind: Some(pb::sink::Kind::Discard(pb::DiscardSink {})),
             },
+            SinkSpec::Delta(d) => pb::Sink {
+                kind: Some(pb::sink::Kind::Delta(d.into())),
+            },
         }
     }
 
-    /// What each task of query `query` is told of the sink.
-    pub fn to_task(&self, query: &str) -> pb::TaskSink {
+    /// What each task of query `query` (whose id is `query_id`) is told
+    /// of the sink.
+    pub fn to_task(&self, query: &str, query_id: &str) -> pb::TaskSink {
         match self {
             SinkSpec::Files(f) => f.to_task(),
             SinkSpec::Kafka(k) => pb::TaskSink {
@@ -488,6 +503,9 @@ impl SinkSpec {
             },
             SinkSpec::Discard(_) => pb::TaskSink {
                 kind: Some(pb::task_sink::Kind::Discard(pb::DiscardTaskSink {})),
+            },
+            SinkSpec::Delta(d) => pb::TaskSink {
+                kind: Some(pb::task_sink::Kind::Delta(d.to_task(query_id))),
             },
         }
     }
@@ -506,9 +524,10 @@ impl SinkSpec {
             })),
             Some(pb::sink::Kind::Kafka(k)) => Ok(SinkSpec::Kafka(k.try_into()?)),
             Some(pb::sink::Kind::Discard(_)) => Ok(SinkSpec::Discard(DiscardSinkSpec {})),
+            Some(pb::sink::Kind::Delta(d)) => Ok(SinkSpec::Delta(d.try_into()?)),
             None => Err(Error::invalid(
                 "sink",
-                "missing; expected `files`, `kafka` or `discard`",
+                "missing; expected `files`, `kafka`, `delta` or `discard`",
             )),
         }
     }

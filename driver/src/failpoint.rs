@@ -6,6 +6,7 @@
 //! | `kafka-prepared`     | `sink/kafka/commit.rs` | an exactly-once batch waits after its `transactions/N` is written, before any commit |
 //! | `kafka-committed`    | `sink/kafka/commit.rs` | it waits after its transactions' commits, before `commits/N` |
 //! | `revoke-live-leader` | `leader/detect.rs`     | a standby watching the leader treats it as dead and revokes its lease |
+//! | `delta-committed`    | `sink/delta.rs`        | a batch waits after its commit to a Delta table, before `commits/N` |
 //!
 //! Invariants, enforced here:
 //! - Debug builds only. In a release build [`hold`] is an empty inline
@@ -33,6 +34,8 @@ pub enum Point {
     KafkaCommitted,
     /// `revoke-live-leader`
     RevokeLiveLeader,
+    /// `delta-committed`
+    DeltaCommitted,
 }
 
 /// Holds batch `batch` at `point` while the point is armed.
@@ -62,10 +65,11 @@ mod armed {
 
     impl Point {
         /// Every point, in the order of the table above.
-        pub const ALL: [Point; 3] = [
+        pub const ALL: [Point; 4] = [
             Point::KafkaPrepared,
             Point::KafkaCommitted,
             Point::RevokeLiveLeader,
+            Point::DeltaCommitted,
         ];
 
         pub fn name(self) -> &'static str {
@@ -73,6 +77,7 @@ mod armed {
                 Point::KafkaPrepared => "kafka-prepared",
                 Point::KafkaCommitted => "kafka-committed",
                 Point::RevokeLiveLeader => "revoke-live-leader",
+                Point::DeltaCommitted => "delta-committed",
             }
         }
 
@@ -235,7 +240,7 @@ mod tests {
         assert_eq!(Point::named("kafka-prepare"), None);
         assert_eq!(
             Point::names(),
-            "kafka-prepared, kafka-committed, revoke-live-leader"
+            "kafka-prepared, kafka-committed, revoke-live-leader, delta-committed"
         );
     }
 

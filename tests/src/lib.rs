@@ -22,6 +22,7 @@ pub mod http;
 pub mod inputs;
 pub mod kafka;
 pub mod kafka_tls;
+pub mod lake;
 pub mod manifests;
 pub mod netns;
 pub mod node;

@@ -135,7 +135,8 @@ pub struct NewTable {
 /// A data file added by a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddFile {
-    /// Relative to the table's root, `/`-separated.
+    /// Relative to the table's root, `/`-separated, as named on storage
+    /// (the commit stores it as a URI).
     pub path: String,
     /// Each partition column's value in this file (`None`: null).
     pub partition_values: Vec<(String, Option<String>)>,
@@ -183,7 +184,7 @@ impl Commit<'_> {
                 .map(|(k, v)| (k.clone(), json!(v)))
                 .collect();
             json!({"add": {
-                "path": f.path,
+                "path": super::delta_table::add_path(&f.path),
                 "partitionValues": values,
                 "size": f.size,
                 "modificationTime": f.modification_time_ms,

@@ -10,6 +10,7 @@
 use bytes::Bytes;
 
 use super::delta::{LOG_DIR, commit_name, txn_version, version_of};
+use super::delta_table::{TableMeta, metadata_of};
 use crate::error::{Error, Result};
 use crate::storage::{Created, Path, Storage};
 
@@ -67,11 +68,7 @@ pub async fn standing(storage: &Storage, app_id: &str) -> Result<Standing> {
     match versions.first() {
         // Commits before the first were folded into a checkpoint, which
         // may hold the query's txn.
-        Some(&first) if first > 0 => Err(Error::Config(format!(
-            "the Delta table's log {} begins at version {first}: its earlier commits are \
-             only in a checkpoint, which Sluice does not read",
-            storage.describe(&Path::from(LOG_DIR))
-        ))),
+        Some(&first) if first > 0 => Err(folded(storage, first)),
         _ => Ok(Standing {
             latest,
             batch: None,
@@ -79,12 +76,47 @@ pub async fn standing(storage: &Storage, app_id: &str) -> Result<Standing> {
     }
 }
 
+/// What the table's log says of it now (its newest `metaData`); `None`
+/// when there is no table.
+pub async fn table_meta(storage: &Storage) -> Result<Option<TableMeta>> {
+    let versions = versions(storage).await?;
+    for &version in versions.iter().rev() {
+        let path = Path::from(commit_name(version));
+        let what = storage.describe(&path);
+        let bytes = storage.get(&path).await?.ok_or_else(|| Error::Corrupt {
+            path: what.clone(),
+            reason: "a commit listed in the log cannot be read".into(),
+        })?;
+        if let Some(meta) = metadata_of(&bytes, &what)? {
+            return Ok(Some(meta));
+        }
+    }
+    match versions.first() {
+        Some(&first) if first > 0 => Err(folded(storage, first)),
+        Some(_) => Err(Error::Corrupt {
+            path: storage.describe(&Path::from(commit_name(0))),
+            reason: "the table's first commit has no metaData".into(),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// The error of a log whose commits before `first` were folded into a
+/// checkpoint.
+fn folded(storage: &Storage, first: u64) -> Error {
+    Error::Config(format!(
+        "the Delta table's log {} begins at version {first}: its earlier commits are \
+         only in a checkpoint, which Sluice does not read",
+        storage.describe(&Path::from(LOG_DIR))
+    ))
+}
+
 /// Commits `bytes` as the table's version `version`, only if no commit
 /// holds it (a conditional put: two writers racing on a version are
 /// settled by the store).
-pub async fn commit(storage: &Storage, version: u64, bytes: Bytes) -> Result<Committed> {
+pub async fn commit(storage: &Storage, version: u64, bytes: impl Into<Bytes>) -> Result<Committed> {
     match storage
-        .create(&Path::from(commit_name(version)), bytes)
+        .create(&Path::from(commit_name(version)), bytes.into())
         .await?
     {
         Created::New => Ok(Committed::Made),

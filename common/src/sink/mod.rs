@@ -28,6 +28,7 @@ use crate::storage::{Storage, Stores, Visible, VisibleWriter};
 
 pub mod delta;
 pub mod delta_log;
+pub mod delta_table;
 mod jsonl;
 mod log;
 pub mod manifest;
@@ -37,6 +38,10 @@ pub use log::{decode_compact, decode_delta, read_delta};
 pub use manifest::{
     COMPACT_INTERVAL, CompactManifest, MANIFEST_DIR, ManifestName, SinkFile, SinkManifest,
 };
+
+/// The directory name of a null partition value (`col=<this>/`), as Hive
+/// and Spark write it.
+pub const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// A storage root in a new temporary directory, for unit tests.
 #[cfg(test)]

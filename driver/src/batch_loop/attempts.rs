@@ -41,7 +41,12 @@ pub fn task(
         batch_id: offsets.batch_id,
         partition: p,
         epoch: ctx.query.term.epoch,
-        sink: Some(ctx.query.spec.sink.to_task(&ctx.query.entry.name)),
+        sink: Some(
+            ctx.query
+                .spec
+                .sink
+                .to_task(&ctx.query.entry.name, &ctx.query.entry.id),
+        ),
         work: Some(work),
         checkpoint_root: ctx.query.driver.config.checkpoint_root.clone(),
         ..Default::default()

@@ -137,8 +137,8 @@ async fn open(
     let tables = source::tables::load(&io, &query.spec).await?;
     let streams = Streams::open(&io, &query.spec).await?;
     let schemas = streams.schemas();
-    let stateful = super::stages::plan(&query, tables.as_ref(), &schemas).await?;
-    let sink = sink::open(&SinkIo::of(&query), &query.spec.sink).await?;
+    let (stateful, output) = super::stages::plan(&query, tables.as_ref(), &schemas).await?;
+    let sink = sink::open(&SinkIo::of(&query, output), &query.spec.sink).await?;
     let config = &query.driver.config;
     let plan = pb::TaskPlan {
         sql: query.spec.sql().to_string(),

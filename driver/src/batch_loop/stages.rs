@@ -23,15 +23,15 @@ use super::attempts;
 use super::ctx::{Ctx, Operator, Query, Rebuilding, Stateful, StatefulOp};
 use crate::error::DriverError;
 
-/// How `query` runs its batches: `None` when its SQL keeps no
-/// state. Its operators are [`sluice_plan::plan`]'s, as the submit's
-/// check planned them. The SQL was checked at submit; a failure here is
-/// an internal error.
+/// How `query` runs its batches (`None` when its SQL keeps no state),
+/// and the columns of its output. Its operators are
+/// [`sluice_plan::plan`]'s, as the submit's check planned them. The SQL
+/// was checked at submit; a failure here is an internal error.
 pub async fn plan(
     query: &Query,
     tables: Option<&sluice_common::checkpoint::TablesRecord>,
     streams: &[(String, arrow_schema::SchemaRef)],
-) -> Result<Option<Stateful>, DriverError> {
+) -> Result<(Option<Stateful>, arrow_schema::SchemaRef), DriverError> {
     let tables: Vec<(String, arrow_schema::SchemaRef)> = tables
         .iter()
         .flat_map(|r| &r.tables)
@@ -54,7 +54,7 @@ pub async fn plan(
         sluice_plan::PlanError::Internal(why) => DriverError::Internal(why),
     })?;
     if ops.is_empty() {
-        return Ok(None);
+        return Ok((None, checked.output));
     }
     let checkpoint = query_location(&query.driver.config.checkpoint_root, &query.entry.name);
     let store = query
@@ -67,14 +67,15 @@ pub async fn plan(
         .await?;
     let generation = rescales.last().map_or(0, |r| r.generation);
     let rescales = rescales.iter().map(|r| r.rescale()).collect();
-    Ok(Some(Stateful {
+    let stateful = Stateful {
         store: store.in_generation(generation),
         checkpoint,
         rescales,
         partitions: query.spec.state_partitions(),
         snapshot_interval: query.spec.snapshot_interval(),
         ops,
-    }))
+    };
+    Ok((Some(stateful), checked.output))
 }
 
 /// What the tasks of a batch reported.

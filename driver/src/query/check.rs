@@ -22,7 +22,7 @@ pub(super) async fn check_sql(
     streams: &[(String, SchemaRef)],
     tables: &BTreeMap<String, TableSchema>,
     budget: std::time::Duration,
-) -> Result<(), DriverError> {
+) -> Result<SchemaRef, DriverError> {
     let tables: Vec<(String, SchemaRef)> = tables
         .iter()
         .map(|(n, t)| (n.clone(), Arc::new(t.schema.clone())))
@@ -45,7 +45,9 @@ pub(super) async fn check_sql(
             join::check(spec, join, op.consumer.is_none())?;
         }
     }
-    crate::sink::check_output(spec, &checked.output)
+    let mode = OutputMode::effective(spec.output_mode, !ops.is_empty());
+    crate::sink::check_output(spec, &checked.output, mode)?;
+    Ok(checked.output)
 }
 
 /// A spec with `state_ttl_ms` has an operator it applies to, one of

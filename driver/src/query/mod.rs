@@ -145,7 +145,8 @@ pub async fn submit(
     crate::sink::check(&driver.config, &spec, others).await?;
     let streams = crate::source::resolve_schemas(stores, &spec).await?;
     let tables = crate::source::tables::resolve(stores, &spec).await?;
-    check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
+    let output = check::check_sql(&spec, &streams, &tables, driver.config.sql_plan_budget).await?;
+    crate::sink::check_table(&driver.config, &spec, &output).await?;
     let qc = driver.checkpoint.query(&spec.name);
     if let Some(old) = qc.spec().await? {
         // Same spec and no metadata: an interrupted submit, which this one completes.

@@ -47,9 +47,9 @@ fn locations(spec: &QuerySpec) -> Vec<Named> {
             input: true,
         });
     }
-    if let Some(path) = spec.sink_path() {
+    if let Some((field, path)) = spec.sink_location() {
         out.push(Named {
-            field: "sink.files.path".into(),
+            field: field.into(),
             location: path.to_string(),
             input: false,
         });

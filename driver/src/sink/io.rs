@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow_schema::SchemaRef;
 use sluice_common::checkpoint::QueryCheckpoint;
 
 use crate::batch_loop::ctx::{self, Query};
@@ -23,17 +24,29 @@ pub struct SinkIo {
     term: Arc<Term>,
     entry: Arc<QueryEntry>,
     qc: QueryCheckpoint,
+    output: SchemaRef,
 }
 
 impl SinkIo {
-    /// The door of `query`.
-    pub fn of(query: &Query) -> Self {
+    /// The door of `query`, whose SQL outputs columns `output`.
+    pub fn of(query: &Query, output: SchemaRef) -> Self {
         SinkIo {
             driver: query.driver.clone(),
             term: query.term.clone(),
             entry: query.entry.clone(),
             qc: query.qc.clone(),
+            output,
         }
+    }
+
+    /// The query's id (its name may be used again by another query).
+    pub fn query_id(&self) -> &str {
+        &self.entry.id
+    }
+
+    /// The columns of the query's output, as its SQL plans now.
+    pub fn output(&self) -> &SchemaRef {
+        &self.output
     }
 
     /// The query's checkpoint.

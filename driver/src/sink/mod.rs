@@ -14,6 +14,7 @@
 //! [`SinkKind`], registered once in [`kind`], and its writer on the
 //! executor. A sink touches its query only through [`SinkIo`].
 
+pub mod delta;
 pub mod discard;
 pub mod files;
 mod io;
@@ -25,7 +26,7 @@ use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{PreparedTransaction, QueryCheckpoint, TransactionsRecord};
 use sluice_common::sink::SinkFile;
-use sluice_common::spec::{QuerySpec, SinkSpec};
+use sluice_common::spec::{OutputMode, QuerySpec, SinkSpec};
 use sluice_proto as pb;
 
 use crate::config::DriverConfig;
@@ -68,9 +69,20 @@ trait SinkKind: Send + Sync {
         Box::pin(async { Ok(()) })
     }
 
-    /// At submit, once the SQL is checked: its output columns suit the sink.
-    fn check_output(&self, _output: &SchemaRef) -> Result<(), DriverError> {
+    /// At submit, once the SQL is checked: its output columns, emitted in
+    /// `mode`, suit the sink.
+    fn check_output(&self, _output: &SchemaRef, _mode: OutputMode) -> Result<(), DriverError> {
         Ok(())
+    }
+
+    /// At submit, after [`SinkKind::check_output`]: what the sink holds
+    /// already (a table's schema) takes the output.
+    fn check_table<'a>(
+        &'a self,
+        _config: &'a DriverConfig,
+        _output: &'a SchemaRef,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// What one task's report must hold beyond its kind: `task` is its
@@ -182,6 +194,7 @@ fn kind(spec: &SinkSpec) -> Box<dyn SinkKind + '_> {
         SinkSpec::Files(s) => Box::new(files::Kind(s)),
         SinkSpec::Discard(_) => Box::new(discard::Kind),
         SinkSpec::Kafka(s) => Box::new(kafka::Kind(s)),
+        SinkSpec::Delta(s) => Box::new(delta::Kind(s)),
     }
 }
 
@@ -200,9 +213,24 @@ pub async fn check(
     kind(&spec.sink).probe(config, PROBE_DEADLINE).await
 }
 
-/// At submit, once the SQL is checked: the output columns suit the sink.
-pub fn check_output(spec: &QuerySpec, output: &SchemaRef) -> Result<(), DriverError> {
-    kind(&spec.sink).check_output(output)
+/// At submit, once the SQL is checked: the output columns, emitted in
+/// `mode`, suit the sink.
+pub fn check_output(
+    spec: &QuerySpec,
+    output: &SchemaRef,
+    mode: OutputMode,
+) -> Result<(), DriverError> {
+    kind(&spec.sink).check_output(output, mode)
+}
+
+/// At submit, once the output is checked: what the sink holds takes it
+/// (see [`SinkKind::check_table`]).
+pub async fn check_table(
+    config: &DriverConfig,
+    spec: &QuerySpec,
+    output: &SchemaRef,
+) -> Result<(), DriverError> {
+    kind(&spec.sink).check_table(config, output).await
 }
 
 /// Opens the sink of a running query.

@@ -19,25 +19,32 @@ use super::{Encode, SinkWriter, TaskOut, Written, encoder};
 use crate::cache::Caches;
 use crate::error::ExecutorError;
 
-/// The file sink a task writes.
-pub struct FilesWriter(FilesTaskSink);
+/// The file sink a task writes, and the tag in its files' names.
+pub struct FilesWriter(FilesTaskSink, String);
 
 impl FilesWriter {
     /// The writer of `sink`; a sink without a path is refused.
     pub fn new(sink: &FilesTaskSink) -> Result<Self, String> {
+        Self::tagged(sink, "")
+    }
+
+    /// The writer of `sink` whose files' names carry `tag` (see
+    /// [`Layout::tag`]).
+    pub fn tagged(sink: &FilesTaskSink, tag: &str) -> Result<Self, String> {
         if sink.path.is_empty() {
             return Err("missing sink path".into());
         }
-        Ok(FilesWriter(sink.clone()))
+        Ok(FilesWriter(sink.clone(), tag.to_string()))
     }
 
-    fn layout(&self, task: TaskOut) -> Layout {
+    pub(super) fn layout(&self, task: TaskOut) -> Layout {
         Layout {
             format: self.0.format(),
             partition_by: self.0.partition_by.clone(),
             max_file_bytes: self.0.max_file_bytes.max(1),
             batch: task.batch,
             partition: task.partition,
+            tag: self.1.clone(),
         }
     }
 }

@@ -12,8 +12,7 @@ use arrow_schema::{Schema, SchemaRef};
 
 use crate::error::ExecutorError;
 
-/// The directory name of a null value.
-pub const NULL_DIR: &str = "__HIVE_DEFAULT_PARTITION__";
+pub use sluice_common::sink::HIVE_NULL as NULL_DIR;
 
 /// The positions of `names` in `schema`, and the schema of the columns
 /// left for the files.

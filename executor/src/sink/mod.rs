@@ -14,6 +14,7 @@
 //! its name to the spec and one encoder module here, named in [`encoder`].
 
 mod csv;
+pub mod delta;
 pub mod discard;
 pub mod files;
 mod hive;
@@ -90,6 +91,7 @@ pub fn writer(sink: &TaskSink) -> Result<Arc<dyn SinkWriter>, String> {
         Some(task_sink::Kind::Files(f)) => Ok(Arc::new(files::FilesWriter::new(f)?)),
         Some(task_sink::Kind::Kafka(k)) => Ok(Arc::new(kafka::KafkaWriter(k.clone()))),
         Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(discard::Discard::default())),
+        Some(task_sink::Kind::Delta(d)) => Ok(Arc::new(delta::DeltaWriter::new(d)?)),
         None => Err("missing sink".into()),
     }
 }
@@ -98,6 +100,7 @@ pub fn writer(sink: &TaskSink) -> Result<Arc<dyn SinkWriter>, String> {
 pub fn files_path(sink: &TaskSink) -> Option<&str> {
     match &sink.kind {
         Some(task_sink::Kind::Files(f)) if !f.path.is_empty() => Some(&f.path),
+        Some(task_sink::Kind::Delta(d)) if !d.path.is_empty() => Some(&d.path),
         _ => None,
     }
 }

@@ -59,6 +59,9 @@ pub struct Layout {
     pub max_file_bytes: u64,
     pub batch: u64,
     pub partition: u32,
+    /// Part of each file's name before its extension (empty: none), so
+    /// that writers sharing a directory never name two files alike.
+    pub tag: String,
 }
 
 struct Open {
@@ -130,7 +133,11 @@ impl Parts {
             }
             let seq = self.next_seq.entry(dir.clone()).or_default();
             let l = &self.layout;
-            let name = part_name(&dir, l.batch, l.partition, *seq, extension(l.format));
+            let ext = match l.tag.as_str() {
+                "" => extension(l.format).to_string(),
+                tag => format!("{tag}.{}", extension(l.format)),
+            };
+            let name = part_name(&dir, l.batch, l.partition, *seq, &ext);
             *seq += 1;
             let open = Open {
                 name: name.into(),

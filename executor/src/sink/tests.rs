@@ -67,6 +67,7 @@ fn pieces(format: SinkFormat, partition_by: &[&str], max_file_bytes: u64) -> Vec
         max_file_bytes,
         batch: 7,
         partition: 2,
+        tag: String::new(),
     };
     let mut parts = Parts::new(layout, &b.schema()).unwrap();
     let mut out = Vec::new();

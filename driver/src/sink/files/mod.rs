@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use sluice_common::checkpoint::QueryCheckpoint;
 use sluice_common::sink::manifest::compacts_at;
 use sluice_common::sink::{FileSink, SinkFile};
-use sluice_common::spec::{FileSinkSpec, QuerySpec};
+use sluice_common::spec::{FileSinkSpec, OutputMode, QuerySpec};
 use sluice_common::storage::{Stores, check_sink_location, overlap_resolved};
 use sluice_proto as pb;
 use tracing::{debug, warn};
@@ -64,23 +64,7 @@ impl SinkKind for Kind<'_> {
         others: &[(String, QuerySpec)],
         checkpoint_root: &str,
     ) -> Result<(), DriverError> {
-        let sink = self.0.path.as_str();
-        check_sink_location(sink)
-            .map_err(|r| DriverError::Invalid(format!("sink.files.path: {r}")))?;
-        if overlap_resolved(sink, checkpoint_root) {
-            return Err(DriverError::Invalid(format!(
-                "sink.files.path: {sink} overlaps the checkpoint root {checkpoint_root}"
-            )));
-        }
-        let mut paths = others
-            .iter()
-            .filter_map(|(name, spec)| Some((name, spec.sink_path()?)));
-        if let Some((name, other)) = paths.find(|(_, o)| overlap_resolved(sink, o)) {
-            return Err(DriverError::Invalid(format!(
-                "sink.files.path: {sink} overlaps the sink of query {name:?} ({other})"
-            )));
-        }
-        Ok(())
+        check_place("sink.files.path", &self.0.path, others, checkpoint_root)
     }
 
     /// Refuses a sink in an object store bucket that is missing or
@@ -91,11 +75,11 @@ impl SinkKind for Kind<'_> {
         config: &'a DriverConfig,
         _deadline: Duration,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(probe(&config.stores, &self.0.path))
+        Box::pin(probe(&config.stores, &self.0.path, "sink.files.path"))
     }
 
-    fn check_output(&self, output: &SchemaRef) -> Result<(), DriverError> {
-        check_partition_by(self.0, output)
+    fn check_output(&self, output: &SchemaRef, _mode: OutputMode) -> Result<(), DriverError> {
+        check_partition_by("sink.files.partition_by", &self.0.partition_by, output)
     }
 
     /// The rows a task says it wrote are the rows of the files it lists,
@@ -244,10 +228,39 @@ async fn purge_manifests(sink: FileSink, committed: u64, retain: u64) {
     }
 }
 
-/// Refuses a sink in a bucket that is missing or refuses the credentials.
-async fn probe(stores: &Stores, sink: &str) -> Result<(), DriverError> {
+/// Refuses a sink (named by `field`) that can never be written (see
+/// [`check_sink_location`]) or that overlaps (is, contains or lies inside)
+/// another query's sink or the checkpoint root, as written or with its
+/// symbolic links followed: their files would collide, or a sink would
+/// write into a checkpoint. Reads the disk.
+pub(super) fn check_place(
+    field: &str,
+    sink: &str,
+    others: &[(String, QuerySpec)],
+    checkpoint_root: &str,
+) -> Result<(), DriverError> {
+    check_sink_location(sink).map_err(|r| DriverError::Invalid(format!("{field}: {r}")))?;
+    if overlap_resolved(sink, checkpoint_root) {
+        return Err(DriverError::Invalid(format!(
+            "{field}: {sink} overlaps the checkpoint root {checkpoint_root}"
+        )));
+    }
+    let mut paths = others
+        .iter()
+        .filter_map(|(name, spec)| Some((name, spec.sink_path()?)));
+    if let Some((name, other)) = paths.find(|(_, o)| overlap_resolved(sink, o)) {
+        return Err(DriverError::Invalid(format!(
+            "{field}: {sink} overlaps the sink of query {name:?} ({other})"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a sink (named by `field`) in a bucket that is missing or
+/// refuses the credentials.
+pub(super) async fn probe(stores: &Stores, sink: &str, field: &str) -> Result<(), DriverError> {
     let invalid = |e: sluice_common::Error| match e {
-        sluice_common::Error::Config(r) => DriverError::Invalid(format!("sink.files.path: {r}")),
+        sluice_common::Error::Config(r) => DriverError::Invalid(format!("{field}: {r}")),
         e => DriverError::Common(e),
     };
     stores
@@ -258,29 +271,32 @@ async fn probe(stores: &Stores, sink: &str) -> Result<(), DriverError> {
         .map_err(invalid)
 }
 
-/// The sink's `partition_by` names output columns, and leaves at least
-/// one for the files.
-fn check_partition_by(sink: &FileSinkSpec, output: &SchemaRef) -> Result<(), DriverError> {
-    for (i, c) in sink.partition_by.iter().enumerate() {
-        let Ok(field) = output.field_with_name(c) else {
+/// The sink's `partition_by` (the spec's `field`) names output columns
+/// of scalar types, and leaves at least one for the files.
+pub(super) fn check_partition_by(
+    field: &str,
+    partition_by: &[String],
+    output: &SchemaRef,
+) -> Result<(), DriverError> {
+    for (i, c) in partition_by.iter().enumerate() {
+        let Ok(f) = output.field_with_name(c) else {
             let names: Vec<&str> = output.fields().iter().map(|f| f.name().as_str()).collect();
             return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: {c:?} is not an output column of the query; its columns are {}",
+                "{field}[{i}]: {c:?} is not an output column of the query; its columns are {}",
                 names.join(", ")
             )));
         };
-        if field.data_type().is_nested() {
+        if f.data_type().is_nested() {
             return Err(DriverError::Invalid(format!(
-                "sink.files.partition_by[{i}]: column {c:?} is {}, not a scalar type",
-                field.data_type()
+                "{field}[{i}]: column {c:?} is {}, not a scalar type",
+                f.data_type()
             )));
         }
     }
-    if !sink.partition_by.is_empty() && sink.partition_by.len() >= output.fields().len() {
-        return Err(DriverError::Invalid(
-            "sink.files.partition_by: names every output column; the files need at least one"
-                .into(),
-        ));
+    if !partition_by.is_empty() && partition_by.len() >= output.fields().len() {
+        return Err(DriverError::Invalid(format!(
+            "{field}: names every output column; the files need at least one"
+        )));
     }
     Ok(())
 }

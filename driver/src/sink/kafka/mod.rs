@@ -23,7 +23,9 @@ use std::time::Duration;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
 use sluice_common::checkpoint::{PreparedTransaction, QueryCheckpoint};
-use sluice_common::spec::{Delivery, KafkaSinkSpec, QuerySpec, SinkRecordFormat, SinkSpec};
+use sluice_common::spec::{
+    Delivery, KafkaSinkSpec, OutputMode, QuerySpec, SinkRecordFormat, SinkSpec,
+};
 use sluice_kafka::Kafka;
 use sluice_proto as pb;
 use tracing::debug;
@@ -73,7 +75,7 @@ impl SinkKind for Kind<'_> {
         Box::pin(check_topic(self.0, &config.secrets, deadline))
     }
 
-    fn check_output(&self, output: &SchemaRef) -> Result<(), DriverError> {
+    fn check_output(&self, output: &SchemaRef, _mode: OutputMode) -> Result<(), DriverError> {
         check_columns(self.0, output)
     }
 

@@ -1,0 +1,100 @@
+//! The outside readers of the lakehouse sinks' tables: `deltalake`
+//! (delta-rs) and DuckDB's delta extension, run from the pinned venv
+//! `target/lake/venv` (`scripts/deps.sh test`) by `tests/lake/read_delta.py`,
+//! and the rows they read made comparable with the SQL oracle's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, TimeUnit};
+
+use crate::oracle::normalized;
+
+/// What the readers read of a Delta table.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct DeltaRead {
+    /// The table's version (its newest commit).
+    pub version: i64,
+    /// The data files of that version.
+    pub files: usize,
+    /// The txn version of the app id asked about.
+    pub txn: Option<i64>,
+    pub partition_columns: Vec<String>,
+    /// Every row, as deltalake read it.
+    pub deltalake: Vec<String>,
+    /// Every row, as DuckDB read it.
+    pub duckdb: Vec<String>,
+}
+
+fn python() -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/lake/venv/bin/python");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/deps.sh test",
+        bin.display()
+    );
+    bin
+}
+
+/// Reads the Delta table at `path` with both readers; `app_id`'s txn
+/// version too. Panics with the readers' error when either fails.
+pub fn read_delta(path: &Path, app_id: &str) -> DeltaRead {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lake/read_delta.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(path)
+        .arg(app_id)
+        .output()
+        .expect("the Delta readers run");
+    assert!(
+        out.status.success(),
+        "the Delta readers failed on {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the Delta readers' output: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// The oracle's rows as the readers print them: timestamps as
+/// microseconds since the epoch, normalized (see [`normalized`]).
+pub fn oracle_rows(batches: &[RecordBatch]) -> Vec<String> {
+    let plain: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| {
+            let columns = b
+                .columns()
+                .iter()
+                .map(|c| match c.data_type() {
+                    DataType::Timestamp(_, _) => {
+                        let us = DataType::Timestamp(TimeUnit::Microsecond, None);
+                        let c = arrow_cast::cast(c, &us).expect("to microseconds");
+                        arrow_cast::cast(&c, &DataType::Int64).expect("to integers")
+                    }
+                    _ => c.clone(),
+                })
+                .collect::<Vec<_>>();
+            let fields: Vec<_> = b
+                .schema()
+                .fields()
+                .iter()
+                .zip(&columns)
+                .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+                .collect();
+            let schema = std::sync::Arc::new(arrow_schema::Schema::new(fields));
+            RecordBatch::try_new(schema, columns).expect("a plain batch")
+        })
+        .collect();
+    let text = sluice_common::sink::encode_jsonl(&plain).expect("oracle rows encode");
+    let lines: Vec<String> = std::str::from_utf8(&text)
+        .expect("UTF-8")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    normalized(&lines)
+}

@@ -1,0 +1,213 @@
+//! The Delta sink through a real cluster, read by outside readers
+//! (`deltalake` and DuckDB's delta extension): a rate stream into a
+//! partitioned table while the driver is SIGKILLed between the table's
+//! commit and `commits/N` and at a random point, and an executor is
+//! SIGKILLed. Both readers read exactly the rows DataFusion computes over
+//! the whole input; the log holds each batch once, in order.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice_common::sink::delta::{LOG_DIR, txn_version};
+use sluice_tests::lake::{oracle_rows, read_delta};
+use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
+use sluice_tests::{Cluster, QueryState, test_rng};
+
+const TOTAL: u64 = 3000;
+const RATE: u64 = 1000;
+const SQL: &str = "SELECT value, value % 3 AS k, CAST(value * 7 AS VARCHAR) AS s, \
+     timestamp_ms AS ts FROM input";
+
+fn spec(table: &Path) -> String {
+    format!(
+        "name: lake\n\
+         source: {{rate: {{rows_per_second: {RATE}, partitions: 3, total_rows: {TOTAL}}}}}\n\
+         trigger: {{interval_ms: 50}}\n\
+         max_rows_per_batch: 150\n\
+         sql: \"{SQL}\"\n\
+         sink: {{delta: {{path: {}, partition_by: [k]}}}}\n",
+        table.display()
+    )
+}
+
+/// The txn version of `app` in each commit of the table's log, by
+/// version: every commit of the query carries one, and they rise by one.
+fn txns(table: &Path, app: &str) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(table.join(LOG_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    for name in names {
+        let bytes = std::fs::read(table.join(LOG_DIR).join(&name)).unwrap();
+        let txn = txn_version(&bytes, app, &name).unwrap();
+        let version: u64 = name.trim_end_matches(".json").parse().unwrap();
+        out.push((
+            version,
+            txn.unwrap_or_else(|| panic!("{name} has no txn of {app}")),
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_table_holds_each_row_once_across_driver_and_executor_kills() {
+    let mut rng = test_rng();
+    let cluster = Cluster::new("delta-sink");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let first = cluster.start_executor(&drivers);
+    let _second = cluster.start_executor(&drivers);
+    let table = cluster.root().join("lake");
+    let mut client = cluster.client(&drivers);
+    let id = client.submit(&spec(&table)).await.expect("submit").id;
+
+    // Killed between a batch's table commit and its commits/N: the batch
+    // is replayed, and its commit must find it in the table.
+    driver.failpoint("delta-committed", true).await;
+    let held = driver
+        .wait_failpoint_hit("delta-committed", Duration::from_secs(60))
+        .await;
+    eprintln!("batch {held} held after its Delta commit; the driver is killed");
+    driver.kill();
+    driver.restart_ready().await;
+    client
+        .wait_for("lake", "reloaded", Duration::from_secs(30), |_| true)
+        .await;
+    tokio::time::sleep(rng.millis(100, 600)).await;
+    first.kill();
+    let _third = cluster.start_executor(&drivers);
+    tokio::time::sleep(rng.millis(100, 600)).await;
+    driver.kill();
+    driver.restart_ready().await;
+
+    let status = client
+        .wait_state("lake", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert_eq!(status.id, id);
+
+    let input = rate_input(
+        rate_start_ms(&cluster.checkpoint_root(), "lake"),
+        RATE,
+        TOTAL,
+    );
+    let want = oracle_rows(&expected_batches_with(SQL, input, &[]).await);
+    assert_eq!(want.len() as u64, TOTAL);
+    let read = read_delta(&table, &id);
+    assert_eq!(read.partition_columns, ["k"]);
+    let by_deltalake = normalized(&read.deltalake);
+    assert_eq!(by_deltalake.len(), want.len(), "deltalake's row count");
+    assert_eq!(by_deltalake, want, "the rows deltalake reads");
+    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+
+    let log = txns(&table, &id);
+    let batches: Vec<u64> = log.iter().map(|(_, b)| *b).collect();
+    assert!(
+        batches.windows(2).all(|w| w[1] == w[0] + 1) && batches[0] == 0,
+        "each batch is committed once, in order: {log:?}"
+    );
+    assert!(batches.contains(&held), "the held batch is in the table");
+    assert_eq!(read.txn, batches.last().map(|&b| b as i64));
+    assert_eq!(read.version as usize + 1, log.len());
+    eprintln!(
+        "{} commits, {} data files, {} rows",
+        log.len(),
+        read.files,
+        by_deltalake.len()
+    );
+}
+
+/// A query never changes a table's schema or partitioning, and never
+/// appends rows it may later change: each is refused at submit, naming
+/// the columns or the setting. (Two queries of one driver never share a
+/// table: their sinks' paths may not overlap.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_that_would_change_the_table_is_refused_at_submit() {
+    let cluster = Cluster::new("delta-refused");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let table = cluster.root().join("t");
+    let mut client = cluster.client(&drivers);
+    let spec = |table: &Path, name: &str, sql: &str, extra: &str| {
+        format!(
+            "name: {name}\n\
+             source: {{rate: {{rows_per_second: 100, partitions: 1, total_rows: 50}}}}\n\
+             sql: \"{sql}\"\n\
+             sink: {{delta: {{path: {}{extra}}}}}\n",
+            table.display()
+        )
+    };
+    let first = client
+        .submit(&spec(
+            &table,
+            "first",
+            "SELECT value, timestamp_ms FROM input",
+            "",
+        ))
+        .await
+        .expect("submit")
+        .id;
+    client
+        .wait_state("first", QueryState::Finished, Duration::from_secs(60))
+        .await;
+    // Another deployment's query, with a checkpoint of its own, meets the
+    // table as the first one left it.
+    let other = Cluster::new("delta-refused-other");
+    let copied = other.root().join("t");
+    let copy = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&table)
+        .arg(&copied)
+        .status();
+    assert!(copy.expect("cp runs").success());
+    let other_driver = other.start_ready_driver().await;
+    let other_client = other.client(other_driver.addr());
+    let refused = |sql: &'static str, extra: &'static str| {
+        let text = spec(&copied, "second", sql, extra);
+        let mut client = other_client.clone();
+        async move {
+            let e = client.submit(&text).await.expect_err("refused");
+            e.message().to_string()
+        }
+    };
+    let m = refused(
+        "SELECT CAST(value AS VARCHAR) AS value, 1 AS extra FROM input",
+        "",
+    )
+    .await;
+    assert!(
+        m.contains("`value` is \"long\" in the table and \"string\"")
+            && m.contains("`extra` is in the query's output, not in the table")
+            && m.contains("`timestamp_ms` is in the table, not in the query's output"),
+        "{m}"
+    );
+    let m = refused(
+        "SELECT value, timestamp_ms FROM input",
+        ", partition_by: [value]",
+    )
+    .await;
+    assert!(
+        m.contains("sink.delta.partition_by") && m.contains("[]"),
+        "{m}"
+    );
+    let m = refused(
+        "SELECT value % 2 AS k, count(*) AS n FROM input GROUP BY 1",
+        "",
+    )
+    .await;
+    assert!(
+        m.contains("output_mode: update") && m.contains("append"),
+        "{m}"
+    );
+    let m = refused("SELECT value, 0.5 AS f FROM input", ", partition_by: [f]").await;
+    assert!(
+        m.contains("sink.delta.partition_by[0]") && m.contains("\"f\""),
+        "{m}"
+    );
+    // The table is as the first query left it.
+    let read = read_delta(&copied, &first);
+    assert_eq!(read.deltalake.len(), 50);
+}
