@@ -30,11 +30,13 @@ use sluice_proto as pb;
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
-use super::files::{check_partition_by, check_place, cleanup, probe};
+use super::files::{
+    check_partition_by, check_place, check_rows_in_files, cleanup, files_written, probe,
+};
 use super::{Committed, Committer, Ended, Prepared, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
-use crate::failpoint::{self, Point};
+use crate::failpoint::Point;
 
 /// How many times a commit tries a newer version after another writer
 /// took the one it tried, before the batch fails (and is retried).
@@ -51,18 +53,7 @@ impl SinkKind for Kind<'_> {
     /// The tasks write Parquet part files, and report them as the file
     /// sink's tasks do.
     fn written(&self, report: &pb::task_output::Sink, into: &mut Written) -> bool {
-        let pb::task_output::Sink::Files(f) = report else {
-            return false;
-        };
-        for file in &f.files {
-            into.bytes += file.bytes;
-            into.files.push(SinkFile {
-                path: file.path.clone(),
-                rows: file.rows,
-                bytes: file.bytes,
-            });
-        }
-        true
+        files_written(report, into)
     }
 
     fn check_spec(
@@ -143,18 +134,7 @@ impl SinkKind for Kind<'_> {
 
     /// The rows a task says it wrote are the rows of its data files.
     fn check_report(&self, batch: u64, task: usize, o: &pb::TaskOutput) -> Result<(), DriverError> {
-        let in_files: u64 = match &o.sink {
-            Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.rows).sum(),
-            _ => 0,
-        };
-        if o.rows != in_files {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written, but the data \
-                 files it lists hold {in_files}",
-                o.rows
-            )));
-        }
-        Ok(())
+        check_rows_in_files(batch, task, o)
     }
 
     fn open<'a>(
@@ -269,18 +249,6 @@ impl Delta {
     }
 }
 
-impl Delta {
-    /// Holds batch `batch` after its commit while a test has the
-    /// `delta-committed` failpoint armed; the query's stop ends the wait.
-    async fn hold(&self, batch: u64) -> Result<(), DriverError> {
-        tokio::select! {
-            biased;
-            () = failpoint::hold(Point::DeltaCommitted, batch) => Ok(()),
-            stopped = self.io.sleep(Duration::MAX) => stopped,
-        }
-    }
-}
-
 impl Committer for Delta {
     /// Adds the batch's data files to the table in one commit at the
     /// log's next version, unless the batch is in the table already.
@@ -328,7 +296,7 @@ impl Committer for Delta {
                             info!(path = %self.path, "Delta table created");
                         }
                         drop(cached);
-                        self.hold(batch).await?;
+                        self.io.hold(Point::DeltaCommitted, batch).await?;
                         return Ok(Committed::default());
                     }
                     // Another writer took the version: read the log again.

@@ -14,6 +14,7 @@ use sluice_common::checkpoint::QueryCheckpoint;
 use crate::batch_loop::ctx::{self, Query};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
+use crate::failpoint::{self, Point};
 use crate::query::entry::QueryEntry;
 use crate::state::{Driver, Term};
 
@@ -77,6 +78,18 @@ impl SinkIo {
     /// Sleeps unless the query is stopped first.
     pub async fn sleep(&self, d: Duration) -> Result<(), DriverError> {
         ctx::sleep(&self.entry, d).await
+    }
+
+    /// Holds batch `batch` at `point` while a test has it armed (see
+    /// [`failpoint`]); the query's stop, or the end of the term, ends the
+    /// wait.
+    pub async fn hold(&self, point: Point, batch: u64) -> Result<(), DriverError> {
+        tokio::select! {
+            biased;
+            () = failpoint::hold(point, batch) => Ok(()),
+            // Sleeps until the query stops: then an error.
+            stopped = self.sleep(Duration::MAX) => stopped,
+        }
     }
 
     /// Confirms that this driver still leads, after finding a record

@@ -39,18 +39,7 @@ impl SinkKind for Kind<'_> {
     }
 
     fn written(&self, report: &pb::task_output::Sink, into: &mut Written) -> bool {
-        let pb::task_output::Sink::Files(f) = report else {
-            return false;
-        };
-        for file in &f.files {
-            into.bytes += file.bytes;
-            into.files.push(SinkFile {
-                path: file.path.clone(),
-                rows: file.rows,
-                bytes: file.bytes,
-            });
-        }
-        true
+        files_written(report, into)
     }
 
     /// Refuses a sink that can never be written (see
@@ -85,18 +74,7 @@ impl SinkKind for Kind<'_> {
     /// The rows a task says it wrote are the rows of the files it lists,
     /// so a batch never commits rows that no file holds.
     fn check_report(&self, batch: u64, task: usize, o: &pb::TaskOutput) -> Result<(), DriverError> {
-        let in_files: u64 = match &o.sink {
-            Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.rows).sum(),
-            _ => 0,
-        };
-        if o.rows != in_files {
-            return Err(DriverError::TaskFailed(format!(
-                "batch {batch}, task {task}: the executor reported {} rows written, but the files \
-                 it lists hold {in_files}",
-                o.rows
-            )));
-        }
-        Ok(())
+        check_rows_in_files(batch, task, o)
     }
 
     fn open<'a>(
@@ -226,6 +204,43 @@ async fn purge_manifests(sink: FileSink, committed: u64, retain: u64) {
             "purging old sink manifests failed; will try again later"
         ),
     }
+}
+
+/// Adds a report of files written to `into`; `false` for a report of
+/// another kind. The Delta sink's tasks report files too.
+pub(super) fn files_written(report: &pb::task_output::Sink, into: &mut Written) -> bool {
+    let pb::task_output::Sink::Files(f) = report else {
+        return false;
+    };
+    for file in &f.files {
+        into.bytes += file.bytes;
+        into.files.push(SinkFile {
+            path: file.path.clone(),
+            rows: file.rows,
+            bytes: file.bytes,
+        });
+    }
+    true
+}
+
+/// The rows a task says it wrote are the rows of the files it lists.
+pub(super) fn check_rows_in_files(
+    batch: u64,
+    task: usize,
+    o: &pb::TaskOutput,
+) -> Result<(), DriverError> {
+    let in_files: u64 = match &o.sink {
+        Some(pb::task_output::Sink::Files(f)) => f.files.iter().map(|f| f.rows).sum(),
+        _ => 0,
+    };
+    if o.rows != in_files {
+        return Err(DriverError::TaskFailed(format!(
+            "batch {batch}, task {task}: the executor reported {} rows written, but the files \
+             it lists hold {in_files}",
+            o.rows
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a sink (named by `field`) that can never be written (see

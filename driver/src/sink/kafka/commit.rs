@@ -13,7 +13,7 @@ use sluice_kafka::{TxnEnd, TxnId, end_transaction};
 use tracing::{debug, info, warn};
 
 use crate::error::DriverError;
-use crate::failpoint::{self, Point};
+use crate::failpoint::Point;
 use crate::sink::{Committed, Committer, Prepared, SinkIo, Written};
 
 /// The deadline of one call to the brokers.
@@ -63,12 +63,12 @@ impl Committer for Kafka {
                 Prepared::Recorded(r) => r,
             };
             let batch = record.batch_id;
-            self.hold(Point::KafkaPrepared, batch).await?;
+            self.io.hold(Point::KafkaPrepared, batch).await?;
             let t = Instant::now();
             let ends = record.transactions.iter().map(|txn| self.end(batch, txn));
             try_join_all(ends).await?;
             let took = t.elapsed();
-            self.hold(Point::KafkaCommitted, batch).await?;
+            self.io.hold(Point::KafkaCommitted, batch).await?;
             Ok(Committed {
                 transactions: Some((record.transactions.len() as u64, took)),
             })
@@ -77,18 +77,6 @@ impl Committer for Kafka {
 }
 
 impl Kafka {
-    /// Holds batch `batch` at `point` while a test has it armed (see
-    /// [`failpoint`]); the query's stop, or the end of the term, ends the
-    /// wait.
-    async fn hold(&self, point: Point, batch: u64) -> Result<(), DriverError> {
-        tokio::select! {
-            biased;
-            () = failpoint::hold(point, batch) => Ok(()),
-            // Sleeps until the query stops: then an error.
-            stopped = self.io.sleep(Duration::MAX) => stopped,
-        }
-    }
-
     /// Writes `transactions/N`. One already there is another driver's,
     /// which prepared batch N with tasks of its own: the tasks of this
     /// driver fenced those transactions, so whether their records were
