@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
 use crate::error::{Error, Result};
-pub use delta_sink::{DeltaMode, DeltaSinkSpec};
+pub use delta_sink::{DEFAULT_COMPACT_EVERY_BATCHES, DeltaCompactSpec, DeltaMode, DeltaSinkSpec};
 pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,

@@ -177,21 +177,7 @@ impl Commit<'_> {
                 "createdTime": self.now_ms,
             }}));
         }
-        actions.extend(self.files.iter().map(|f| {
-            let values: serde_json::Map<String, Value> = f
-                .partition_values
-                .iter()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect();
-            json!({"add": {
-                "path": super::delta_table::add_path(&f.path),
-                "partitionValues": values,
-                "size": f.size,
-                "modificationTime": f.modification_time_ms,
-                "dataChange": true,
-                "stats": json!({"numRecords": f.num_records}).to_string(),
-            }})
-        }));
+        actions.extend(self.files.iter().map(|f| add_action(f, true)));
         actions.push(json!({"txn": {
             "appId": self.app_id,
             "version": self.batch,
@@ -204,6 +190,39 @@ impl Commit<'_> {
         }
         out
     }
+}
+
+/// The `add` action of `f`; `data_change: false` for a file that holds
+/// rows the table has already (a compaction's).
+pub(super) fn add_action(f: &AddFile, data_change: bool) -> Value {
+    json!({"add": {
+        "path": super::delta_table::add_path(&f.path),
+        "partitionValues": partition_values(f),
+        "size": f.size,
+        "modificationTime": f.modification_time_ms,
+        "dataChange": data_change,
+        "stats": json!({"numRecords": f.num_records}).to_string(),
+    }})
+}
+
+/// The `remove` action of `f`, removed at `now_ms`, its rows kept by
+/// the files a compaction adds (`dataChange: false`).
+pub(super) fn remove_action(f: &AddFile, now_ms: i64) -> Value {
+    json!({"remove": {
+        "path": super::delta_table::add_path(&f.path),
+        "deletionTimestamp": now_ms,
+        "dataChange": false,
+        "extendedFileMetadata": true,
+        "partitionValues": partition_values(f),
+        "size": f.size,
+    }})
+}
+
+fn partition_values(f: &AddFile) -> serde_json::Map<String, Value> {
+    f.partition_values
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect()
 }
 
 /// The transaction version of `app_id` that commit file `bytes` (named

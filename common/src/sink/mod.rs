@@ -27,11 +27,13 @@ use crate::error::{Error, Result};
 use crate::storage::{Storage, Stores, Visible, VisibleWriter};
 
 pub mod delta;
+pub mod delta_compact;
 pub mod delta_log;
 pub mod delta_table;
 mod jsonl;
 mod log;
 pub mod manifest;
+pub mod parquet;
 
 pub use jsonl::encode_jsonl;
 pub use log::{decode_compact, decode_delta, read_delta};

@@ -44,6 +44,28 @@ pub struct DeltaSinkSpec {
     /// A task starts a new data file once one reaches this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_file_bytes: Option<u64>,
+    /// Rewrite the small files of recent batches into fewer files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact: Option<DeltaCompactSpec>,
+}
+
+/// The default of `sink.delta.compact.every_batches`.
+pub const DEFAULT_COMPACT_EVERY_BATCHES: u64 = 100;
+
+/// `sink.delta.compact`: after every `every_batches` batches, the small
+/// data files the query added since its last compaction are rewritten,
+/// per partition, into files of up to `target_file_bytes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeltaCompactSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_batches: Option<u64>,
+}
+
+impl DeltaCompactSpec {
+    pub fn every_batches(&self) -> u64 {
+        self.every_batches.unwrap_or(DEFAULT_COMPACT_EVERY_BATCHES)
+    }
 }
 
 impl DeltaSinkSpec {
@@ -53,6 +75,16 @@ impl DeltaSinkSpec {
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
+        if self
+            .compact
+            .as_ref()
+            .is_some_and(|c| c.every_batches == Some(0))
+        {
+            return Err(Error::invalid(
+                "sink.delta.compact.every_batches",
+                "must be at least 1",
+            ));
+        }
         if self.target_file_bytes == Some(0) {
             return Err(Error::invalid(
                 "sink.delta.target_file_bytes",
@@ -92,6 +124,9 @@ impl From<&DeltaSinkSpec> for pb::DeltaSink {
             partition_by: d.partition_by.clone(),
             mode: d.mode.as_str().to_string(),
             target_file_bytes: d.target_file_bytes,
+            compact: d.compact.as_ref().map(|c| pb::DeltaCompact {
+                every_batches: c.every_batches,
+            }),
         }
     }
 }
@@ -113,6 +148,9 @@ impl TryFrom<&pb::DeltaSink> for DeltaSinkSpec {
                 }
             },
             target_file_bytes: d.target_file_bytes,
+            compact: d.compact.as_ref().map(|c| DeltaCompactSpec {
+                every_batches: c.every_batches,
+            }),
         })
     }
 }
@@ -130,7 +168,9 @@ mod tests {
 
     #[test]
     fn a_spec_survives_the_wire() {
-        let s = spec("{path: /tmp/t, partition_by: [day], target_file_bytes: 1000}").unwrap();
+        let s = spec("{path: /tmp/t, partition_by: [day], target_file_bytes: 1000, compact: {}}")
+            .unwrap();
+        assert_eq!(s.compact.as_ref().map(|c| c.every_batches()), Some(100));
         assert_eq!(s.mode, DeltaMode::Append);
         let back = DeltaSinkSpec::try_from(&pb::DeltaSink::from(&s)).unwrap();
         assert_eq!(back, s);
@@ -145,6 +185,8 @@ mod tests {
     fn bad_fields_are_named() {
         let m = |yaml: &str| spec(yaml).unwrap_err().to_string();
         assert!(m("{path: /t, target_file_bytes: 0}").contains("sink.delta.target_file_bytes"));
+        let zero = "{path: /t, compact: {every_batches: 0}}";
+        assert!(m(zero).contains("sink.delta.compact.every_batches"));
         assert!(m("{path: /t, partition_by: [a, A]}").contains("sink.delta.partition_by[1]"));
         assert!(m("{path: /t, mode: overwrite}").contains("overwrite"));
         assert!(m("{path: ''}").contains("sink.delta.path"));

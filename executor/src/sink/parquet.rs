@@ -1,20 +1,15 @@
-//! Parquet, zstd-compressed, written by the `parquet` crate's Arrow writer.
-//! Row groups are written out as they fill (bytes leave the encoder as soon
-//! as the writer has them), and the footer at the end.
+//! Parquet, written by the `parquet` crate's Arrow writer with Sluice's
+//! settings (`sluice_common::sink::parquet`). Row groups are written out
+//! as they fill (bytes leave the encoder as soon as the writer has them),
+//! and the footer at the end.
 
 use arrow_array::RecordBatch;
-use arrow_schema::{DataType, SchemaRef};
+use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
+use sluice_common::sink::parquet::writer_properties;
 
 use super::Encoder;
 use crate::error::ExecutorError;
-
-/// Rows per row group: bounded memory per open file, and ranges a reader
-/// can split on.
-const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 pub struct Parquet {
     writer: ArrowWriter<Vec<u8>>,
@@ -26,37 +21,7 @@ fn failed(e: parquet::errors::ParquetError) -> ExecutorError {
 
 impl Parquet {
     pub fn new(schema: SchemaRef) -> Result<Self, ExecutorError> {
-        // Dictionaries pay off for text, where values repeat. Integers
-        // (ids, times, counts) are delta-encoded, which is small when they
-        // move slowly and leaves zstd little to do; a dictionary of
-        // distinct numbers would only fill to be thrown away.
-        let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-            .set_dictionary_enabled(false);
-        for field in schema.fields() {
-            let column = ColumnPath::from(field.name().as_str());
-            props = match field.data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                    props.set_column_dictionary_enabled(column, true)
-                }
-                t if t.is_integer()
-                    || matches!(
-                        t,
-                        DataType::Date32
-                            | DataType::Date64
-                            | DataType::Timestamp(..)
-                            | DataType::Time32(_)
-                            | DataType::Time64(_)
-                            | DataType::Duration(_)
-                    ) =>
-                {
-                    props.set_column_encoding(column, Encoding::DELTA_BINARY_PACKED)
-                }
-                _ => props,
-            };
-        }
-        let props = props.build();
+        let props = writer_properties(&schema);
         let writer = ArrowWriter::try_new(Vec::new(), schema, Some(props)).map_err(failed)?;
         Ok(Parquet { writer })
     }

@@ -2,13 +2,16 @@
 //! (`deltalake` and DuckDB's delta extension): a rate stream into a
 //! partitioned table while the driver is SIGKILLed between the table's
 //! commit and `commits/N` and at a random point, and an executor is
-//! SIGKILLed. Both readers read exactly the rows DataFusion computes over
-//! the whole input; the log holds each batch once, in order.
+//! SIGKILLed, with a compaction every 5 batches. Both readers read exactly
+//! the rows DataFusion computes over the whole input; the log holds each
+//! batch once, in order, and the compactions left a third of the files or
+//! fewer.
 
 use std::path::Path;
 use std::time::Duration;
 
 use sluice_common::sink::delta::{LOG_DIR, txn_version};
+use sluice_common::sink::delta_compact::changes_of;
 use sluice_tests::lake::{oracle_rows, read_delta};
 use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
 use sluice_tests::{Cluster, QueryState, test_rng};
@@ -25,14 +28,16 @@ fn spec(table: &Path) -> String {
          trigger: {{interval_ms: 50}}\n\
          max_rows_per_batch: 150\n\
          sql: \"{SQL}\"\n\
-         sink: {{delta: {{path: {}, partition_by: [k]}}}}\n",
+         sink: {{delta: {{path: {}, partition_by: [k], compact: {{every_batches: 5}}}}}}\n",
         table.display()
     )
 }
 
-/// The txn version of `app` in each commit of the table's log, by
-/// version: every commit of the query carries one, and they rise by one.
-fn txns(table: &Path, app: &str) -> Vec<(u64, u64)> {
+/// The txn version of `app` in each commit of the table's log that has
+/// one, by version, and how many commits are compactions (which have
+/// none).
+fn txns(table: &Path, app: &str) -> (Vec<(u64, u64)>, usize) {
+    let mut compactions = 0;
     let mut out = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(table.join(LOG_DIR))
         .unwrap()
@@ -44,12 +49,30 @@ fn txns(table: &Path, app: &str) -> Vec<(u64, u64)> {
         let bytes = std::fs::read(table.join(LOG_DIR).join(&name)).unwrap();
         let txn = txn_version(&bytes, app, &name).unwrap();
         let version: u64 = name.trim_end_matches(".json").parse().unwrap();
-        out.push((
-            version,
-            txn.unwrap_or_else(|| panic!("{name} has no txn of {app}")),
-        ));
+        match txn {
+            Some(txn) => out.push((version, txn)),
+            None if changes_of(&bytes, &name).unwrap().compacted_by.as_deref() == Some(app) => {
+                compactions += 1
+            }
+            None => panic!("{name} is neither a batch nor a compaction of {app}"),
+        }
     }
-    out
+    (out, compactions)
+}
+
+/// How many data files the batches' commits added.
+fn read_adds(table: &Path) -> usize {
+    std::fs::read_dir(table.join(LOG_DIR))
+        .unwrap()
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .map(|bytes| {
+            let changes = changes_of(&bytes, "commit").unwrap();
+            match changes.compacted_by {
+                Some(_) => 0,
+                None => changes.added.len(),
+            }
+        })
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +125,7 @@ async fn a_delta_table_holds_each_row_once_across_driver_and_executor_kills() {
     assert_eq!(by_deltalake, want, "the rows deltalake reads");
     assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
 
-    let log = txns(&table, &id);
+    let (log, compactions) = txns(&table, &id);
     let batches: Vec<u64> = log.iter().map(|(_, b)| *b).collect();
     assert!(
         batches.windows(2).all(|w| w[1] == w[0] + 1) && batches[0] == 0,
@@ -110,9 +133,18 @@ async fn a_delta_table_holds_each_row_once_across_driver_and_executor_kills() {
     );
     assert!(batches.contains(&held), "the held batch is in the table");
     assert_eq!(read.txn, batches.last().map(|&b| b as i64));
-    assert_eq!(read.version as usize + 1, log.len());
+    assert_eq!(read.version as usize + 1, log.len() + compactions);
+    // Compaction every 5 batches: a few files per partition directory
+    // remain of the batches' many.
+    let written: usize = read_adds(&table);
+    assert!(compactions >= 3, "{compactions} compactions");
+    assert!(
+        read.files * 3 < written,
+        "{} files in the table of {written} written",
+        read.files
+    );
     eprintln!(
-        "{} commits, {} data files, {} rows",
+        "{} batch commits, {compactions} compactions, {} data files of {written}, {} rows",
         log.len(),
         read.files,
         by_deltalake.len()

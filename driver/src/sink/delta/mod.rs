@@ -12,6 +12,10 @@
 //! again (a replay, or a deposed driver), and a commit is written only at
 //! a version no commit holds (a create-only put).
 
+mod compact;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
@@ -161,6 +165,9 @@ impl SinkKind for Kind<'_> {
                 table,
                 standing: Mutex::new(None),
                 cleaner: std::sync::Mutex::new(cleanup::Cleaner::default()),
+                compact_every: self.0.compact.as_ref().map(|c| c.every_batches()),
+                target_file_bytes: self.0.target_file_bytes(),
+                compacting: Arc::new(AtomicBool::new(false)),
             };
             Ok(Box::new(committer) as Box<dyn Committer>)
         })
@@ -208,6 +215,11 @@ struct Delta {
     /// `None`: to be read from the log.
     standing: Mutex<Option<Standing>>,
     cleaner: std::sync::Mutex<cleanup::Cleaner>,
+    /// Compact after every this many batches (`sink.delta.compact`).
+    compact_every: Option<u64>,
+    target_file_bytes: u64,
+    /// True while a compaction runs: one at a time.
+    compacting: Arc<AtomicBool>,
 }
 
 impl Delta {
@@ -309,8 +321,22 @@ impl Committer for Delta {
         })
     }
 
-    /// Removes the temporary files of failed attempts when due.
+    /// Removes the temporary files of failed attempts when due, and
+    /// compacts the table when due (see [`compact`]).
     fn after_commit(&self, committed: u64) {
+        let due = self
+            .compact_every
+            .is_some_and(|every| (committed + 1).is_multiple_of(every));
+        if due && !self.compacting.swap(true, Ordering::AcqRel) {
+            let (storage, app) = (self.storage().clone(), self.io.query_id().to_string());
+            let (target, running) = (self.target_file_bytes, self.compacting.clone());
+            self.io.spawn(async move {
+                if let Err(e) = compact::compact(&storage, &app, target, committed).await {
+                    tracing::warn!(error = %e, committed, "compacting the Delta table failed; it will try again");
+                }
+                running.store(false, Ordering::Release);
+            });
+        }
         let due = self
             .cleaner
             .lock()
