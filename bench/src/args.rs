@@ -26,6 +26,7 @@ pub enum Scenario {
     KafkaSink,
     Join,
     Nexmark,
+    Delta,
 }
 
 /// Where the nexmark scenario's events come from (`--input`).

@@ -16,6 +16,7 @@
 //! | `kafka` | `kafka.rs`: 10 M JSON records from a real broker into Parquet |
 //! | `kafka-sink` | `kafka_sink.rs`: JSON records through a projection into another topic, at-least-once and exactly-once |
 //! | `nexmark` | `nexmark.rs`: the Nexmark queries (`crate::nexmark::queries`) into the discard sink |
+//! | `delta` | `delta.rs`: the rate source into a Delta table against the Parquet file sink; data files per hour, with and without compaction |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -30,6 +31,7 @@ use sluice_cli::verify;
 mod args;
 mod child;
 mod cluster;
+mod delta;
 mod failover;
 mod join;
 mod kafka;
@@ -90,6 +92,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::KafkaSink => kafka_sink::run(&args, &shutdown).await,
         Scenario::Join => join::run(&args, &shutdown).await,
         Scenario::Nexmark => nexmark::run(&args, &shutdown).await,
+        Scenario::Delta => delta::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

@@ -10,6 +10,9 @@
 
 use std::sync::Arc;
 
+use arrow_array::ArrayRef;
+use arrow_array::cast::AsArray;
+use arrow_array::types::TimestampMicrosecondType;
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use serde_json::Value;
@@ -79,6 +82,26 @@ fn file_type(t: &DataType, path: &str) -> Result<DataType> {
             )));
         }
     })
+}
+
+/// `column` in the data files' type `to` (see [`file_schema`]). A
+/// timestamp without a time zone is taken as UTC, as Delta's `timestamp`
+/// is: its values only change unit (Arrow's cast to a zone would read
+/// each as a local time of that zone, an offset lookup per row).
+pub fn file_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    let cast = |c: &ArrayRef, t: &DataType| {
+        arrow_cast::cast(c, t)
+            .map_err(|e| Error::Encoding(format!("a column into the Delta table's types: {e}")))
+    };
+    match (column.data_type(), to) {
+        (DataType::Timestamp(_, None), DataType::Timestamp(TimeUnit::Microsecond, Some(tz))) => {
+            let naive = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+            let values = naive.as_primitive::<TimestampMicrosecondType>().clone();
+            Ok(Arc::new(values.with_timezone(tz.clone())))
+        }
+        _ if column.data_type() == to => Ok(column.clone()),
+        _ => cast(column, to),
+    }
 }
 
 /// Whether a column of type `t` may partition a table: its values name

@@ -153,3 +153,19 @@ fn a_changed_output_is_described_column_by_column() {
     assert!(got[2].contains("`new` is in the query's output"), "{got:?}");
     assert!(got[3].contains("`gone` is in the table"), "{got:?}");
 }
+
+#[test]
+fn naive_timestamps_are_taken_as_utc_and_only_change_unit() {
+    use arrow_array::{Array, TimestampMillisecondArray};
+    let ms: ArrayRef = Arc::new(TimestampMillisecondArray::from(vec![Some(1_500), None]));
+    let to = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let got = file_column(&ms, &to).unwrap();
+    assert_eq!(got.data_type(), &to);
+    let got = got.as_primitive::<TimestampMicrosecondType>();
+    assert_eq!((got.value(0), got.is_null(1)), (1_500_000, true));
+    let same: ArrayRef = Arc::new(arrow_array::Int64Array::from(vec![7]));
+    assert_eq!(
+        file_column(&same, &DataType::Int64).unwrap().as_ref(),
+        same.as_ref()
+    );
+}

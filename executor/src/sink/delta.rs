@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
-use sluice_common::sink::delta_table::file_schema;
+use sluice_common::sink::delta_table::{file_column, file_schema};
 use sluice_proto::{DeltaTaskSink, FilesTaskSink, SinkFormat};
 use tokio::sync::mpsc;
 
@@ -75,14 +75,13 @@ impl Encode for Cast {
             .columns()
             .iter()
             .zip(self.files.fields())
-            .map(|(c, f)| arrow_cast::cast(c, f.data_type()))
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|columns| RecordBatch::try_new(self.files.clone(), columns))
-            .map_err(|e| {
-                ExecutorError::from(sluice_common::Error::Encoding(format!(
-                    "rows into the Delta table's column types: {e}"
-                )))
-            })?;
+            .map(|(c, f)| file_column(c, f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let columns = RecordBatch::try_new(self.files.clone(), columns).map_err(|e| {
+            ExecutorError::from(sluice_common::Error::Encoding(format!(
+                "rows into the Delta table's column types: {e}"
+            )))
+        })?;
         Encode::write(&mut self.parts, &columns, out)
     }
 
