@@ -6,7 +6,10 @@ Prints one JSON object: the table's version and data file count as
 deltalake (delta-rs) sees them, the txn version of <app id>, and every row
 as read by deltalake and, again, by DuckDB's delta extension (delta_kernel),
 each row a JSON object with timestamps as microseconds since the epoch.
-Runs offline: DuckDB loads the extension that duckdb-extension-delta ships.
+Runs offline: DuckDB loads the extensions that duckdb-extension-delta and
+duckdb-extension-httpfs ship. A table on S3 (s3://bucket/prefix) is read
+with the AWS_* variables of the environment (AWS_ENDPOINT_URL, keys,
+AWS_REGION, AWS_ALLOW_HTTP), as Sluice's nodes read them.
 """
 
 import glob
@@ -17,7 +20,9 @@ import sys
 import deltalake
 import duckdb
 import duckdb_extension_delta
+import duckdb_extension_httpfs
 import pyarrow as pa
+from urllib.parse import urlparse
 
 
 def rows(table):
@@ -30,17 +35,29 @@ def rows(table):
     return [json.dumps(r, default=str) for r in pa.table(columns).to_pylist()]
 
 
-def duckdb_rows(path):
-    ext = glob.glob(
-        os.path.join(
-            os.path.dirname(duckdb_extension_delta.__file__),
-            "extensions",
-            "*",
-            "delta.duckdb_extension",
-        )
+def extension(package, name):
+    found = glob.glob(
+        os.path.join(os.path.dirname(package.__file__), "extensions", "*", f"{name}.duckdb_extension")
     )
+    return found[0]
+
+
+def duckdb_rows(path):
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
-    con.execute(f"LOAD '{ext[0]}'")
+    if path.startswith("s3://"):
+        con.execute(f"LOAD '{extension(duckdb_extension_httpfs, 'httpfs')}'")
+        endpoint = urlparse(os.environ["AWS_ENDPOINT_URL"])
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+            [
+                os.environ["AWS_ACCESS_KEY_ID"],
+                os.environ["AWS_SECRET_ACCESS_KEY"],
+                os.environ["AWS_REGION"],
+                endpoint.netloc,
+                endpoint.scheme == "https",
+            ],
+        )
+    con.execute(f"LOAD '{extension(duckdb_extension_delta, 'delta')}'")
     return rows(con.execute("SELECT * FROM delta_scan(?)", [path]).fetch_arrow_table())
 
 

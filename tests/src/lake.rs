@@ -40,17 +40,24 @@ fn python() -> PathBuf {
 /// Reads the Delta table at `path` with both readers; `app_id`'s txn
 /// version too. Panics with the readers' error when either fails.
 pub fn read_delta(path: &Path, app_id: &str) -> DeltaRead {
+    read_delta_with(path.to_str().expect("a UTF-8 path"), app_id, &[])
+}
+
+/// [`read_delta`] of the table at `location` (a path or `s3://...`), the
+/// readers run with `env` (an S3 server's).
+pub fn read_delta_with(location: &str, app_id: &str, env: &[(String, String)]) -> DeltaRead {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lake/read_delta.py");
+    let path = location;
     let out = Command::new(python())
         .arg(script)
         .arg(path)
         .arg(app_id)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("the Delta readers run");
     assert!(
         out.status.success(),
-        "the Delta readers failed on {}: {}",
-        path.display(),
+        "the Delta readers failed on {path}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -1,20 +1,26 @@
 //! The Delta sink through a real cluster, read by outside readers
-//! (`deltalake` and DuckDB's delta extension): a rate stream into a
-//! partitioned table while the driver is SIGKILLed between the table's
-//! commit and `commits/N` and at a random point, and an executor is
-//! SIGKILLed, with a compaction every 5 batches. Both readers read exactly
-//! the rows DataFusion computes over the whole input; the log holds each
-//! batch once, in order, and the compactions left a third of the files or
-//! fewer.
+//! (`deltalake` and DuckDB's delta extension), whose rows must equal
+//! DataFusion's over the whole input:
+//! - a rate stream into a partitioned table while the driver is SIGKILLed
+//!   between the table's commit and `commits/N` and at a random point, and
+//!   an executor is SIGKILLed, with a compaction every 5 batches: the log
+//!   holds each batch once, in order, and the compactions left a third of
+//!   the files or fewer;
+//! - the same on S3 (moto), read from the bucket;
+//! - the file source into a table partitioned by a column with nulls,
+//!   through an executor's SIGKILL;
+//! - a query that would change a table is refused at submit.
 
 use std::path::Path;
 use std::time::Duration;
 
 use sluice_common::sink::delta::{LOG_DIR, txn_version};
 use sluice_common::sink::delta_compact::changes_of;
-use sluice_tests::lake::{oracle_rows, read_delta};
+use sluice_tests::lake::{oracle_rows, read_delta, read_delta_with};
 use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
-use sluice_tests::{Cluster, QueryState, test_rng};
+use sluice_tests::{
+    Cluster, DriverOpts, ExecutorOpts, QueryState, READY_TIMEOUT, S3, inputs, test_rng,
+};
 
 const TOTAL: u64 = 3000;
 const RATE: u64 = 1000;
@@ -242,4 +248,134 @@ async fn a_query_that_would_change_the_table_is_refused_at_submit() {
     // The table is as the first query left it.
     let read = read_delta(&copied, &first);
     assert_eq!(read.deltalake.len(), 50);
+}
+
+/// On S3 (moto): the table's commits are conditional puts, the driver is
+/// SIGKILLed after a batch's table commit, and both readers, reading
+/// from the bucket, read the oracle's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delta_table_on_s3_holds_each_row_once_across_a_driver_kill() {
+    const ROWS: u64 = 1200;
+    let cluster = Cluster::new("delta-s3");
+    let s3 = S3::start(&cluster, "moto", false).await;
+    s3.create_bucket("lake").await;
+    // The checkpoint stays on the local disk, beside the bucket.
+    let allowed = format!("{},s3://lake/", cluster.root().display());
+    let driver = cluster.start_driver_with(DriverOpts {
+        env: s3.env(),
+        extra_args: vec!["--allowed-paths".into(), allowed],
+        ..DriverOpts::default()
+    });
+    driver.wait_ready(READY_TIMEOUT).await;
+    let _executor = cluster.start_executor_with(
+        driver.addr(),
+        ExecutorOpts {
+            env: s3.env(),
+            ..ExecutorOpts::default()
+        },
+    );
+    let table = "s3://lake/events";
+    let sql = "SELECT value, value % 2 AS k, timestamp_ms AS ts FROM input";
+    let spec = format!(
+        "name: s3lake\n\
+         source: {{rate: {{rows_per_second: 600, partitions: 2, total_rows: {ROWS}}}}}\n\
+         trigger: {{interval_ms: 100}}\n\
+         sql: \"{sql}\"\n\
+         sink: {{delta: {{path: \"{table}\", partition_by: [k], compact: {{every_batches: 4}}}}}}\n"
+    );
+    let mut client = cluster.client(driver.addr());
+    let id = client.submit(&spec).await.expect("submit").id;
+    driver.failpoint("delta-committed", true).await;
+    driver
+        .wait_failpoint_hit("delta-committed", Duration::from_secs(60))
+        .await;
+    driver.kill();
+    driver.restart_ready().await;
+    client
+        .wait_state("s3lake", QueryState::Finished, Duration::from_secs(90))
+        .await;
+    let input = rate_input(
+        rate_start_ms(&cluster.checkpoint_root(), "s3lake"),
+        600,
+        ROWS,
+    );
+    let want = oracle_rows(&expected_batches_with(sql, input, &[]).await);
+    let read = read_delta_with(table, &id, &s3.env());
+    assert_eq!(
+        normalized(&read.deltalake),
+        want,
+        "the rows deltalake reads"
+    );
+    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+    let batches = client
+        .get("s3lake")
+        .await
+        .expect("status")
+        .last_committed_batch;
+    assert_eq!(read.txn, Some(batches), "the table's txn is the last batch");
+}
+
+/// The file source into a table partitioned by a column with nulls, an
+/// executor SIGKILLed while files arrive: the readers read the oracle's
+/// rows, the nulls in the null partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_into_a_delta_table_survive_an_executor_kill() {
+    const FILES: u64 = 6;
+    const ROWS: u64 = 300;
+    let cluster = Cluster::new("delta-files");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let first = cluster.start_executor(&drivers);
+    let _second = cluster.start_executor(&drivers);
+    let input = cluster.root().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for n in 0..FILES / 2 {
+        inputs::write(
+            &input,
+            &format!("part-{n}.jsonl"),
+            "jsonl",
+            &inputs::rows(n, ROWS),
+        );
+    }
+    let table = cluster.root().join("t");
+    let sql = "SELECT id, ts, city, upper(tags) AS tags FROM input WHERE id % 5 <> 0";
+    let files_sink = format!("sink:\n  files:\n    path: {}\n", table.display());
+    let spec = inputs::spec("files", &input, "jsonl", &table, sql, FILES).replace(
+        &files_sink,
+        &format!(
+            "sink:\n  delta:\n    path: {}\n    partition_by: [city]\n",
+            table.display()
+        ),
+    );
+    assert!(spec.contains("delta:"), "{spec}");
+    let mut client = cluster.client(&drivers);
+    let id = client.submit(&spec).await.expect("submit").id;
+    client
+        .wait_committed("files", 0, Duration::from_secs(60))
+        .await;
+    first.kill();
+    for n in FILES / 2..FILES {
+        inputs::write(
+            &input,
+            &format!("part-{n}.jsonl"),
+            "jsonl",
+            &inputs::rows(n, ROWS),
+        );
+    }
+    client
+        .wait_state("files", QueryState::Finished, Duration::from_secs(90))
+        .await;
+    let all: Vec<_> = (0..FILES).map(|n| inputs::rows(n, ROWS)).collect();
+    let want = oracle_rows(&expected_batches_with(sql, all, &[]).await);
+    let read = read_delta(&table, &id);
+    assert_eq!(
+        normalized(&read.deltalake),
+        want,
+        "the rows deltalake reads"
+    );
+    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+    assert!(
+        want.iter().any(|r| !r.contains("\"city\"")),
+        "some cities are null"
+    );
 }
