@@ -6,7 +6,8 @@
 //! | `kafka-prepared`     | `sink/kafka/commit.rs` | an exactly-once batch waits after its `transactions/N` is written, before any commit |
 //! | `kafka-committed`    | `sink/kafka/commit.rs` | it waits after its transactions' commits, before `commits/N` |
 //! | `revoke-live-leader` | `leader/detect.rs`     | a standby watching the leader treats it as dead and revokes its lease |
-//! | `delta-committed`    | `sink/delta.rs`        | a batch waits after its commit to a Delta table, before `commits/N` |
+//! | `delta-prepared`     | `sink/delta/mod.rs`    | a batch waits after its data files are checked, before its commit to a Delta table |
+//! | `delta-committed`    | `sink/delta/mod.rs`    | a batch waits after its commit to a Delta table, before `commits/N` |
 //!
 //! Invariants, enforced here:
 //! - Debug builds only. In a release build [`hold`] is an empty inline
@@ -34,6 +35,8 @@ pub enum Point {
     KafkaCommitted,
     /// `revoke-live-leader`
     RevokeLiveLeader,
+    /// `delta-prepared`
+    DeltaPrepared,
     /// `delta-committed`
     DeltaCommitted,
 }
@@ -65,10 +68,11 @@ mod armed {
 
     impl Point {
         /// Every point, in the order of the table above.
-        pub const ALL: [Point; 4] = [
+        pub const ALL: [Point; 5] = [
             Point::KafkaPrepared,
             Point::KafkaCommitted,
             Point::RevokeLiveLeader,
+            Point::DeltaPrepared,
             Point::DeltaCommitted,
         ];
 
@@ -77,6 +81,7 @@ mod armed {
                 Point::KafkaPrepared => "kafka-prepared",
                 Point::KafkaCommitted => "kafka-committed",
                 Point::RevokeLiveLeader => "revoke-live-leader",
+                Point::DeltaPrepared => "delta-prepared",
                 Point::DeltaCommitted => "delta-committed",
             }
         }
@@ -240,7 +245,7 @@ mod tests {
         assert_eq!(Point::named("kafka-prepare"), None);
         assert_eq!(
             Point::names(),
-            "kafka-prepared, kafka-committed, revoke-live-leader, delta-committed"
+            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed"
         );
     }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use sluice_common::sink::delta::{LOG_DIR, txn_version};
 use sluice_common::sink::delta_compact::changes_of;
+use sluice_tests::kafka::{self, KafkaCluster};
 use sluice_tests::lake::{oracle_rows, read_delta, read_delta_with};
 use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
 use sluice_tests::{
@@ -378,4 +379,73 @@ async fn files_into_a_delta_table_survive_an_executor_kill() {
         want.iter().any(|r| !r.contains("\"city\"")),
         "some cities are null"
     );
+}
+
+const KAFKA_SQL: &str = "SELECT value, city FROM input";
+
+/// A Kafka topic (tansu) into a table, the driver SIGKILLed between a
+/// batch's table commit and `commits/N` while records keep coming: every
+/// record is in the table once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_into_a_delta_table_is_exactly_once_across_a_driver_kill() {
+    let mut c = KafkaCluster::start("delta-kafka", "events", 4).await;
+    kafka::produce(&c.kafka, "events", 4, 0..400).await;
+    let table = c.cluster.root().join("t");
+    let files_sink = format!(
+        "sink:\n  files:\n    path: {}\n    format: jsonl\n",
+        table.display()
+    );
+    let servers = c.broker.servers();
+    let spec = kafka::spec(
+        "events",
+        &servers,
+        "events",
+        &table,
+        "starting_offsets: earliest",
+    )
+    .replace(
+        &files_sink,
+        &format!("sink:\n  delta:\n    path: {}\n", table.display()),
+    ) + &format!("sql: {KAFKA_SQL:?}\n");
+    assert!(spec.contains("delta:"), "{spec}");
+    let id = c.client.submit(&spec).await.expect("submit").id;
+    kafka::wait_ends(&mut c.client, "events", 400).await;
+    c.driver.failpoint("delta-committed", true).await;
+    kafka::produce(&c.kafka, "events", 4, 400..700).await;
+    c.driver
+        .wait_failpoint_hit("delta-committed", Duration::from_secs(60))
+        .await;
+    c.driver.kill();
+    kafka::produce(&c.kafka, "events", 4, 700..1000).await;
+    c.driver.restart_ready().await;
+    kafka::wait_ends(&mut c.client, "events", 1000).await;
+    c.client.stop("events").await.expect("stop");
+
+    let values: Vec<i64> = (0..1000).collect();
+    let cities: Vec<String> = (0..1000u64)
+        .map(|n| {
+            let v: serde_json::Value = serde_json::from_slice(&kafka::record(n)).unwrap();
+            v["city"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let schema = std::sync::Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("value", arrow_schema::DataType::Int64, true),
+        arrow_schema::Field::new("city", arrow_schema::DataType::Utf8, true),
+    ]));
+    let input = arrow_array::RecordBatch::try_new(
+        schema,
+        vec![
+            std::sync::Arc::new(arrow_array::Int64Array::from(values)),
+            std::sync::Arc::new(arrow_array::StringArray::from(cities)),
+        ],
+    )
+    .unwrap();
+    let want = oracle_rows(&expected_batches_with(KAFKA_SQL, vec![input], &[]).await);
+    let read = read_delta(&table, &id);
+    assert_eq!(
+        normalized(&read.deltalake),
+        want,
+        "the rows deltalake reads"
+    );
+    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
 }

@@ -61,7 +61,9 @@ async fn only_an_admin_controls_the_failpoints() {
     let (code, r) = http::get_with(addr, unknown, &as_admin, T).await.unwrap();
     assert_eq!(code, 404, "{}", text(&r));
     assert!(
-        text(&r).contains("kafka-prepared, kafka-committed, revoke-live-leader, delta-committed"),
+        text(&r).contains(
+            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed"
+        ),
         "{}",
         text(&r)
     );

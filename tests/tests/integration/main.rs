@@ -22,6 +22,7 @@ mod chaos_paused_leader;
 mod chaos_random;
 mod chaos_wrong_revoke;
 mod dedup;
+mod delta_deposed;
 mod delta_sink;
 mod driver_crash;
 mod executor_crash;

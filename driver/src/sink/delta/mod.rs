@@ -277,6 +277,7 @@ impl Committer for Delta {
             })
             .await?;
             let adds = self.adds(&written.files)?;
+            io.hold(Point::DeltaPrepared, batch).await?;
             let mut cached = self.standing.lock().await;
             for _ in 0..MAX_RACES {
                 let at = self.standing(&mut cached).await?;
