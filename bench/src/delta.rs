@@ -10,15 +10,12 @@
 
 use std::collections::HashSet;
 
-use anyhow::Context;
 use serde_json::{Value, json};
 use sluice_cli::queries::RateQuery;
 use sluice_cli::stats::round3;
 use sluice_cli::verify;
-use sluice_common::sink::delta::commit_name;
 use sluice_common::sink::delta_compact::changes_of;
-use sluice_common::sink::delta_log::versions;
-use sluice_common::storage::Path;
+use sluice_common::sink::delta_log::{read_commit, versions};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchArgs, cores, workdir};
@@ -143,12 +140,8 @@ async fn table(path: &str) -> anyhow::Result<Table> {
     let mut live = std::collections::HashMap::new();
     let mut out = Table::default();
     for version in versions(&storage).await? {
-        let key = Path::from(commit_name(version));
-        let bytes = storage
-            .get(&key)
-            .await?
-            .context("a listed commit is gone")?;
-        let changes = changes_of(&bytes, &storage.describe(&key))?;
+        let (bytes, what) = read_commit(&storage, version).await?;
+        let changes = changes_of(&bytes, &what)?;
         if changes.compacted_by.is_some() {
             out.compactions += 1;
         } else {

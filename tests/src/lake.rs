@@ -9,6 +9,9 @@ use std::process::Command;
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, TimeUnit};
 
+use sluice_common::sink::delta::{LOG_DIR, txn_version};
+use sluice_common::sink::delta_compact::changes_of;
+
 use crate::oracle::normalized;
 
 /// What the readers read of a Delta table.
@@ -25,6 +28,45 @@ pub struct DeltaRead {
     pub deltalake: Vec<String>,
     /// Every row, as DuckDB read it.
     pub duckdb: Vec<String>,
+}
+
+impl DeltaRead {
+    /// Both readers read exactly `want` (the oracle's rows, see
+    /// [`oracle_rows`]).
+    pub fn assert_rows(&self, want: &[String]) {
+        assert_eq!(
+            normalized(&self.deltalake),
+            want,
+            "the rows deltalake reads"
+        );
+        assert_eq!(normalized(&self.duckdb), want, "the rows DuckDB reads");
+    }
+}
+
+/// The txn version of `app` in each commit of the Delta table at `table`
+/// that has one, by version, and how many commits are `app`'s
+/// compactions (which have none). Any other commit fails the test.
+pub fn delta_txns(table: &Path, app: &str) -> (Vec<(u64, u64)>, usize) {
+    let log = table.join(LOG_DIR);
+    let mut names: Vec<String> = std::fs::read_dir(&log)
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    let (mut out, mut compactions) = (Vec::new(), 0);
+    for name in names {
+        let bytes = std::fs::read(log.join(&name)).unwrap();
+        let version: u64 = name.trim_end_matches(".json").parse().unwrap();
+        match txn_version(&bytes, app, &name).unwrap() {
+            Some(txn) => out.push((version, txn)),
+            None if changes_of(&bytes, &name).unwrap().compacted_by.as_deref() == Some(app) => {
+                compactions += 1
+            }
+            None => panic!("{name} is neither a batch nor a compaction of {app}"),
+        }
+    }
+    (out, compactions)
 }
 
 fn python() -> PathBuf {

@@ -22,8 +22,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use percent_encoding::percent_decode_str;
 use serde_json::{Value, json};
 
-use super::delta::{AddFile, add_action, commit_name, remove_action};
-use super::delta_log::versions;
+use super::delta::{AddFile, add_action, remove_action};
+use super::delta_log::{read_commit, versions};
 use super::parquet::writer_properties;
 use crate::checkpoint::padded;
 use crate::error::{Error, Result};
@@ -104,12 +104,7 @@ pub async fn added_since_compaction(storage: &Storage, app_id: &str) -> Result<V
     let mut removed: HashSet<String> = HashSet::new();
     let mut files = Vec::new();
     for version in versions(storage).await?.into_iter().rev() {
-        let path = Path::from(commit_name(version));
-        let what = storage.describe(&path);
-        let bytes = storage.get(&path).await?.ok_or_else(|| Error::Corrupt {
-            path: what.clone(),
-            reason: "a commit listed in the log cannot be read".into(),
-        })?;
+        let (bytes, what) = read_commit(storage, version).await?;
         let changes = changes_of(&bytes, &what)?;
         if changes.compacted_by.as_deref() == Some(app_id) {
             break;

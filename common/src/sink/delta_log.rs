@@ -45,19 +45,26 @@ pub async fn versions(storage: &Storage) -> Result<Vec<u64>> {
     Ok(versions)
 }
 
+/// Commit `version` of the table's log, and its name for errors. A
+/// commit the log lists that cannot be read is corrupt.
+pub async fn read_commit(storage: &Storage, version: u64) -> Result<(Bytes, String)> {
+    let path = Path::from(commit_name(version));
+    let what = storage.describe(&path);
+    match storage.get(&path).await? {
+        Some(bytes) => Ok((bytes, what)),
+        None => Err(Error::Corrupt {
+            path: what,
+            reason: "a commit listed in the log cannot be read".into(),
+        }),
+    }
+}
+
 /// Where query `app_id` stands in the table's log.
 pub async fn standing(storage: &Storage, app_id: &str) -> Result<Standing> {
     let versions = versions(storage).await?;
     let latest = versions.last().copied();
     for &version in versions.iter().rev() {
-        let path = Path::from(commit_name(version));
-        let what = storage.describe(&path);
-        let Some(bytes) = storage.get(&path).await? else {
-            return Err(Error::Corrupt {
-                path: what,
-                reason: "a commit listed in the log cannot be read".into(),
-            });
-        };
+        let (bytes, what) = read_commit(storage, version).await?;
         if let Some(batch) = txn_version(&bytes, app_id, &what)? {
             return Ok(Standing {
                 latest,
@@ -81,12 +88,7 @@ pub async fn standing(storage: &Storage, app_id: &str) -> Result<Standing> {
 pub async fn table_meta(storage: &Storage) -> Result<Option<TableMeta>> {
     let versions = versions(storage).await?;
     for &version in versions.iter().rev() {
-        let path = Path::from(commit_name(version));
-        let what = storage.describe(&path);
-        let bytes = storage.get(&path).await?.ok_or_else(|| Error::Corrupt {
-            path: what.clone(),
-            reason: "a commit listed in the log cannot be read".into(),
-        })?;
+        let (bytes, what) = read_commit(storage, version).await?;
         if let Some(meta) = metadata_of(&bytes, &what)? {
             return Ok(Some(meta));
         }

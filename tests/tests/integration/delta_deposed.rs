@@ -9,10 +9,9 @@
 use std::time::Duration;
 
 use sluice_common::checkpoint::Log;
-use sluice_common::sink::delta::{LOG_DIR, txn_version};
 use sluice_tests::ha::{Ha, leader_and_epoch};
-use sluice_tests::lake::{oracle_rows, read_delta};
-use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
+use sluice_tests::lake::{delta_txns, oracle_rows, read_delta};
+use sluice_tests::oracle::{expected_batches_with, rate_input, rate_start_ms};
 use sluice_tests::{Cluster, QueryState, TTL_MS};
 
 const TOTAL: u64 = 4000;
@@ -71,7 +70,8 @@ async fn a_deposed_driver_never_commits_a_batch_again() {
     // Time for the old leader to do whatever it would.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let log = txns(&table, &id);
+    let (log, compactions) = delta_txns(&table, &id);
+    assert_eq!(compactions, 0);
     let batches: Vec<u64> = log.iter().map(|(_, b)| *b).collect();
     assert!(
         batches.first() == Some(&0) && batches.windows(2).all(|w| w[1] == w[0] + 1),
@@ -85,32 +85,5 @@ async fn a_deposed_driver_never_commits_a_batch_again() {
     );
     let want = oracle_rows(&expected_batches_with(SQL, input, &[]).await);
     let read = read_delta(&table, &id);
-    assert_eq!(
-        normalized(&read.deltalake),
-        want,
-        "the rows deltalake reads"
-    );
-    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
-}
-
-/// The txn version of `app` in each commit of the table's log, by version.
-fn txns(table: &std::path::Path, app: &str) -> Vec<(u64, u64)> {
-    let mut names: Vec<String> = std::fs::read_dir(table.join(LOG_DIR))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".json"))
-        .collect();
-    names.sort();
-    names
-        .iter()
-        .map(|name| {
-            let bytes = std::fs::read(table.join(LOG_DIR).join(name)).unwrap();
-            let txn = txn_version(&bytes, app, name).unwrap();
-            let version = name.trim_end_matches(".json").parse().unwrap();
-            (
-                version,
-                txn.unwrap_or_else(|| panic!("{name} has no txn of {app}")),
-            )
-        })
-        .collect()
+    read.assert_rows(&want);
 }

@@ -14,10 +14,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sluice_common::sink::delta::{LOG_DIR, txn_version};
+use sluice_common::sink::delta::LOG_DIR;
 use sluice_common::sink::delta_compact::changes_of;
 use sluice_tests::kafka::{self, KafkaCluster};
-use sluice_tests::lake::{oracle_rows, read_delta, read_delta_with};
+use sluice_tests::lake::{delta_txns, oracle_rows, read_delta, read_delta_with};
 use sluice_tests::oracle::{expected_batches_with, normalized, rate_input, rate_start_ms};
 use sluice_tests::{
     Cluster, DriverOpts, ExecutorOpts, QueryState, READY_TIMEOUT, S3, inputs, test_rng,
@@ -38,33 +38,6 @@ fn spec(table: &Path) -> String {
          sink: {{delta: {{path: {}, partition_by: [k], compact: {{every_batches: 5}}}}}}\n",
         table.display()
     )
-}
-
-/// The txn version of `app` in each commit of the table's log that has
-/// one, by version, and how many commits are compactions (which have
-/// none).
-fn txns(table: &Path, app: &str) -> (Vec<(u64, u64)>, usize) {
-    let mut compactions = 0;
-    let mut out = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir(table.join(LOG_DIR))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".json"))
-        .collect();
-    names.sort();
-    for name in names {
-        let bytes = std::fs::read(table.join(LOG_DIR).join(&name)).unwrap();
-        let txn = txn_version(&bytes, app, &name).unwrap();
-        let version: u64 = name.trim_end_matches(".json").parse().unwrap();
-        match txn {
-            Some(txn) => out.push((version, txn)),
-            None if changes_of(&bytes, &name).unwrap().compacted_by.as_deref() == Some(app) => {
-                compactions += 1
-            }
-            None => panic!("{name} is neither a batch nor a compaction of {app}"),
-        }
-    }
-    (out, compactions)
 }
 
 /// How many data files the batches' commits added.
@@ -132,7 +105,7 @@ async fn a_delta_table_holds_each_row_once_across_driver_and_executor_kills() {
     assert_eq!(by_deltalake, want, "the rows deltalake reads");
     assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
 
-    let (log, compactions) = txns(&table, &id);
+    let (log, compactions) = delta_txns(&table, &id);
     let batches: Vec<u64> = log.iter().map(|(_, b)| *b).collect();
     assert!(
         batches.windows(2).all(|w| w[1] == w[0] + 1) && batches[0] == 0,
@@ -302,12 +275,7 @@ async fn a_delta_table_on_s3_holds_each_row_once_across_a_driver_kill() {
     );
     let want = oracle_rows(&expected_batches_with(sql, input, &[]).await);
     let read = read_delta_with(table, &id, &s3.env());
-    assert_eq!(
-        normalized(&read.deltalake),
-        want,
-        "the rows deltalake reads"
-    );
-    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+    read.assert_rows(&want);
     let batches = client
         .get("s3lake")
         .await
@@ -369,12 +337,7 @@ async fn files_into_a_delta_table_survive_an_executor_kill() {
     let all: Vec<_> = (0..FILES).map(|n| inputs::rows(n, ROWS)).collect();
     let want = oracle_rows(&expected_batches_with(sql, all, &[]).await);
     let read = read_delta(&table, &id);
-    assert_eq!(
-        normalized(&read.deltalake),
-        want,
-        "the rows deltalake reads"
-    );
-    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+    read.assert_rows(&want);
     assert!(
         want.iter().any(|r| !r.contains("\"city\"")),
         "some cities are null"
@@ -442,10 +405,5 @@ async fn a_topic_into_a_delta_table_is_exactly_once_across_a_driver_kill() {
     .unwrap();
     let want = oracle_rows(&expected_batches_with(KAFKA_SQL, vec![input], &[]).await);
     let read = read_delta(&table, &id);
-    assert_eq!(
-        normalized(&read.deltalake),
-        want,
-        "the rows deltalake reads"
-    );
-    assert_eq!(normalized(&read.duckdb), want, "the rows DuckDB reads");
+    read.assert_rows(&want);
 }

@@ -12,9 +12,8 @@
 use std::collections::HashSet;
 
 use sluice_common::Result;
-use sluice_common::sink::delta::commit_name;
 use sluice_common::sink::delta_compact::{self, added_since_compaction, changes_of, plan, rewrite};
-use sluice_common::sink::delta_log::{self, Committed, versions};
+use sluice_common::sink::delta_log::{self, Committed, read_commit, versions};
 use sluice_common::storage::{Path, Storage};
 use sluice_common::time::now_ms;
 use tracing::{info, warn};
@@ -96,11 +95,8 @@ async fn still_there(
         return Ok(true);
     };
     for version in from.map_or(0, |v| v + 1)..=to {
-        let path = Path::from(commit_name(version));
-        let Some(bytes) = storage.get(&path).await? else {
-            continue;
-        };
-        let changes = changes_of(&bytes, &storage.describe(&path))?;
+        let (bytes, what) = read_commit(storage, version).await?;
+        let changes = changes_of(&bytes, &what)?;
         if changes.removed.iter().any(|p| gone.contains(p.as_str())) {
             info!(
                 version,
