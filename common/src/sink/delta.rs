@@ -20,6 +20,7 @@
 use arrow_schema::{DataType, Field, Schema};
 use serde_json::{Value, json};
 
+use super::delta_table::{actions, corrupt};
 use crate::error::{Error, Result};
 
 /// The directory of a table's commits.
@@ -228,19 +229,8 @@ fn partition_values(f: &AddFile) -> serde_json::Map<String, Value> {
 /// The transaction version of `app_id` that commit file `bytes` (named
 /// `what` in errors) sets, if any.
 pub fn txn_version(bytes: &[u8], app_id: &str, what: &str) -> Result<Option<u64>> {
-    let corrupt = |reason: String| Error::Corrupt {
-        path: what.to_string(),
-        reason,
-    };
-    let text = std::str::from_utf8(bytes).map_err(|e| corrupt(e.to_string()))?;
     let mut found = None;
-    for (n, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let action: Value =
-            serde_json::from_str(line).map_err(|e| corrupt(format!("line {}: {e}", n + 1)))?;
+    for (n, action) in actions(bytes, what)? {
         let Some(txn) = action.get("txn") else {
             continue;
         };
@@ -250,9 +240,9 @@ pub fn txn_version(bytes: &[u8], app_id: &str, what: &str) -> Result<Option<u64>
         let version = txn
             .get("version")
             .and_then(Value::as_u64)
-            .ok_or_else(|| corrupt(format!("line {}: a txn without a version", n + 1)))?;
+            .ok_or_else(|| corrupt(what, n, "a txn without a version"))?;
         if found.replace(version).is_some() {
-            return Err(corrupt(format!("two txn actions of app {app_id}")));
+            return Err(corrupt(what, 0, format!("two txn actions of app {app_id}")));
         }
     }
     Ok(found)

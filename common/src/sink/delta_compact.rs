@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use super::delta::{AddFile, add_action, remove_action};
 use super::delta_log::{read_commit, versions};
+use super::delta_table::{actions, corrupt};
 use super::parquet::writer_properties;
 use crate::checkpoint::padded;
 use crate::error::{Error, Result};
@@ -44,27 +45,16 @@ pub struct Changes {
 
 /// The changes of commit file `bytes` (named `what` in errors).
 pub fn changes_of(bytes: &[u8], what: &str) -> Result<Changes> {
-    let corrupt = |reason: String| Error::Corrupt {
-        path: what.to_string(),
-        reason,
-    };
-    let text = std::str::from_utf8(bytes).map_err(|e| corrupt(e.to_string()))?;
     let mut out = Changes::default();
-    for (n, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let action: Value =
-            serde_json::from_str(line).map_err(|e| corrupt(format!("line {}: {e}", n + 1)))?;
+    for (n, action) in actions(bytes, what)? {
         let path = |a: &Value| -> Result<String> {
             let uri = a["path"]
                 .as_str()
-                .ok_or_else(|| corrupt(format!("line {}: a file without a path", n + 1)))?;
+                .ok_or_else(|| corrupt(what, n, "a file without a path"))?;
             percent_decode_str(uri)
                 .decode_utf8()
                 .map(|p| p.into_owned())
-                .map_err(|e| corrupt(format!("line {}: {e}", n + 1)))
+                .map_err(|e| corrupt(what, n, e))
         };
         if let Some(info) = action.get("commitInfo") {
             if info["operation"] == OPERATION {

@@ -1,8 +1,9 @@
 //! What a Delta table asks of its data files and of a writer that joins
 //! it: the Arrow types its Parquet files hold (those Delta readers expect
 //! for the table's types), a data file's partition values read back from
-//! its path, an `add` path as the URI Delta stores, and the schema and
-//! partition columns its log says, compared with a query's output.
+//! its path, an `add` path as the URI Delta stores, a commit file read as
+//! its actions, and the schema and partition columns its log says,
+//! compared with a query's output.
 //!
 //! ```text
 //! <table>/<col>=<value>/.../part-<batch:020>-<partition:05>[-<seq:04>].<tag>.parquet
@@ -161,6 +162,31 @@ pub fn add_path(path: &str) -> String {
     utf8_percent_encode(path, PATH_KEEPS).to_string()
 }
 
+/// The actions of commit file `bytes` (named `what` in errors), each with
+/// its line number.
+pub fn actions(bytes: &[u8], what: &str) -> Result<Vec<(usize, Value)>> {
+    let text = std::str::from_utf8(bytes).map_err(|e| corrupt(what, 0, e))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, line)| {
+            let action = serde_json::from_str(line).map_err(|e| corrupt(what, n + 1, e))?;
+            Ok((n + 1, action))
+        })
+        .collect()
+}
+
+/// The error of commit `what` at `line` (0: the whole file).
+pub fn corrupt(what: &str, line: usize, reason: impl std::fmt::Display) -> Error {
+    Error::Corrupt {
+        path: what.to_string(),
+        reason: match line {
+            0 => reason.to_string(),
+            n => format!("line {n}: {reason}"),
+        },
+    }
+}
+
 /// What a table's log says of it: the newest `metaData` of a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableMeta {
@@ -171,29 +197,19 @@ pub struct TableMeta {
 /// The `metaData` action of commit file `bytes` (named `what` in errors),
 /// if it has one.
 pub fn metadata_of(bytes: &[u8], what: &str) -> Result<Option<TableMeta>> {
-    let corrupt = |reason: String| Error::Corrupt {
-        path: what.to_string(),
-        reason,
-    };
-    let text = std::str::from_utf8(bytes).map_err(|e| corrupt(e.to_string()))?;
-    for (n, line) in text.lines().enumerate() {
-        if !line.contains("\"metaData\"") {
-            continue;
-        }
-        let action: Value =
-            serde_json::from_str(line).map_err(|e| corrupt(format!("line {}: {e}", n + 1)))?;
+    for (n, action) in actions(bytes, what)? {
         let Some(meta) = action.get("metaData") else {
             continue;
         };
         let schema_string = meta
             .get("schemaString")
             .and_then(Value::as_str)
-            .ok_or_else(|| corrupt(format!("line {}: metaData without a schemaString", n + 1)))?;
+            .ok_or_else(|| corrupt(what, n, "metaData without a schemaString"))?;
         let partition_columns = meta
             .get("partitionColumns")
             .and_then(Value::as_array)
             .map(|cols| cols.iter().filter_map(Value::as_str).map(str::to_string))
-            .ok_or_else(|| corrupt(format!("line {}: metaData without partitionColumns", n + 1)))?
+            .ok_or_else(|| corrupt(what, n, "metaData without partitionColumns"))?
             .collect();
         return Ok(Some(TableMeta {
             schema_string: schema_string.to_string(),
