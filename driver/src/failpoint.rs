@@ -8,6 +8,7 @@
 //! | `revoke-live-leader` | `leader/detect.rs`     | a standby watching the leader treats it as dead and revokes its lease |
 //! | `delta-prepared`     | `sink/delta/mod.rs`    | a batch waits after its data files are checked, before its commit to a Delta table |
 //! | `delta-committed`    | `sink/delta/mod.rs`    | a batch waits after its commit to a Delta table, before `commits/N` |
+//! | `sink-committed`     | `batch_loop/log.rs`    | any sink's batch waits after its sink commit, before `commits/N`; a stop waits with it, up to its grace |
 //!
 //! Invariants, enforced here:
 //! - Debug builds only. In a release build [`hold`] is an empty inline
@@ -16,7 +17,8 @@
 //!   ([`set`], [`status`], the names) are not compiled.
 //! - A batch held at a point waits, without polling, until the point is
 //!   disarmed; its caller also ends the wait when the query stops or the
-//!   term ends.
+//!   term ends (`sink-committed`: only when the term ends, as a slow
+//!   commit would).
 //! - `revoke-live-leader` fires once per arming: the waiter that fires
 //!   disarms it in the same step, so a second waiter waits for the next
 //!   arming.
@@ -39,6 +41,8 @@ pub enum Point {
     DeltaPrepared,
     /// `delta-committed`
     DeltaCommitted,
+    /// `sink-committed`
+    SinkCommitted,
 }
 
 /// Holds batch `batch` at `point` while the point is armed.
@@ -68,12 +72,13 @@ mod armed {
 
     impl Point {
         /// Every point, in the order of the table above.
-        pub const ALL: [Point; 5] = [
+        pub const ALL: [Point; 6] = [
             Point::KafkaPrepared,
             Point::KafkaCommitted,
             Point::RevokeLiveLeader,
             Point::DeltaPrepared,
             Point::DeltaCommitted,
+            Point::SinkCommitted,
         ];
 
         pub fn name(self) -> &'static str {
@@ -83,6 +88,7 @@ mod armed {
                 Point::RevokeLiveLeader => "revoke-live-leader",
                 Point::DeltaPrepared => "delta-prepared",
                 Point::DeltaCommitted => "delta-committed",
+                Point::SinkCommitted => "sink-committed",
             }
         }
 

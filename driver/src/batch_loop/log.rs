@@ -8,6 +8,8 @@ use sluice_common::checkpoint::{CommitRecord, Log, OffsetRecord};
 use super::ctx::Ctx;
 use super::protocol::BatchLog;
 use crate::error::DriverError;
+use crate::failpoint::{self, Point};
+use crate::query::commit_gate::Shield;
 
 /// The checkpoint of the query, as its batch loop reads and writes it:
 /// every call retried under the term's fence (see [`retried`]).
@@ -33,12 +35,27 @@ impl BatchLog for Ctx {
         record: &'a CommitRecord,
     ) -> BoxFuture<'a, Result<bool, DriverError>> {
         Box::pin(async move {
+            // Only the end of the term ends this hold: a stop waits for
+            // the commit under way, as it would for a slow one.
+            tokio::select! {
+                biased;
+                () = failpoint::hold(Point::SinkCommitted, record.batch_id) => {}
+                () = self.query.term.cancel.cancelled() => return Err(DriverError::Cancelled),
+            }
             let qc = &self.query.qc;
             let (_, ours) = self
                 .storage("write commit", || qc.write_commit(record))
                 .await?;
             Ok(ours)
         })
+    }
+
+    fn shield(&self) -> Result<Shield<'_>, DriverError> {
+        let entry = &self.query.entry;
+        entry
+            .commits
+            .enter(&entry.stop)
+            .ok_or(DriverError::Cancelled)
     }
 
     fn confirm_leadership(&self) -> BoxFuture<'_, Result<(), DriverError>> {

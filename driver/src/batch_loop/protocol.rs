@@ -19,7 +19,8 @@
 //! written only after every task of N succeeded and the sink made N's
 //! output visible; a batch that fails or is cut off on the way writes
 //! nothing (it is abandoned, and the next runner replays it from the same
-//! `offsets/N`); a batch a driver before this one prepared runs no task
+//! `offsets/N`); a stop lets a sink commit that began go on to
+//! `commits/N`, and none begins after it; a batch a driver before this one prepared runs no task
 //! again; a record another driver wrote is adopted only once this driver
 //! is sure it still leads.
 
@@ -36,6 +37,7 @@ use tracing::warn;
 
 use super::outcome::Outcome;
 use crate::error::DriverError;
+use crate::query::commit_gate::Shield;
 use crate::recovery::{Recovery, decide};
 use crate::sink::{Committed, Committer, Prepared};
 use crate::watermark::Clocks;
@@ -54,6 +56,10 @@ pub trait BatchLog: Sync {
         &'a self,
         record: &'a CommitRecord,
     ) -> BoxFuture<'a, Result<bool, DriverError>>;
+    /// Begins the batch's commit, from its sink commit to `commits/N`: a
+    /// stop lets it finish (see [`crate::query::commit_gate`]).
+    /// `Cancelled` once the query was stopped: no commit begins then.
+    fn shield(&self) -> Result<Shield<'_>, DriverError>;
     /// Confirms that this driver still leads, after finding a record
     /// another driver wrote.
     fn confirm_leadership(&self) -> BoxFuture<'_, Result<(), DriverError>>;
@@ -211,6 +217,7 @@ pub async fn commit(
     let execution = t.elapsed();
 
     let t = Instant::now();
+    let shield = log.shield()?;
     let committed = sink.commit(batch, &outcome.written, prepared).await?;
     let sink_commit = t.elapsed();
 
@@ -220,6 +227,7 @@ pub async fn commit(
         warn!(batch, "commit already written by another driver; adopting");
         log.confirm_leadership().await?;
     }
+    drop(shield);
     Ok(Done {
         outcome,
         committed,

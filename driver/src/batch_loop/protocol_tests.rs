@@ -30,6 +30,8 @@ struct Fake {
     sink_fails: bool,
     /// Whether a confirmation of the leadership finds another leader.
     deposed: bool,
+    /// Whether the query was stopped once its tasks had run.
+    stopped: bool,
 }
 
 impl Fake {
@@ -42,6 +44,7 @@ impl Fake {
             run,
             sink_fails: false,
             deposed: false,
+            stopped: false,
         }
     }
 
@@ -153,6 +156,13 @@ impl BatchLog for Fake {
                 false => Ok(()),
             }
         })
+    }
+
+    fn shield(&self) -> Result<Shield<'_>, DriverError> {
+        match self.stopped {
+            true => Err(DriverError::Cancelled),
+            false => Ok(Shield::none()),
+        }
     }
 
     fn describe_entry(&self, log: Log, batch: u64) -> String {
@@ -337,6 +347,21 @@ fn a_batch_that_fails_or_is_cut_off_is_abandoned_and_replayed_as_planned() {
         assert_eq!(resumed.committed, Some(plan(0, (0, 10)).inputs));
         assert_eq!(resumed.rows, 10);
     }
+}
+
+#[test]
+fn a_batch_stopped_before_its_sink_commit_begins_commits_nothing() {
+    let mut fake = Fake::new(Run::Succeed {
+        input_rows: 10,
+        rows: 10,
+    });
+    fake.stopped = true;
+    let offsets = fake.plan(0, (0, 10));
+    let clocks = Clocks::default();
+    let e = run(commit((&fake, &fake, &fake), &offsets, before(0, &clocks))).unwrap_err();
+    assert!(matches!(e, DriverError::Cancelled), "{e}");
+    assert_eq!(fake.journal(), ["tasks 0"], "no sink commit, no commits/0");
+    assert_eq!(run(resume(&fake, gap)).unwrap().replay, Some(offsets));
 }
 
 #[test]

@@ -26,6 +26,7 @@ use super::protocol::{self, Resumed};
 use super::summary::{Summarizer, Summary};
 use crate::error::DriverError;
 use crate::lifecycle::QueryState;
+use crate::query::commit_gate::STOP_GRACE;
 use crate::query::entry::QueryEntry;
 use crate::sink::{self, Committer, SinkIo};
 use crate::source::{self, Limits, Next, SourceIo, Streams};
@@ -48,10 +49,9 @@ pub fn spawn(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
 }
 
 async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
-    let stop = entry.stop.clone();
     let result = tokio::select! {
         biased;
-        _ = stop.cancelled() => Err(DriverError::Cancelled),
+        _ = must_end(&entry) => Err(DriverError::Cancelled),
         r = drive(driver.clone(), term.clone(), entry.clone()) => r,
     };
     let stopped = entry.state() == QueryState::Stopped;
@@ -84,6 +84,20 @@ async fn run(driver: Arc<Driver>, term: Arc<Term>, entry: Arc<QueryEntry>) {
             record_failure(&driver, &term, &entry.name, &e.to_string()).await;
             entry.transition(QueryState::Failed, Some(e.to_string()));
         }
+    }
+}
+
+/// Resolves when the runner must end: at once when the term ends; after
+/// a stop, once a batch commit under way has finished, or after
+/// [`STOP_GRACE`] (then the batch waits, written but not recorded, for
+/// the query to be submitted again).
+async fn must_end(entry: &QueryEntry) {
+    entry.stop.cancelled().await;
+    if entry.state() == QueryState::Stopped && !entry.commits.idle(STOP_GRACE).await {
+        warn!(
+            grace_ms = STOP_GRACE.as_millis() as u64,
+            "the stop cut off a batch commit under way: the batch commits when the query is submitted again with its state_partitions unchanged"
+        );
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::commit_gate::CommitGate;
 use crate::lifecycle::QueryState;
 
 /// The changing part of a query.
@@ -34,6 +35,8 @@ pub struct QueryEntry {
     pub epoch: u64,
     /// Cancelled when the query stops or the term ends.
     pub stop: CancellationToken,
+    /// Whether a batch commit is under way, which a stop lets finish.
+    pub commits: CommitGate,
     view: watch::Sender<QueryView>,
     history: Mutex<VecDeque<pb::BatchProgress>>,
     progress: broadcast::Sender<pb::BatchProgress>,
@@ -80,6 +83,7 @@ impl QueryEntry {
             spec,
             epoch,
             stop,
+            commits: CommitGate::default(),
             view: watch::Sender::new(view),
             history: Mutex::new(VecDeque::new()),
             progress: broadcast::channel(256).0,

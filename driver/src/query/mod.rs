@@ -10,6 +10,7 @@
 //! ```
 
 mod check;
+pub mod commit_gate;
 pub mod conflict;
 pub mod entry;
 pub mod history;

@@ -109,7 +109,12 @@ fn operator_dir(root: &Path, query: &str) -> std::path::PathBuf {
 
 /// `query`'s rescale records: (previous partitions, partitions) each.
 fn rescales(root: &Path, query: &str) -> Vec<(u64, u64)> {
-    (1..=2)
+    rescales_of(root, query, 2)
+}
+
+/// `query`'s first `n` rescale records.
+fn rescales_of(root: &Path, query: &str, n: u64) -> Vec<(u64, u64)> {
+    (1..=n)
         .map(|g| {
             let path = query_dir(root, query).join(Log::Rescales.entry(g));
             let text = std::fs::read_to_string(&path)
@@ -229,4 +234,51 @@ async fn rescaled_state_partitions_4_12_3_are_exact() {
         let record = query_dir(&ckpt, "join").join(Log::Rescales.entry(g));
         assert!(record.exists(), "{} records the rescale", record.display());
     }
+}
+
+/// A stop that comes while a batch is between its sink commit and
+/// `commits/N` lets that commit finish: the stopped query can then be
+/// rescaled at once, and its sink is still exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_commit_lets_it_finish_and_the_query_rescales() {
+    const HELD: &str = "sink-committed";
+    let cluster = Cluster::new("rescale-stop");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let mut client = cluster.client(&drivers);
+    driver.failpoint(HELD, true).await;
+    client
+        .submit(&rate("global", &cluster, GLOBAL, 4))
+        .await
+        .expect("submit");
+    let held = driver
+        .wait_failpoint_hit(HELD, Duration::from_secs(60))
+        .await;
+    client.stop("global").await.expect("stop");
+    client
+        .wait_state("global", QueryState::Stopped, Duration::from_secs(30))
+        .await;
+    // The stop waits with the held commit; released, it goes on to
+    // `commits/N`.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ckpt = cluster.checkpoint_root();
+    let commit = query_dir(&ckpt, "global").join(Log::Commits.entry(held));
+    assert!(!commit.exists(), "batch {held} is held before its commit");
+    driver.failpoint(HELD, false).await;
+    client
+        .submit(&rate("global", &cluster, GLOBAL, 12))
+        .await
+        .expect("the stopped query rescales: its last batch committed");
+    assert!(commit.exists(), "{} was written", commit.display());
+
+    let status = client
+        .wait_state("global", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    let input = rate_input(rate_start_ms(&ckpt, "global"), RPS, TOTAL);
+    let want = oracle(GLOBAL, input, &[]).await;
+    let got = batches(&cluster.sink_path("global")).await;
+    assert_matches("global", "update", &got, &[], &want);
+    assert_eq!(rescales_of(&ckpt, "global", 1), vec![(4, 12)]);
 }
