@@ -30,6 +30,7 @@ pub mod delta;
 pub mod delta_compact;
 pub mod delta_log;
 pub mod delta_table;
+pub mod iceberg;
 mod jsonl;
 mod log;
 pub mod manifest;
