@@ -222,7 +222,7 @@ if [ "$mode" = test ]; then
   venv=target/lake/venv
   requirements=tests/requirements-lake.txt
   pinned_venv "$venv" "$requirements"
-  "$venv/bin/python" -c 'import deltalake, duckdb, duckdb_extension_delta, pyarrow' >/dev/null 2>&1 ||
+  "$venv/bin/python" -c 'import deltalake, duckdb, duckdb_extension_delta, duckdb_extension_iceberg, pyarrow, pyiceberg.catalog.sql' >/dev/null 2>&1 ||
     fail "the readers of $requirements do not import"
 fi
 

@@ -4,6 +4,7 @@
 
 mod delta_sink;
 mod files;
+mod iceberg_sink;
 mod inputs;
 mod kafka;
 mod kafka_security;
@@ -22,6 +23,7 @@ pub use files::{
     COLUMN_TYPES, ColumnSpec, CsvOptions, FileSourceSpec, Format, MAX_FILES_PER_BATCH, OnBadRecord,
     column_type, declared_schema,
 };
+pub use iceberg_sink::{DEFAULT_CATALOG_NAME, IcebergCatalogSpec, IcebergSinkSpec, SqlCatalogSpec};
 pub use inputs::{INPUT, Input, MAX_SOURCES};
 pub use kafka::{
     EARLIEST, Isolation, KAFKA_COLUMNS, KafkaFormat, KafkaSourceSpec, LATEST,
@@ -144,6 +146,8 @@ pub enum SinkSpec {
     Discard(DiscardSinkSpec),
     /// A Delta Lake table.
     Delta(DeltaSinkSpec),
+    /// An Apache Iceberg table.
+    Iceberg(IcebergSinkSpec),
 }
 
 /// `sink: {discard: {}}`.
@@ -269,6 +273,7 @@ impl QuerySpec {
             }
             SinkSpec::Kafka(k) => k.validate()?,
             SinkSpec::Delta(d) => d.validate()?,
+            SinkSpec::Iceberg(i) => i.validate()?,
             SinkSpec::Discard(_) => {}
         }
         Ok(())
@@ -312,6 +317,7 @@ impl QuerySpec {
         match &self.sink {
             SinkSpec::Files(f) => Some(("sink.files.path", &f.path)),
             SinkSpec::Delta(d) => Some(("sink.delta.path", &d.path)),
+            SinkSpec::Iceberg(i) => Some(("sink.iceberg.warehouse", &i.warehouse)),
             SinkSpec::Kafka(_) | SinkSpec::Discard(_) => None,
         }
     }
@@ -320,7 +326,10 @@ impl QuerySpec {
     pub fn sink_security(&self) -> Option<(&'static str, &KafkaSecurity)> {
         match &self.sink {
             SinkSpec::Kafka(k) => Some(("sink.kafka.security", &k.security)),
-            SinkSpec::Files(_) | SinkSpec::Discard(_) | SinkSpec::Delta(_) => None,
+            SinkSpec::Files(_)
+            | SinkSpec::Discard(_)
+            | SinkSpec::Delta(_)
+            | SinkSpec::Iceberg(_) => None,
         }
     }
 
@@ -490,6 +499,9 @@ impl SinkSpec {
             SinkSpec::Delta(d) => pb::Sink {
                 kind: Some(pb::sink::Kind::Delta(d.into())),
             },
+            SinkSpec::Iceberg(i) => pb::Sink {
+                kind: Some(pb::sink::Kind::Iceberg(i.into())),
+            },
         }
     }
 
@@ -506,6 +518,15 @@ impl SinkSpec {
             },
             SinkSpec::Delta(d) => pb::TaskSink {
                 kind: Some(pb::task_sink::Kind::Delta(d.to_task(query_id))),
+            },
+            // The table's place and columns are the driver's to add, once
+            // it has read the table (see `Committer::task_sink`).
+            SinkSpec::Iceberg(i) => pb::TaskSink {
+                kind: Some(pb::task_sink::Kind::Iceberg(pb::IcebergTaskSink {
+                    target_file_bytes: i.target_file_bytes(),
+                    file_tag: query_id.replace('-', ""),
+                    ..Default::default()
+                })),
             },
         }
     }
@@ -525,9 +546,10 @@ impl SinkSpec {
             Some(pb::sink::Kind::Kafka(k)) => Ok(SinkSpec::Kafka(k.try_into()?)),
             Some(pb::sink::Kind::Discard(_)) => Ok(SinkSpec::Discard(DiscardSinkSpec {})),
             Some(pb::sink::Kind::Delta(d)) => Ok(SinkSpec::Delta(d.try_into()?)),
+            Some(pb::sink::Kind::Iceberg(i)) => Ok(SinkSpec::Iceberg(i.try_into()?)),
             None => Err(Error::invalid(
                 "sink",
-                "missing; expected `files`, `kafka`, `delta` or `discard`",
+                "missing; expected `files`, `kafka`, `delta`, `iceberg` or `discard`",
             )),
         }
     }

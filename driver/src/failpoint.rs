@@ -251,7 +251,8 @@ mod tests {
         assert_eq!(Point::named("kafka-prepare"), None);
         assert_eq!(
             Point::names(),
-            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed"
+            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed, \
+             sink-committed"
         );
     }
 

@@ -147,3 +147,66 @@ pub fn oracle_rows(batches: &[RecordBatch]) -> Vec<String> {
         .collect();
     normalized(&lines)
 }
+
+/// What the readers read of an Iceberg table.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct IcebergRead {
+    /// The summaries of the current snapshot and its ancestors, newest
+    /// first.
+    pub snapshots: Vec<std::collections::BTreeMap<String, String>>,
+    /// The data files of the current snapshot.
+    pub files: usize,
+    /// Every row, as pyiceberg read it.
+    pub pyiceberg: Vec<String>,
+    /// Every row, as DuckDB read it.
+    pub duckdb: Vec<String>,
+}
+
+impl IcebergRead {
+    /// Both readers read exactly `want` (the oracle's rows, see
+    /// [`oracle_rows`]).
+    pub fn assert_rows(&self, want: &[String]) {
+        assert_eq!(
+            normalized(&self.pyiceberg),
+            want,
+            "the rows pyiceberg reads"
+        );
+        assert_eq!(normalized(&self.duckdb), want, "the rows DuckDB reads");
+    }
+
+    /// The batches of `query`'s snapshots, oldest first.
+    pub fn batches_of(&self, query: &str) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .snapshots
+            .iter()
+            .filter(|s| s.get("sluice.query-id").map(String::as_str) == Some(query))
+            .map(|s| s["sluice.batch"].parse().expect("a batch number"))
+            .collect();
+        out.reverse();
+        out
+    }
+}
+
+/// Reads table `namespace.table` of the SQL catalog `name` in the SQLite
+/// file `catalog` with both readers. Panics with the readers' error when
+/// either fails.
+pub fn read_iceberg(catalog: &Path, name: &str, namespace: &str, table: &str) -> IcebergRead {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lake/read_iceberg.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(catalog)
+        .args([name, namespace, table])
+        .output()
+        .expect("the Iceberg readers run");
+    assert!(
+        out.status.success(),
+        "the Iceberg readers failed on {namespace}.{table}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the Iceberg readers' output: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}

@@ -92,7 +92,7 @@ fn file_type(t: &DataType, path: &str) -> Result<DataType> {
 pub fn file_column(column: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
     let cast = |c: &ArrayRef, t: &DataType| {
         arrow_cast::cast(c, t)
-            .map_err(|e| Error::Encoding(format!("a column into the Delta table's types: {e}")))
+            .map_err(|e| Error::Encoding(format!("a column into the table's types: {e}")))
     };
     match (column.data_type(), to) {
         (DataType::Timestamp(_, None), DataType::Timestamp(TimeUnit::Microsecond, Some(tz))) => {

@@ -41,12 +41,7 @@ pub fn task(
         batch_id: offsets.batch_id,
         partition: p,
         epoch: ctx.query.term.epoch,
-        sink: Some(
-            ctx.query
-                .spec
-                .sink
-                .to_task(&ctx.query.entry.name, &ctx.query.entry.id),
-        ),
+        sink: Some(ctx.sink.clone()),
         work: Some(work),
         checkpoint_root: ctx.query.driver.config.checkpoint_root.clone(),
         ..Default::default()

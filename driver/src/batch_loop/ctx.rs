@@ -47,6 +47,8 @@ pub struct Ctx {
     /// What every task of the query runs (the tables' files are set per
     /// batch).
     pub plan: pb::TaskPlan,
+    /// What every writing task is told of the sink.
+    pub sink: pb::TaskSink,
     /// The static tables' schemas and places, when the query has tables.
     pub tables: Option<sluice_common::checkpoint::TablesRecord>,
     /// How a stateful query's batches run; `None` for a stateless query.

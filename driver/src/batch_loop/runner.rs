@@ -167,7 +167,9 @@ async fn open(
         plan_budget_ms: config.sql_plan_budget.as_millis() as u64,
         max_output_bytes: config.max_output_bytes_per_task,
     };
+    let spec_sink = query.spec.sink.to_task(&query.entry.name, &query.entry.id);
     let ctx = Ctx {
+        sink: sink.task_sink(spec_sink),
         query,
         plan,
         tables,

@@ -11,7 +11,7 @@
 //! [`check_secrets`] refuses a spec that names another, before any is read.
 
 use sluice_common::secrets::Secrets;
-use sluice_common::spec::{KafkaSecurity, QuerySpec, SourceSpec};
+use sluice_common::spec::{KafkaSecurity, QuerySpec, SinkSpec, SourceSpec};
 use sluice_common::storage::AllowedPaths;
 
 use crate::error::DriverError;
@@ -51,6 +51,15 @@ fn locations(spec: &QuerySpec) -> Vec<Named> {
         out.push(Named {
             field: field.into(),
             location: path.to_string(),
+            input: false,
+        });
+    }
+    if let SinkSpec::Iceberg(i) = &spec.sink
+        && let Ok(file) = i.sql().sqlite_path()
+    {
+        out.push(Named {
+            field: "sink.iceberg.catalog.sql.uri".into(),
+            location: file.to_string(),
             input: false,
         });
     }

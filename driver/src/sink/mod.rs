@@ -17,6 +17,7 @@
 pub mod delta;
 pub mod discard;
 pub mod files;
+pub mod iceberg;
 mod io;
 pub mod kafka;
 
@@ -121,6 +122,13 @@ trait SinkKind: Send + Sync {
 
 /// A running query's sink: the second phase of each batch's commit.
 pub trait Committer: Send + Sync {
+    /// What each task is told of the sink, from what the spec tells it
+    /// (`spec`): a sink that reads its place or columns from what it
+    /// opened adds them here, once, before the first task.
+    fn task_sink(&self, spec: pb::TaskSink) -> pb::TaskSink {
+        spec
+    }
+
     /// What a driver before this one prepared of batch `batch`: with a
     /// record, the batch's tasks do not run again and its record is
     /// committed as it is (replay after a crash).
@@ -195,6 +203,7 @@ fn kind(spec: &SinkSpec) -> Box<dyn SinkKind + '_> {
         SinkSpec::Discard(_) => Box::new(discard::Kind),
         SinkSpec::Kafka(s) => Box::new(kafka::Kind(s)),
         SinkSpec::Delta(s) => Box::new(delta::Kind(s)),
+        SinkSpec::Iceberg(s) => Box::new(iceberg::Kind(s)),
     }
 }
 

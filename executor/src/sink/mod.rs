@@ -14,7 +14,6 @@
 //! its name to the spec and one encoder module here, named in [`encoder`].
 
 mod csv;
-pub mod delta;
 pub mod discard;
 pub mod files;
 mod hive;
@@ -22,6 +21,7 @@ mod jsonl;
 pub mod kafka;
 mod parquet;
 pub mod parts;
+pub mod table;
 
 use std::sync::Arc;
 
@@ -91,7 +91,8 @@ pub fn writer(sink: &TaskSink) -> Result<Arc<dyn SinkWriter>, String> {
         Some(task_sink::Kind::Files(f)) => Ok(Arc::new(files::FilesWriter::new(f)?)),
         Some(task_sink::Kind::Kafka(k)) => Ok(Arc::new(kafka::KafkaWriter(k.clone()))),
         Some(task_sink::Kind::Discard(_)) => Ok(Arc::new(discard::Discard::default())),
-        Some(task_sink::Kind::Delta(d)) => Ok(Arc::new(delta::DeltaWriter::new(d)?)),
+        Some(task_sink::Kind::Delta(d)) => Ok(Arc::new(table::TableWriter::delta(d)?)),
+        Some(task_sink::Kind::Iceberg(i)) => Ok(Arc::new(table::TableWriter::iceberg(i)?)),
         None => Err("missing sink".into()),
     }
 }
@@ -101,6 +102,7 @@ pub fn files_path(sink: &TaskSink) -> Option<&str> {
     match &sink.kind {
         Some(task_sink::Kind::Files(f)) if !f.path.is_empty() => Some(&f.path),
         Some(task_sink::Kind::Delta(d)) if !d.path.is_empty() => Some(&d.path),
+        Some(task_sink::Kind::Iceberg(i)) if !i.path.is_empty() => Some(&i.path),
         _ => None,
     }
 }

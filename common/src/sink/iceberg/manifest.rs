@@ -90,10 +90,14 @@ fn deflate() -> Codec {
 /// The manifest of snapshot `snapshot_id` of `meta`'s table, listing
 /// `files` as added. Their sequence numbers are inherited from the
 /// manifest list's entry.
-pub fn encode_manifest(meta: &TableMetadata, snapshot_id: i64, files: &[DataFile]) -> Result<Vec<u8>> {
+pub fn encode_manifest(
+    meta: &TableMetadata,
+    snapshot_id: i64,
+    files: &[DataFile],
+) -> Result<Vec<u8>> {
     let schema = &*MANIFEST_SCHEMA;
-    let mut w = Writer::with_codec(schema, Vec::new(), deflate())
-        .map_err(|e| avro("an Avro writer", e))?;
+    let mut w =
+        Writer::with_codec(schema, Vec::new(), deflate()).map_err(|e| avro("an Avro writer", e))?;
     let table_schema = serde_json::to_string(meta.schema()?).expect("a schema encodes");
     let metadata = [
         ("schema", table_schema),
@@ -193,8 +197,8 @@ pub fn encode_manifest_list(
     new: &NewManifest,
 ) -> Result<Vec<u8>> {
     let schema = &*LIST_SCHEMA;
-    let mut w = Writer::with_codec(schema, Vec::new(), deflate())
-        .map_err(|e| avro("an Avro writer", e))?;
+    let mut w =
+        Writer::with_codec(schema, Vec::new(), deflate()).map_err(|e| avro("an Avro writer", e))?;
     let metadata = [
         ("snapshot-id", snapshot_id.to_string()),
         (
@@ -209,7 +213,8 @@ pub fn encode_manifest_list(
             .map_err(|e| avro("manifest list metadata", e))?;
     }
     for e in entries {
-        w.append_value(e).map_err(|e| avro("an inherited manifest list entry", e))?;
+        w.append_value(e)
+            .map_err(|e| avro("an inherited manifest list entry", e))?;
     }
     let mut e = Record::new(schema).expect("manifest_file is a record");
     e.put("manifest_path", Value::String(new.path.clone()));
@@ -227,7 +232,8 @@ pub fn encode_manifest_list(
     e.put("deleted_rows_count", Value::Long(0));
     e.put("partitions", union(1, Value::Array(Vec::new())));
     e.put("key_metadata", union(0, Value::Null));
-    w.append_value(e).map_err(|e| avro("a manifest list entry", e))?;
+    w.append_value(e)
+        .map_err(|e| avro("a manifest list entry", e))?;
     w.into_inner().map_err(|e| avro("a manifest list", e))
 }
 

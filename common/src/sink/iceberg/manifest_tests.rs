@@ -64,7 +64,10 @@ fn each_manifest_list_keeps_its_parents_entries_then_adds_its_own() {
     assert_eq!(read.len(), 1);
     let second = encode_manifest_list((2, Some(1), 2), read, &new_manifest(2)).unwrap();
     let read = read_manifest_list("l2", &second).unwrap();
-    let paths: Vec<_> = read.iter().map(|e| field(e, "manifest_path").cloned()).collect();
+    let paths: Vec<_> = read
+        .iter()
+        .map(|e| field(e, "manifest_path").cloned())
+        .collect();
     assert_eq!(
         paths,
         [
@@ -105,7 +108,10 @@ fn a_list_of_another_writer_is_resolved() {
     let mut w = Writer::with_codec(&theirs, Vec::new(), deflate()).unwrap();
     let mut r = Record::new(&theirs).unwrap();
     for (k, v) in [
-        ("manifest_path", Value::String("/w/t/metadata/java.avro".into())),
+        (
+            "manifest_path",
+            Value::String("/w/t/metadata/java.avro".into()),
+        ),
         ("manifest_length", Value::Long(5)),
         ("partition_spec_id", Value::Int(0)),
         ("content", Value::Int(0)),

@@ -51,7 +51,9 @@ pub struct TableMetadata {
 }
 
 /// A snapshot id where `-1` (as older writers put it) means none.
-fn snapshot_id<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<i64>, D::Error> {
+fn snapshot_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<i64>, D::Error> {
     Ok(Option::<i64>::deserialize(d)?.filter(|&id| id >= 0))
 }
 
@@ -252,7 +254,11 @@ pub fn summary(
             s.insert(total.into(), (before + add).to_string());
         }
     }
-    for zero in ["total-delete-files", "total-position-deletes", "total-equality-deletes"] {
+    for zero in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
         let before = parent.map_or(Some("0"), |p| p.summary.get(zero).map(String::as_str));
         if let Some(v) = before {
             s.insert(zero.into(), v.into());
@@ -269,7 +275,10 @@ pub fn next_metadata_name(previous: Option<&str>) -> String {
         .and_then(|name| name.split('-').next())
         .and_then(|v| v.parse::<u64>().ok())
         .map_or(0, |v| v + 1);
-    format!("metadata/{version:05}-{}.metadata.json", uuid::Uuid::new_v4())
+    format!(
+        "metadata/{version:05}-{}.metadata.json",
+        uuid::Uuid::new_v4()
+    )
 }
 
 #[cfg(test)]

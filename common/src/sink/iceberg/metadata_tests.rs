@@ -31,7 +31,10 @@ fn appends_chain_snapshots_and_the_query_finds_its_newest_batch() {
     assert_eq!(standing(&t0, "q").unwrap(), None);
     let s = summary(("q", 0), (2, 10, 300), None);
     assert_eq!(s["total-records"], "10");
-    let t1 = t0.append(snapshot(11, None, 1, s), "/w/db.db/t/metadata/00000-a.metadata.json");
+    let t1 = t0.append(
+        snapshot(11, None, 1, s),
+        "/w/db.db/t/metadata/00000-a.metadata.json",
+    );
     // Another writer's snapshot on top.
     let other = summary(("other", 7), (1, 1, 1), t1.current());
     let t2 = t1.append(snapshot(22, Some(11), 2, other), "m1");
@@ -61,7 +64,10 @@ fn appends_chain_snapshots_and_the_query_finds_its_newest_batch() {
 #[test]
 fn a_snapshot_off_the_current_branch_is_not_the_querys() {
     let t = TableMetadata::create("/t", columns(), 0);
-    let t = t.append(snapshot(1, None, 1, summary(("q", 0), (1, 1, 1), None)), "m0");
+    let t = t.append(
+        snapshot(1, None, 1, summary(("q", 0), (1, 1, 1), None)),
+        "m0",
+    );
     // Rolled back to no snapshot: batch 0 is not in the table any more.
     let mut rolled = t.clone();
     rolled.current_snapshot_id = None;
@@ -74,8 +80,8 @@ fn a_snapshot_off_the_current_branch_is_not_the_querys() {
 
 #[test]
 fn tables_of_other_versions_and_bad_files_are_refused_by_name() {
-    let mut t: Value = serde_json::from_slice(&TableMetadata::create("/t", columns(), 0).encode())
-        .unwrap();
+    let mut t: Value =
+        serde_json::from_slice(&TableMetadata::create("/t", columns(), 0).encode()).unwrap();
     t["current-snapshot-id"] = json!(-1);
     let read = TableMetadata::parse("m", &serde_json::to_vec(&t).unwrap()).unwrap();
     assert_eq!(read.current_snapshot_id, None, "-1 is no snapshot");
@@ -84,7 +90,9 @@ fn tables_of_other_versions_and_bad_files_are_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("format version 1"), "{e}");
-    let e = TableMetadata::parse("/t/metadata/x.json", b"{}").unwrap_err().to_string();
+    let e = TableMetadata::parse("/t/metadata/x.json", b"{}")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/t/metadata/x.json"), "{e}");
 }
 
@@ -95,5 +103,7 @@ fn metadata_files_are_numbered_after_the_previous_one() {
     assert!(next.starts_with("metadata/00042-"), "{next}");
     assert!(next.ends_with(".metadata.json"));
     // A name of another convention starts again at 0, with a fresh uuid.
-    assert!(next_metadata_name(Some("/t/metadata/v3.metadata.json")).starts_with("metadata/00000-"));
+    assert!(
+        next_metadata_name(Some("/t/metadata/v3.metadata.json")).starts_with("metadata/00000-")
+    );
 }

@@ -81,7 +81,10 @@ fn arrow_type(t: &str) -> Option<DataType> {
         "timestamptz" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
         "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, None),
         t => {
-            let (p, s) = t.strip_prefix("decimal(")?.strip_suffix(')')?.split_once(',')?;
+            let (p, s) = t
+                .strip_prefix("decimal(")?
+                .strip_suffix(')')?
+                .split_once(',')?;
             DataType::Decimal128(p.trim().parse().ok()?, s.trim().parse().ok()?)
         }
     })
@@ -155,7 +158,9 @@ pub fn file_schema(columns: &[Column], output: &Schema) -> Result<SchemaRef> {
             let c = columns
                 .iter()
                 .find(|c| c.name == *f.name())
-                .ok_or_else(|| Error::Encoding(format!("column {:?} is not in the table", f.name())))?;
+                .ok_or_else(|| {
+                    Error::Encoding(format!("column {:?} is not in the table", f.name()))
+                })?;
             let t = arrow_type(&c.type_name).ok_or_else(|| {
                 Error::Encoding(format!(
                     "column {:?} is {} in the table, which Sluice does not write",
@@ -177,11 +182,7 @@ mod tests {
         Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("city", DataType::Utf8View, true),
-            Field::new(
-                "ts",
-                DataType::Timestamp(TimeUnit::Millisecond, None),
-                true,
-            ),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), true),
             Field::new("price", DataType::Decimal128(10, 2), true),
         ])
     }
@@ -203,7 +204,10 @@ mod tests {
             ]
         );
         let json = serde_json::to_string(&cols[0]).unwrap();
-        assert_eq!(json, r#"{"id":1,"name":"id","required":true,"type":"long"}"#);
+        assert_eq!(
+            json,
+            r#"{"id":1,"name":"id","required":true,"type":"long"}"#
+        );
         let files = file_schema(&cols, &output()).unwrap();
         let id = files.field(2).metadata().get(PARQUET_FIELD_ID_META_KEY);
         assert_eq!(id.map(String::as_str), Some("3"));
@@ -231,7 +235,10 @@ mod tests {
             d.contains("\"price\" is double in the table, decimal(10, 2) in the output"),
             "{d}"
         );
-        assert!(d.contains("\"extra\" of the table is not in the output"), "{d}");
+        assert!(
+            d.contains("\"extra\" of the table is not in the output"),
+            "{d}"
+        );
         let nested = Schema::new(vec![Field::new(
             "tags",
             DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
