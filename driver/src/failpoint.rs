@@ -8,6 +8,7 @@
 //! | `revoke-live-leader` | `leader/detect.rs`     | a standby watching the leader treats it as dead and revokes its lease |
 //! | `delta-prepared`     | `sink/delta/mod.rs`    | a batch waits after its data files are checked, before its commit to a Delta table |
 //! | `delta-committed`    | `sink/delta/mod.rs`    | a batch waits after its commit to a Delta table, before `commits/N` |
+//! | `iceberg-prepared`   | `sink/iceberg/mod.rs`  | a batch waits after its snapshot's files are written, before the catalog's update |
 //! | `sink-committed`     | `batch_loop/log.rs`    | any sink's batch waits after its sink commit, before `commits/N`; a stop waits with it, up to its grace |
 //!
 //! Invariants, enforced here:
@@ -43,6 +44,8 @@ pub enum Point {
     DeltaCommitted,
     /// `sink-committed`
     SinkCommitted,
+    /// `iceberg-prepared`
+    IcebergPrepared,
 }
 
 /// Holds batch `batch` at `point` while the point is armed.
@@ -72,13 +75,14 @@ mod armed {
 
     impl Point {
         /// Every point, in the order of the table above.
-        pub const ALL: [Point; 6] = [
+        pub const ALL: [Point; 7] = [
             Point::KafkaPrepared,
             Point::KafkaCommitted,
             Point::RevokeLiveLeader,
             Point::DeltaPrepared,
             Point::DeltaCommitted,
             Point::SinkCommitted,
+            Point::IcebergPrepared,
         ];
 
         pub fn name(self) -> &'static str {
@@ -89,6 +93,7 @@ mod armed {
                 Point::DeltaPrepared => "delta-prepared",
                 Point::DeltaCommitted => "delta-committed",
                 Point::SinkCommitted => "sink-committed",
+                Point::IcebergPrepared => "iceberg-prepared",
             }
         }
 
@@ -252,7 +257,7 @@ mod tests {
         assert_eq!(
             Point::names(),
             "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed, \
-             sink-committed"
+             sink-committed, iceberg-prepared"
         );
     }
 

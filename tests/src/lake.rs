@@ -210,3 +210,37 @@ pub fn read_iceberg(catalog: &Path, name: &str, namespace: &str, table: &str) ->
         )
     })
 }
+
+/// Appends `count` rows, `first`, `first + 1`, ..., to the one-column
+/// (`value`) table `namespace.table` of the SQL catalog `name` in
+/// `catalog`, one pyiceberg snapshot each, as another writer; returns how
+/// many of its commits lost a race and were tried again.
+pub fn append_iceberg(
+    catalog: &Path,
+    name: &str,
+    (namespace, table): (&str, &str),
+    (first, count): (i64, u64),
+) -> u64 {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lake/append_iceberg.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(catalog)
+        .args([
+            name,
+            namespace,
+            table,
+            &first.to_string(),
+            &count.to_string(),
+        ])
+        .output()
+        .expect("pyiceberg runs");
+    assert!(
+        out.status.success(),
+        "pyiceberg's appends to {namespace}.{table} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {text}"))
+}

@@ -62,7 +62,7 @@ async fn only_an_admin_controls_the_failpoints() {
     assert_eq!(code, 404, "{}", text(&r));
     assert!(
         text(&r).contains(
-            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed, sink-committed"
+            "kafka-prepared, kafka-committed, revoke-live-leader, delta-prepared, delta-committed, sink-committed, iceberg-prepared"
         ),
         "{}",
         text(&r)

@@ -6,6 +6,12 @@
 //!   a batch's snapshot and its `commits/N` and at a random point, and an
 //!   executor is SIGKILLed: the table's snapshots hold each batch once, in
 //!   order;
+//! - another writer (pyiceberg) appending to the table while the query
+//!   does: the query builds each snapshot on the other writer's, and no
+//!   row of either is lost;
+//! - the file source through an executor's SIGKILL, and a Kafka topic
+//!   (tansu) through a driver's SIGKILL between a snapshot and
+//!   `commits/N`, each row once;
 //! - a query whose output does not fit an existing table, or that would
 //!   change rows it appended, is refused at submit, naming the columns or
 //!   the setting.
@@ -13,14 +19,26 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sluice_tests::lake::{oracle_rows, read_iceberg};
+use sluice_tests::kafka::{self, KafkaCluster};
+use sluice_tests::lake::{append_iceberg, oracle_rows, read_iceberg};
 use sluice_tests::oracle::{expected_batches_with, rate_input, rate_start_ms};
-use sluice_tests::{Cluster, QueryState, test_rng};
+use sluice_tests::{Cluster, QueryState, inputs, test_rng};
 
 const TOTAL: u64 = 3000;
 const RATE: u64 = 1000;
 const SQL: &str = "SELECT value, value % 3 AS k, CAST(value * 7 AS VARCHAR) AS s, \
      timestamp_ms AS ts FROM input";
+
+/// The `sink:` of a query into table `lake.<table>` of the catalog
+/// under `root`.
+fn sink(root: &Path, table: &str) -> String {
+    format!(
+        "sink: {{iceberg: {{catalog: {{sql: {{uri: 'sqlite://{}'}}}}, warehouse: {}, \
+         namespace: lake, table: {table}}}}}\n",
+        root.join("catalog.db").display(),
+        root.join("warehouse").display(),
+    )
+}
 
 fn spec(name: &str, root: &Path, table: &str, sql: &str) -> String {
     format!(
@@ -28,11 +46,8 @@ fn spec(name: &str, root: &Path, table: &str, sql: &str) -> String {
          source: {{rate: {{rows_per_second: {RATE}, partitions: 3, total_rows: {TOTAL}}}}}\n\
          trigger: {{interval_ms: 50}}\n\
          max_rows_per_batch: 150\n\
-         sql: \"{sql}\"\n\
-         sink: {{iceberg: {{catalog: {{sql: {{uri: 'sqlite://{}'}}}}, warehouse: {}, \
-         namespace: lake, table: {table}}}}}\n",
-        root.join("catalog.db").display(),
-        root.join("warehouse").display(),
+         sql: \"{sql}\"\n{}",
+        sink(root, table)
     )
 }
 
@@ -144,5 +159,180 @@ async fn a_query_that_does_not_fit_the_table_is_refused_at_submit() {
         e.message().contains("sink.iceberg.catalog.sql.uri"),
         "{}",
         e.message()
+    );
+}
+
+/// The file source, an executor SIGKILLed while files arrive: the readers
+/// read the oracle's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_into_an_iceberg_table_survive_an_executor_kill() {
+    const FILES: u64 = 6;
+    const ROWS: u64 = 300;
+    let cluster = Cluster::new("iceberg-files");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let first = cluster.start_executor(&drivers);
+    let _second = cluster.start_executor(&drivers);
+    let root = cluster.root().to_path_buf();
+    let input = root.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let write = |n: u64| {
+        let name = format!("part-{n}.jsonl");
+        inputs::write(&input, &name, "jsonl", &inputs::rows(n, ROWS));
+    };
+    (0..FILES / 2).for_each(write);
+    let out = root.join("out");
+    let sql = "SELECT id, ts, city, upper(tags) AS tags FROM input WHERE id % 5 <> 0";
+    let files_sink = format!("sink:\n  files:\n    path: {}\n", out.display());
+    let spec = inputs::spec("files", &input, "jsonl", &out, sql, FILES)
+        .replace(&files_sink, &sink(&root, "files"));
+    assert!(spec.contains("iceberg:"), "{spec}");
+    let mut client = cluster.client(&drivers);
+    let id = client.submit(&spec).await.expect("submit").id;
+    client
+        .wait_committed("files", 0, Duration::from_secs(60))
+        .await;
+    first.kill();
+    (FILES / 2..FILES).for_each(write);
+    client
+        .wait_state("files", QueryState::Finished, Duration::from_secs(90))
+        .await;
+    let all: Vec<_> = (0..FILES).map(|n| inputs::rows(n, ROWS)).collect();
+    let want = oracle_rows(&expected_batches_with(sql, all, &[]).await);
+    let read = read_iceberg(&root.join("catalog.db"), "default", "lake", "files");
+    read.assert_rows(&want);
+    assert!(!read.batches_of(&id).is_empty());
+}
+
+const KAFKA_SQL: &str = "SELECT value, city FROM input";
+
+/// A Kafka topic (tansu) into a table, the driver SIGKILLed between a
+/// batch's snapshot and `commits/N` while records keep coming: every
+/// record is in the table once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_into_an_iceberg_table_is_exactly_once_across_a_driver_kill() {
+    let mut c = KafkaCluster::start("iceberg-kafka", "events", 4).await;
+    kafka::produce(&c.kafka, "events", 4, 0..400).await;
+    let root = c.cluster.root().to_path_buf();
+    let out = root.join("out");
+    let files_sink = format!(
+        "sink:\n  files:\n    path: {}\n    format: jsonl\n",
+        out.display()
+    );
+    let servers = c.broker.servers();
+    let spec = kafka::spec(
+        "events",
+        &servers,
+        "events",
+        &out,
+        "starting_offsets: earliest",
+    )
+    .replace(&files_sink, &sink(&root, "events"))
+        + &format!("sql: {KAFKA_SQL:?}\n");
+    assert!(spec.contains("iceberg:"), "{spec}");
+    let id = c.client.submit(&spec).await.expect("submit").id;
+    kafka::wait_ends(&mut c.client, "events", 400).await;
+    c.driver.failpoint("sink-committed", true).await;
+    kafka::produce(&c.kafka, "events", 4, 400..700).await;
+    let held = c
+        .driver
+        .wait_failpoint_hit("sink-committed", Duration::from_secs(60))
+        .await;
+    c.driver.kill();
+    kafka::produce(&c.kafka, "events", 4, 700..1000).await;
+    c.driver.restart_ready().await;
+    kafka::wait_ends(&mut c.client, "events", 1000).await;
+    c.client.stop("events").await.expect("stop");
+
+    let values: Vec<i64> = (0..1000).collect();
+    let cities: Vec<String> = (0..1000u64)
+        .map(|n| {
+            let v: serde_json::Value = serde_json::from_slice(&kafka::record(n)).unwrap();
+            v["city"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let schema = std::sync::Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("value", arrow_schema::DataType::Int64, true),
+        arrow_schema::Field::new("city", arrow_schema::DataType::Utf8, true),
+    ]));
+    let input = arrow_array::RecordBatch::try_new(
+        schema,
+        vec![
+            std::sync::Arc::new(arrow_array::Int64Array::from(values)),
+            std::sync::Arc::new(arrow_array::StringArray::from(cities)),
+        ],
+    )
+    .unwrap();
+    let want = oracle_rows(&expected_batches_with(KAFKA_SQL, vec![input], &[]).await);
+    let read = read_iceberg(&root.join("catalog.db"), "default", "lake", "events");
+    read.assert_rows(&want);
+    let batches = read.batches_of(&id);
+    assert!(batches.contains(&held), "{batches:?} holds batch {held}");
+    assert!(batches.windows(2).all(|w| w[1] > w[0]), "{batches:?}");
+}
+
+/// pyiceberg appends snapshots to the query's table while the query
+/// appends its batches: each commit of the query that finds the table
+/// moved builds its snapshot again on the other writer's, so the table
+/// holds every row of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writers_snapshots_are_kept_beside_the_querys() {
+    const SQL: &str = "SELECT value FROM input";
+    const THEIRS: u64 = 15;
+    let cluster = Cluster::new("iceberg-two-writers");
+    let driver = cluster.start_ready_driver().await;
+    let drivers = driver.addr().to_string();
+    let _executor = cluster.start_executor(&drivers);
+    let root = cluster.root().to_path_buf();
+    let mut client = cluster.client(&drivers);
+    let id = client
+        .submit(&spec("both", &root, "shared", SQL))
+        .await
+        .expect("submit")
+        .id;
+    client
+        .wait_committed("both", 0, Duration::from_secs(60))
+        .await;
+    let catalog = root.join("catalog.db");
+    let theirs = tokio::task::spawn_blocking(move || {
+        append_iceberg(&catalog, "default", ("lake", "shared"), (-1000, THEIRS))
+    });
+    let lost = theirs.await.expect("the other writer ran");
+    let status = client
+        .wait_state("both", QueryState::Finished, Duration::from_secs(120))
+        .await;
+    assert!(status.error.is_empty(), "{status:#?}");
+    let input = rate_input(
+        rate_start_ms(&cluster.checkpoint_root(), "both"),
+        RATE,
+        TOTAL,
+    );
+    let mut want = oracle_rows(&expected_batches_with(SQL, input, &[]).await);
+    want.extend((-1000..-1000 + THEIRS as i64).map(|v| format!("{{\"value\":{v}}}")));
+    let want = sluice_tests::oracle::normalized(&want);
+    let read = read_iceberg(&root.join("catalog.db"), "default", "lake", "shared");
+    read.assert_rows(&want);
+    let ours = read.batches_of(&id);
+    assert!(ours.windows(2).all(|w| w[1] > w[0]), "{ours:?}");
+    assert_eq!(read.snapshots.len(), ours.len() + THEIRS as usize);
+    // Newest first: the other writer's snapshots above the query's first
+    // one came while the query appended, so the query's next commit found
+    // the table moved.
+    let ours_at =
+        |s: &std::collections::BTreeMap<String, String>| s.contains_key("sluice.query-id");
+    let first_ours = read
+        .snapshots
+        .iter()
+        .rposition(ours_at)
+        .expect("the query's snapshots");
+    let between = read.snapshots[..first_ours]
+        .iter()
+        .filter(|s| !ours_at(s))
+        .count();
+    assert!(between > 0, "the other writer appended while the query did");
+    eprintln!(
+        "{} snapshots of the query, {THEIRS} of pyiceberg ({between} after the query's first; \
+         {lost} of its commits lost a race)",
+        ours.len()
     );
 }

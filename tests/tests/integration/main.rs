@@ -32,6 +32,7 @@ mod file_oracle;
 mod finish;
 mod ha_etcd_unreachable;
 mod harness;
+mod iceberg_deposed;
 mod iceberg_sink;
 mod kafka_bad_input;
 mod kafka_chaos;

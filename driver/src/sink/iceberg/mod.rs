@@ -36,6 +36,7 @@ use super::files::{check_rows_in_files, cleanup, files_written, probe};
 use super::{Committed, Committer, Ended, Prepared, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
+use crate::failpoint::Point;
 use catalog::SqlTable;
 use table::{Append, Loaded};
 
@@ -304,7 +305,7 @@ impl Committer for Iceberg {
             let files = self.data_files(&table.meta.location, &written.files);
             let query = (io.query_id(), batch);
             let append = Append::prepare(&self.storage, &table, query, files).await?;
-            for _ in 0..MAX_RACES {
+            for race in 0..MAX_RACES {
                 let at = standing(&table.meta, io.query_id())?;
                 if at.is_some_and(|b| b >= batch) {
                     debug!(batch, in_table = ?at, "the batch is in the Iceberg table already");
@@ -312,6 +313,9 @@ impl Committer for Iceberg {
                 }
                 let stores = &io.config().stores;
                 let next = append.on(stores, &self.storage, &table).await?;
+                if race == 0 {
+                    io.hold(Point::IcebergPrepared, batch).await?;
+                }
                 if self
                     .catalog
                     .swap(table.file.clone(), next.file.clone())

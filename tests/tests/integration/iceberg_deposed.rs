@@ -1,0 +1,88 @@
+//! Two drivers and one Iceberg table: the leader holds a batch after its
+//! snapshot's files are written and before the catalog's update, and is
+//! SIGSTOPped until the standby has taken over and committed that batch.
+//! Then it is SIGCONTed and its batch released: whatever it does, the
+//! table's snapshots hold each batch once, in order, and the readers read
+//! every row once.
+//!
+//! Setup: one etcd member, 2 drivers (TTL 2000 ms), 2 executors.
+
+use std::time::Duration;
+
+use sluice_common::checkpoint::Log;
+use sluice_tests::ha::{Ha, leader_and_epoch};
+use sluice_tests::lake::{oracle_rows, read_iceberg};
+use sluice_tests::oracle::{expected_batches_with, rate_input, rate_start_ms};
+use sluice_tests::{Cluster, QueryState, TTL_MS};
+
+const TOTAL: u64 = 4000;
+const RATE: u64 = 1000;
+const SQL: &str = "SELECT value, timestamp_ms AS ts FROM input";
+const POINT: &str = "iceberg-prepared";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_driver_never_appends_a_batch_again() {
+    let cluster = Cluster::new("iceberg-deposed");
+    let ha = Ha::start(&cluster, 1, 2, 2).await;
+    let old = &ha.drivers[ha.leader];
+    let root = cluster.root().to_path_buf();
+    let spec = format!(
+        "name: deposed\n\
+         source: {{rate: {{rows_per_second: {RATE}, partitions: 2, total_rows: {TOTAL}}}}}\n\
+         trigger: {{interval_ms: 50}}\n\
+         sql: \"{SQL}\"\n\
+         sink: {{iceberg: {{catalog: {{sql: {{uri: 'sqlite://{}'}}}}, warehouse: {}, \
+         namespace: lake, table: t}}}}\n",
+        root.join("catalog.db").display(),
+        root.join("warehouse").display(),
+    );
+    let mut client = cluster.client(&ha.list);
+    let id = client.submit(&spec).await.expect("submit").id;
+    client
+        .wait_committed("deposed", 2, Duration::from_secs(30))
+        .await;
+    let (_, old_epoch) = leader_and_epoch(&mut client).await;
+    old.failpoint(POINT, true).await;
+    let held = old.wait_failpoint_hit(POINT, Duration::from_secs(30)).await;
+    old.pause();
+    eprintln!(
+        "batch {held} held before the catalog's update; the leader (epoch {old_epoch}) is paused"
+    );
+    // The standby takes over once the lease expires, and commits past the
+    // held batch (read from the checkpoint: the paused leader still holds
+    // its port, so a client may wait on it).
+    let ckpt = cluster.checkpoint_root();
+    let deadline = std::time::Instant::now() + Duration::from_millis(TTL_MS * 10);
+    loop {
+        let last = sluice_tests::latest_entry(&ckpt, "deposed", Log::Commits);
+        if last.is_some_and(|(batch, _)| batch > held) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby did not commit past batch {held}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    old.resume();
+    // Released, the old leader's batch goes on to the catalog's update,
+    // built on the table as it was before the standby's snapshots.
+    old.failpoint(POINT, false).await;
+    client
+        .wait_state("deposed", QueryState::Finished, Duration::from_secs(90))
+        .await;
+    // Time for the old leader to do whatever it would.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let read = read_iceberg(&root.join("catalog.db"), "default", "lake", "t");
+    let batches = read.batches_of(&id);
+    assert!(
+        batches.windows(2).all(|w| w[1] > w[0]),
+        "each batch is in the table once, in order: {batches:?}"
+    );
+    assert!(batches.contains(&held), "{batches:?} holds batch {held}");
+    assert_eq!(read.snapshots.len(), batches.len());
+    let input = rate_input(rate_start_ms(&ckpt, "deposed"), RATE, TOTAL);
+    let want = oracle_rows(&expected_batches_with(SQL, input, &[]).await);
+    read.assert_rows(&want);
+}
