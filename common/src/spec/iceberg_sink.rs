@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_proto as pb;
 
-use super::DEFAULT_MAX_FILE_BYTES;
+use super::{DEFAULT_MAX_FILE_BYTES, DeltaCompactSpec};
 use crate::error::{Error, Result};
 
 /// The catalog name a SQL catalog's rows carry unless the spec names one.
@@ -31,6 +31,10 @@ pub struct IcebergSinkSpec {
     /// A task starts a new data file once one reaches this size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_file_bytes: Option<u64>,
+    /// Rewrite the small files of recent batches into fewer files, as
+    /// `sink.delta.compact` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact: Option<DeltaCompactSpec>,
 }
 
 /// `sink.iceberg.catalog`: the catalog that names the table's current
@@ -127,6 +131,16 @@ impl IcebergSinkSpec {
                 ));
             }
         }
+        if self
+            .compact
+            .as_ref()
+            .is_some_and(|c| c.every_batches == Some(0))
+        {
+            return Err(Error::invalid(
+                "sink.iceberg.compact.every_batches",
+                "must be at least 1",
+            ));
+        }
         if self.target_file_bytes == Some(0) {
             return Err(Error::invalid(
                 "sink.iceberg.target_file_bytes",
@@ -152,6 +166,9 @@ impl From<&IcebergSinkSpec> for pb::IcebergSink {
             namespace: s.namespace.clone(),
             table: s.table.clone(),
             target_file_bytes: s.target_file_bytes,
+            compact: s.compact.as_ref().map(|c| pb::DeltaCompact {
+                every_batches: c.every_batches,
+            }),
         }
     }
 }
@@ -178,6 +195,9 @@ impl TryFrom<&pb::IcebergSink> for IcebergSinkSpec {
             namespace: s.namespace.clone(),
             table: s.table.clone(),
             target_file_bytes: s.target_file_bytes,
+            compact: s.compact.as_ref().map(|c| DeltaCompactSpec {
+                every_batches: c.every_batches,
+            }),
         })
     }
 }
@@ -194,7 +214,7 @@ mod tests {
     }
 
     const OK: &str = "{catalog: {sql: {uri: 'sqlite:///tmp/c.db'}}, warehouse: /tmp/wh, \
-                      namespace: db, table: events}";
+                      namespace: db, table: events, compact: {every_batches: 7}}";
 
     #[test]
     fn a_spec_survives_the_wire() {
@@ -223,6 +243,8 @@ mod tests {
         assert!(with("table: events", "table: a.b").contains("sink.iceberg.table"));
         assert!(with("namespace: db", "namespace: 'a..b'").contains("sink.iceberg.namespace"));
         assert!(with("warehouse: /tmp/wh", "warehouse: ''").contains("sink.iceberg.warehouse"));
+        let e = with("every_batches: 7", "every_batches: 0");
+        assert!(e.contains("sink.iceberg.compact.every_batches"), "{e}");
         let e = with("{sql:", "{rest:");
         assert!(e.contains("rest") && e.contains("sql"), "{e}");
         let e = m(&format!("{}, partition_by: [day]}}", &OK[..OK.len() - 1]));

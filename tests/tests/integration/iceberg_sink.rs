@@ -61,11 +61,10 @@ async fn an_iceberg_table_holds_each_row_once_across_driver_and_executor_kills()
     let _second = cluster.start_executor(&drivers);
     let root = cluster.root().to_path_buf();
     let mut client = cluster.client(&drivers);
-    let id = client
-        .submit(&spec("ice", &root, "events", SQL))
-        .await
-        .expect("submit")
-        .id;
+    let compacting = spec("ice", &root, "events", SQL)
+        .replace("table: events}", "table: events, compact: {every_batches: 5}}");
+    assert!(compacting.contains("compact"), "{compacting}");
+    let id = client.submit(&compacting).await.expect("submit").id;
 
     // Killed between a batch's snapshot and its commits/N: the batch is
     // replayed, and its commit must find it in the table.
@@ -105,13 +104,27 @@ async fn an_iceberg_table_holds_each_row_once_across_driver_and_executor_kills()
         "each batch is in the table once, in order: {batches:?}"
     );
     assert!(batches.contains(&held), "the held batch is in the table");
+    let compactions = read
+        .snapshots
+        .iter()
+        .filter(|s| s.get("sluice.compacted-by") == Some(&id))
+        .count();
     assert_eq!(
         read.snapshots.len(),
-        batches.len(),
+        batches.len() + compactions,
         "no snapshot of another writer"
     );
+    // Compaction every 5 batches: a few files remain of the batches' many.
+    let written: usize = read
+        .snapshots
+        .iter()
+        .filter(|s| s.contains_key("sluice.batch"))
+        .map(|s| s["added-data-files"].parse::<usize>().unwrap())
+        .sum();
+    assert!(compactions >= 3, "{compactions} compactions");
+    assert!(read.files * 3 < written, "{} files of {written} written", read.files);
     eprintln!(
-        "{} snapshots, {} data files, {} rows",
+        "{} batch snapshots, {compactions} compactions, {} data files of {written}, {} rows",
         batches.len(),
         read.files,
         want.len()

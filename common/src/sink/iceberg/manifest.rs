@@ -58,8 +58,61 @@ static LIST_SCHEMA: LazyLock<Schema> =
 static MANIFEST_SCHEMA: LazyLock<Schema> =
     LazyLock::new(|| Schema::parse_str(MANIFEST).expect("the manifest schema parses"));
 
-/// A manifest entry's status: the file was added by its snapshot.
-const ADDED: i32 = 1;
+/// One entry of a manifest list, as read: copied into the next list as
+/// it is.
+pub type ListEntry = Value;
+
+/// The manifest an entry of a manifest list names, and its sequence
+/// number.
+pub fn manifest_of(e: &ListEntry) -> Option<(&str, i64, i64)> {
+    match (
+        field(e, "manifest_path"),
+        field(e, "sequence_number"),
+        field(e, "added_snapshot_id"),
+    ) {
+        (Some(Value::String(p)), Some(Value::Long(seq)), Some(Value::Long(by))) => {
+            Some((p.as_str(), *seq, *by))
+        }
+        _ => None,
+    }
+}
+
+/// A manifest entry's status (Iceberg spec, "Manifests").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The file was in the table before the manifest's snapshot.
+    Existing = 0,
+    /// The manifest's snapshot added the file.
+    Added = 1,
+    /// The manifest's snapshot removed the file.
+    Deleted = 2,
+}
+
+/// One entry of a manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub status: Status,
+    /// The snapshot that added the file (or, deleted, removed it).
+    pub snapshot_id: i64,
+    /// The file's data and file sequence numbers; `None` (for an added
+    /// file) inherits the manifest's.
+    pub sequence_number: Option<i64>,
+    pub file_sequence_number: Option<i64>,
+    pub file: DataFile,
+}
+
+impl Entry {
+    /// A file added by snapshot `snapshot_id`.
+    pub fn added(snapshot_id: i64, file: DataFile) -> Self {
+        Entry {
+            status: Status::Added,
+            snapshot_id,
+            sequence_number: None,
+            file_sequence_number: None,
+            file,
+        }
+    }
+}
 
 /// One data file a batch adds: its full path, rows and size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,13 +123,46 @@ pub struct DataFile {
 }
 
 /// A manifest written for a snapshot, as its manifest list names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NewManifest {
     pub path: String,
     pub length: u64,
     pub snapshot_id: i64,
+    /// Files and rows added, existing and deleted.
     pub files: u64,
     pub records: u64,
+    pub existing: (u64, u64),
+    pub deleted: (u64, u64),
+    /// The least data sequence number of its live entries, when it is
+    /// below the snapshot's.
+    pub min_sequence: Option<i64>,
+}
+
+impl NewManifest {
+    /// The manifest at `path` (`length` bytes) of `entries`, written for
+    /// snapshot `snapshot_id`.
+    pub fn of(path: String, length: u64, snapshot_id: i64, entries: &[Entry]) -> Self {
+        let count = |status: Status| {
+            let of = entries.iter().filter(|e| e.status == status);
+            (of.clone().count() as u64, of.map(|e| e.file.records).sum())
+        };
+        let (files, records) = count(Status::Added);
+        let min_sequence = entries
+            .iter()
+            .filter(|e| e.status != Status::Deleted)
+            .filter_map(|e| e.sequence_number)
+            .min();
+        NewManifest {
+            path,
+            length,
+            snapshot_id,
+            files,
+            records,
+            existing: count(Status::Existing),
+            deleted: count(Status::Deleted),
+            min_sequence,
+        }
+    }
 }
 
 fn avro(what: &str, e: apache_avro::Error) -> Error {
@@ -87,14 +173,8 @@ fn deflate() -> Codec {
     Codec::Deflate(DeflateSettings::default())
 }
 
-/// The manifest of snapshot `snapshot_id` of `meta`'s table, listing
-/// `files` as added. Their sequence numbers are inherited from the
-/// manifest list's entry.
-pub fn encode_manifest(
-    meta: &TableMetadata,
-    snapshot_id: i64,
-    files: &[DataFile],
-) -> Result<Vec<u8>> {
+/// A manifest of `meta`'s table holding `entries`.
+pub fn encode_manifest(meta: &TableMetadata, entries: &[Entry]) -> Result<Vec<u8>> {
     let schema = &*MANIFEST_SCHEMA;
     let mut w =
         Writer::with_codec(schema, Vec::new(), deflate()).map_err(|e| avro("an Avro writer", e))?;
@@ -115,7 +195,12 @@ pub fn encode_manifest(
         unreachable!("the manifest schema is a record")
     };
     let data_schema = &entry.fields[4].schema;
-    for f in files {
+    let optional = |v: Option<i64>| match v {
+        Some(n) => union(1, Value::Long(n)),
+        None => union(0, Value::Null),
+    };
+    for entry in entries {
+        let f = &entry.file;
         let mut data = Record::new(data_schema).expect("data_file is a record");
         data.put("content", Value::Int(0));
         data.put("file_path", Value::String(f.path.clone()));
@@ -124,10 +209,10 @@ pub fn encode_manifest(
         data.put("record_count", Value::Long(f.records as i64));
         data.put("file_size_in_bytes", Value::Long(f.bytes as i64));
         let mut e = Record::new(schema).expect("manifest_entry is a record");
-        e.put("status", Value::Int(ADDED));
-        e.put("snapshot_id", union(1, Value::Long(snapshot_id)));
-        e.put("sequence_number", union(0, Value::Null));
-        e.put("file_sequence_number", union(0, Value::Null));
+        e.put("status", Value::Int(entry.status as i32));
+        e.put("snapshot_id", union(1, Value::Long(entry.snapshot_id)));
+        e.put("sequence_number", optional(entry.sequence_number));
+        e.put("file_sequence_number", optional(entry.file_sequence_number));
         e.put("data_file", Value::from(data));
         w.append_value(e).map_err(|e| avro("a manifest entry", e))?;
     }
@@ -221,20 +306,70 @@ pub fn encode_manifest_list(
     e.put("manifest_length", Value::Long(new.length as i64));
     e.put("partition_spec_id", Value::Int(0));
     e.put("content", Value::Int(0));
+    let min = new.min_sequence.map_or(sequence, |m| m.min(sequence));
     e.put("sequence_number", Value::Long(sequence));
-    e.put("min_sequence_number", Value::Long(sequence));
+    e.put("min_sequence_number", Value::Long(min));
     e.put("added_snapshot_id", Value::Long(new.snapshot_id));
     e.put("added_files_count", Value::Int(new.files as i32));
-    e.put("existing_files_count", Value::Int(0));
-    e.put("deleted_files_count", Value::Int(0));
+    e.put("existing_files_count", Value::Int(new.existing.0 as i32));
+    e.put("deleted_files_count", Value::Int(new.deleted.0 as i32));
     e.put("added_rows_count", Value::Long(new.records as i64));
-    e.put("existing_rows_count", Value::Long(0));
-    e.put("deleted_rows_count", Value::Long(0));
+    e.put("existing_rows_count", Value::Long(new.existing.1 as i64));
+    e.put("deleted_rows_count", Value::Long(new.deleted.1 as i64));
     e.put("partitions", union(1, Value::Array(Vec::new())));
     e.put("key_metadata", union(0, Value::Null));
     w.append_value(e)
         .map_err(|e| avro("a manifest list entry", e))?;
     w.into_inner().map_err(|e| avro("a manifest list", e))
+}
+
+/// The entries of a manifest Sluice wrote (at `path`), their inherited
+/// sequence numbers made explicit with `sequence`, its manifest list
+/// entry's.
+pub fn read_manifest(path: &str, bytes: &[u8], sequence: i64) -> Result<Vec<Entry>> {
+    let corrupt = |reason: String| Error::Corrupt {
+        path: path.to_string(),
+        reason: format!("not an Iceberg manifest of Sluice's: {reason}"),
+    };
+    let reader = Reader::new(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let long = |v: Option<&Value>| match v {
+        Some(Value::Long(n)) => Some(*n),
+        Some(Value::Union(_, v)) => match **v {
+            Value::Long(n) => Some(n),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for v in reader {
+        let v = v.map_err(|e| corrupt(e.to_string()))?;
+        let data =
+            field(&v, "data_file").ok_or_else(|| corrupt("an entry has no data_file".into()))?;
+        let status = match field(&v, "status") {
+            Some(Value::Int(0)) => Status::Existing,
+            Some(Value::Int(1)) => Status::Added,
+            Some(Value::Int(2)) => Status::Deleted,
+            other => return Err(corrupt(format!("status {other:?}"))),
+        };
+        let Some(Value::String(file_path)) = field(data, "file_path") else {
+            return Err(corrupt("an entry has no file_path".into()));
+        };
+        let number =
+            |name: &str| long(field(data, name)).ok_or_else(|| corrupt(format!("no {name}")));
+        out.push(Entry {
+            status,
+            snapshot_id: long(field(&v, "snapshot_id"))
+                .ok_or_else(|| corrupt("no snapshot_id".into()))?,
+            sequence_number: Some(long(field(&v, "sequence_number")).unwrap_or(sequence)),
+            file_sequence_number: Some(long(field(&v, "file_sequence_number")).unwrap_or(sequence)),
+            file: DataFile {
+                path: file_path.clone(),
+                records: number("record_count")? as u64,
+                bytes: number("file_size_in_bytes")? as u64,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// A field of a record `v` read by [`read_manifest_list`].

@@ -18,6 +18,7 @@ fn new_manifest(n: i64) -> NewManifest {
         snapshot_id: n,
         files: 2,
         records: 10 * n as u64,
+        ..Default::default()
     }
 }
 
@@ -35,7 +36,14 @@ fn a_manifest_lists_its_files_as_added_by_its_snapshot() {
             bytes: 40,
         },
     ];
-    let bytes = encode_manifest(&table(), 77, &files).unwrap();
+    let entries: Vec<Entry> = files.iter().cloned().map(|f| Entry::added(77, f)).collect();
+    let bytes = encode_manifest(&table(), &entries).unwrap();
+    let read = read_manifest("m", &bytes, 5).unwrap();
+    assert_eq!(read[1].file, files[1]);
+    assert_eq!(
+        (read[1].status, read[1].sequence_number),
+        (Status::Added, Some(5))
+    );
     let reader = Reader::new(&bytes[..]).unwrap();
     let meta = reader.user_metadata();
     assert_eq!(meta["format-version"], b"2");
@@ -136,4 +144,48 @@ fn a_list_of_another_writer_is_resolved() {
     assert_eq!(read_manifest_list("ours", &ours).unwrap().len(), 2);
     let e = read_manifest_list("/w/t/metadata/bad.avro", b"nope").unwrap_err();
     assert!(e.to_string().contains("/w/t/metadata/bad.avro"), "{e}");
+}
+
+/// A compaction's manifest: its new file added, the files it rewrote
+/// deleted and the rest existing, each with explicit sequence numbers;
+/// its list entry counts each kind.
+#[test]
+fn a_manifest_of_every_status_reads_back_and_counts_in_its_list() {
+    let file = |n: u64| DataFile {
+        path: format!("/w/t/data/{n}.parquet"),
+        records: n,
+        bytes: 10 * n,
+    };
+    let old = |status, n| Entry {
+        status,
+        snapshot_id: 3,
+        sequence_number: Some(2),
+        file_sequence_number: Some(2),
+        file: file(n),
+    };
+    let entries = vec![
+        Entry::added(9, file(7)),
+        old(Status::Deleted, 3),
+        old(Status::Deleted, 4),
+        old(Status::Existing, 5),
+    ];
+    let bytes = encode_manifest(&table(), &entries).unwrap();
+    let read = read_manifest("m", &bytes, 6).unwrap();
+    assert_eq!(read[1..], entries[1..]);
+    assert_eq!(read[0].sequence_number, Some(6), "inherited");
+    let m = NewManifest::of(
+        "/w/t/metadata/c.avro".into(),
+        bytes.len() as u64,
+        9,
+        &entries,
+    );
+    assert_eq!(
+        (m.files, m.records, m.existing, m.deleted),
+        (1, 7, (1, 5), (2, 7))
+    );
+    assert_eq!(m.min_sequence, Some(2));
+    let list = encode_manifest_list((9, Some(8), 6), Vec::new(), &m).unwrap();
+    let e = &read_manifest_list("l", &list).unwrap()[0];
+    assert_eq!(field(e, "min_sequence_number"), Some(&Value::Long(2)));
+    assert_eq!(field(e, "deleted_rows_count"), Some(&Value::Long(7)));
 }

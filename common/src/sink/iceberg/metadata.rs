@@ -267,6 +267,56 @@ pub fn summary(
     s
 }
 
+/// The snapshot summary key that names the query whose compaction a
+/// snapshot is.
+pub const COMPACTED_BY_KEY: &str = "sluice.compacted-by";
+
+/// The summary of query `query_id`'s compaction: `added` files (count,
+/// rows, bytes) replace `deleted` ones, on top of `parent`'s totals.
+pub fn replace_summary(
+    query_id: &str,
+    added: (u64, u64, u64),
+    deleted: (u64, u64, u64),
+    parent: Option<&Snapshot>,
+) -> BTreeMap<String, String> {
+    let mut s = BTreeMap::new();
+    s.insert("operation".into(), "replace".into());
+    s.insert(COMPACTED_BY_KEY.into(), query_id.into());
+    for (key, n) in [
+        ("added-data-files", added.0),
+        ("added-records", added.1),
+        ("added-files-size", added.2),
+        ("deleted-data-files", deleted.0),
+        ("deleted-records", deleted.1),
+        ("removed-files-size", deleted.2),
+    ] {
+        s.insert(key.into(), n.to_string());
+    }
+    for (total, add, remove) in [
+        ("total-data-files", added.0, deleted.0),
+        ("total-records", added.1, deleted.1),
+        ("total-files-size", added.2, deleted.2),
+    ] {
+        let before = parent.and_then(|p| p.summary.get(total)?.parse::<u64>().ok());
+        if let Some(before) = before {
+            s.insert(
+                total.into(),
+                (before + add).saturating_sub(remove).to_string(),
+            );
+        }
+    }
+    for zero in [
+        "total-delete-files",
+        "total-position-deletes",
+        "total-equality-deletes",
+    ] {
+        if let Some(v) = parent.and_then(|p| p.summary.get(zero)) {
+            s.insert(zero.into(), v.clone());
+        }
+    }
+    s
+}
+
 /// The name of the metadata file after `previous` (`None` for a new
 /// table): `metadata/<version:05>-<uuid>.metadata.json` under the table.
 pub fn next_metadata_name(previous: Option<&str>) -> String {

@@ -14,8 +14,11 @@
 //! built on (a compare-and-swap).
 
 mod catalog;
+mod compact;
 mod table;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
@@ -168,6 +171,8 @@ impl SinkKind for Kind<'_> {
                 table: Mutex::new(loaded),
                 target_file_bytes: self.0.target_file_bytes(),
                 cleaner: std::sync::Mutex::new(cleanup::Cleaner::default()),
+                compact_every: self.0.compact.as_ref().map(|c| c.every_batches()),
+                compacting: Arc::new(AtomicBool::new(false)),
             }) as Box<dyn Committer>)
         })
     }
@@ -226,6 +231,10 @@ struct Iceberg {
     table: Mutex<Loaded>,
     target_file_bytes: u64,
     cleaner: std::sync::Mutex<cleanup::Cleaner>,
+    /// Compact after every this many batches (`sink.iceberg.compact`).
+    compact_every: Option<u64>,
+    /// True while a compaction runs: one at a time.
+    compacting: Arc<AtomicBool>,
 }
 
 impl Iceberg {
@@ -334,8 +343,31 @@ impl Committer for Iceberg {
         })
     }
 
-    /// Removes the temporary files of failed attempts when due.
+    /// Removes the temporary files of failed attempts when due, and
+    /// compacts the table when due (see [`compact`]).
     fn after_commit(&self, committed: u64) {
+        let due = self
+            .compact_every
+            .is_some_and(|every| (committed + 1).is_multiple_of(every));
+        if due && !self.compacting.swap(true, Ordering::AcqRel) {
+            let stores = self.io.config().stores.clone();
+            let (catalog, storage) = (self.catalog.clone(), self.storage.clone());
+            let data = self.data.storage().clone();
+            let (query, target) = (self.io.query_id().to_string(), self.target_file_bytes);
+            let running = self.compacting.clone();
+            self.io.spawn(async move {
+                let at = compact::Place {
+                    stores: &stores,
+                    catalog: &catalog,
+                    storage: &storage,
+                    data: &data,
+                };
+                if let Err(e) = compact::compact(&at, &query, target, committed).await {
+                    tracing::warn!(error = %e, committed, "compacting the Iceberg table failed; it will try again");
+                }
+                running.store(false, Ordering::Release);
+            });
+        }
         let due = self
             .cleaner
             .lock()

@@ -3,14 +3,17 @@
 //! append: manifest, manifest list, metadata file, then the catalog's
 //! compare-and-swap.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use sluice_common::sink::iceberg::manifest::{
-    DataFile, NewManifest, encode_manifest, encode_manifest_list, read_manifest_list,
+    DataFile, Entry, ListEntry, NewManifest, encode_manifest, encode_manifest_list,
+    read_manifest_list,
 };
 use sluice_common::sink::iceberg::metadata::{
     Snapshot, TableMetadata, next_metadata_name, summary,
 };
-use sluice_common::storage::{Path, Storage, Stores};
+use sluice_common::storage::{Created, Path, Storage, Stores};
 use sluice_common::time::now_ms;
 
 use super::catalog::SqlTable;
@@ -23,8 +26,21 @@ pub struct Loaded {
     pub meta: TableMetadata,
 }
 
+/// Writes the new file `name` (relative to `storage`): a name that is
+/// taken is a conflict, never overwritten. Every name Sluice writes into
+/// a table's metadata holds a fresh uuid.
+pub async fn create_new(storage: &Storage, name: &str, bytes: Vec<u8>) -> Result<(), DriverError> {
+    let path = Path::from(name);
+    match storage.create(&path, Bytes::from(bytes)).await? {
+        Created::New => Ok(()),
+        Created::Existing(_) => Err(DriverError::Common(sluice_common::Error::Conflict {
+            path: storage.describe(&path),
+        })),
+    }
+}
+
 /// Reads the file at the full location `uri` (a local path or a URL).
-async fn read_at(stores: &Stores, uri: &str) -> Result<Bytes, DriverError> {
+pub async fn read_at(stores: &Stores, uri: &str) -> Result<Bytes, DriverError> {
     let (dir, name) = uri
         .rsplit_once('/')
         .ok_or_else(|| DriverError::Invalid(format!("{uri:?} is no file location")))?;
@@ -57,9 +73,7 @@ pub async fn create(
 ) -> Result<Loaded, DriverError> {
     let storage = stores.open(&meta.location)?;
     let name = next_metadata_name(None);
-    storage
-        .create(&Path::from(name.as_str()), Bytes::from(meta.encode()))
-        .await?;
+    create_new(&storage, &name, meta.encode()).await?;
     let file = format!("{}/{name}", meta.location);
     if catalog.create(file.clone()).await? {
         tracing::info!(table = %catalog.describe(), location = %meta.location, "Iceberg table created");
@@ -90,19 +104,17 @@ impl Append {
     ) -> Result<Self, DriverError> {
         // A random positive id, as Iceberg's writers pick them.
         let snapshot_id = (rand::random::<u64>() >> 1) as i64;
-        let bytes = encode_manifest(&table.meta, snapshot_id, &files)?;
+        let entries: Vec<Entry> = files
+            .iter()
+            .cloned()
+            .map(|f| Entry::added(snapshot_id, f))
+            .collect();
+        let bytes = encode_manifest(&table.meta, &entries)?;
         let name = format!("metadata/{}-m0.avro", uuid::Uuid::new_v4());
         let length = bytes.len() as u64;
-        storage
-            .create(&Path::from(name.as_str()), Bytes::from(bytes))
-            .await?;
-        let manifest = NewManifest {
-            path: format!("{}/{name}", table.meta.location),
-            length,
-            snapshot_id,
-            files: files.len() as u64,
-            records: files.iter().map(|f| f.records).sum(),
-        };
+        create_new(storage, &name, bytes).await?;
+        let path = format!("{}/{name}", table.meta.location);
+        let manifest = NewManifest::of(path, length, snapshot_id, &entries);
         Ok(Append {
             snapshot_id,
             manifest,
@@ -121,50 +133,59 @@ impl Append {
         table: &Loaded,
     ) -> Result<Loaded, DriverError> {
         let parent = table.meta.current();
-        let entries = match parent {
-            Some(p) => {
-                read_manifest_list(&p.manifest_list, &read_at(stores, &p.manifest_list).await?)?
-            }
-            None => Vec::new(),
-        };
-        let sequence = table.meta.last_sequence_number + 1;
-        let parent_id = parent.map(|p| p.snapshot_id);
-        let list = encode_manifest_list(
-            (self.snapshot_id, parent_id, sequence),
-            entries,
-            &self.manifest,
-        )?;
-        let list_name = format!(
-            "metadata/snap-{}-{}.avro",
-            self.snapshot_id,
-            uuid::Uuid::new_v4()
-        );
-        storage
-            .create(&Path::from(list_name.as_str()), Bytes::from(list))
-            .await?;
+        let entries = manifests_of(stores, parent).await?;
         let bytes: u64 = self.files.iter().map(|f| f.bytes).sum();
-        let snapshot = Snapshot {
-            snapshot_id: self.snapshot_id,
-            parent_snapshot_id: parent_id,
-            sequence_number: sequence,
-            timestamp_ms: now_ms().max(table.meta.last_updated_ms),
-            manifest_list: format!("{}/{list_name}", table.meta.location),
-            summary: summary(
-                (&self.query_id, self.batch),
-                (self.files.len() as u64, self.manifest.records, bytes),
-                parent,
-            ),
-            schema_id: Some(table.meta.current_schema_id),
-            rest: Default::default(),
-        };
-        let meta = table.meta.append(snapshot, &table.file);
-        let name = next_metadata_name(Some(&table.file));
-        storage
-            .create(&Path::from(name.as_str()), Bytes::from(meta.encode()))
-            .await?;
-        Ok(Loaded {
-            file: format!("{}/{name}", meta.location),
-            meta,
-        })
+        let summary = summary(
+            (&self.query_id, self.batch),
+            (self.files.len() as u64, self.manifest.records, bytes),
+            parent,
+        );
+        let next = (self.snapshot_id, entries, &self.manifest);
+        write_snapshot(storage, table, next, summary).await
     }
+}
+
+/// The manifest list entries of `snapshot` (none without one).
+pub async fn manifests_of(
+    stores: &Stores,
+    snapshot: Option<&Snapshot>,
+) -> Result<Vec<ListEntry>, DriverError> {
+    Ok(match snapshot {
+        Some(s) => read_manifest_list(&s.manifest_list, &read_at(stores, &s.manifest_list).await?)?,
+        None => Vec::new(),
+    })
+}
+
+/// The table after snapshot `snapshot_id`, whose manifest list is
+/// `entries` then `new`'s, with `summary`, on top of `table`'s current
+/// snapshot: its manifest list and metadata file written into `storage`
+/// (the table's location), not yet named by the catalog.
+pub async fn write_snapshot(
+    storage: &Storage,
+    table: &Loaded,
+    (snapshot_id, entries, new): (i64, Vec<ListEntry>, &NewManifest),
+    summary: BTreeMap<String, String>,
+) -> Result<Loaded, DriverError> {
+    let parent_id = table.meta.current_snapshot_id;
+    let sequence = table.meta.last_sequence_number + 1;
+    let list = encode_manifest_list((snapshot_id, parent_id, sequence), entries, new)?;
+    let list_name = format!("metadata/snap-{snapshot_id}-{}.avro", uuid::Uuid::new_v4());
+    create_new(storage, &list_name, list).await?;
+    let snapshot = Snapshot {
+        snapshot_id,
+        parent_snapshot_id: parent_id,
+        sequence_number: sequence,
+        timestamp_ms: now_ms().max(table.meta.last_updated_ms),
+        manifest_list: format!("{}/{list_name}", table.meta.location),
+        summary,
+        schema_id: Some(table.meta.current_schema_id),
+        rest: Default::default(),
+    };
+    let meta = table.meta.append(snapshot, &table.file);
+    let name = next_metadata_name(Some(&table.file));
+    create_new(storage, &name, meta.encode()).await?;
+    Ok(Loaded {
+        file: format!("{}/{name}", meta.location),
+        meta,
+    })
 }
