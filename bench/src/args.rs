@@ -27,6 +27,7 @@ pub enum Scenario {
     Join,
     Nexmark,
     Delta,
+    Iceberg,
 }
 
 /// Where the nexmark scenario's events come from (`--input`).

@@ -17,6 +17,7 @@
 //! | `kafka-sink` | `kafka_sink.rs`: JSON records through a projection into another topic, at-least-once and exactly-once |
 //! | `nexmark` | `nexmark.rs`: the Nexmark queries (`crate::nexmark::queries`) into the discard sink |
 //! | `delta` | `delta.rs`: the rate source into a Delta table against the Parquet file sink; data files per hour, with and without compaction |
+//! | `iceberg` | `iceberg.rs`: the same into an Iceberg table (SQL catalog on SQLite) |
 //!
 //! The flags are in `args.rs`, the in-process cluster in `cluster.rs`, the
 //! stateful scenarios' sink checks in `state_check.rs`.
@@ -33,6 +34,7 @@ mod child;
 mod cluster;
 mod delta;
 mod failover;
+mod iceberg;
 mod join;
 mod kafka;
 mod kafka_sink;
@@ -93,6 +95,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<u8> {
         Scenario::Join => join::run(&args, &shutdown).await,
         Scenario::Nexmark => nexmark::run(&args, &shutdown).await,
         Scenario::Delta => delta::run(&args, &shutdown).await,
+        Scenario::Iceberg => iceberg::run(&args, &shutdown).await,
     };
     shutdown.cancel();
     let _ = signals.await;

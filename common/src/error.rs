@@ -32,6 +32,15 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// An Iceberg catalog failed (`retryable`: it was busy or did not
+    /// answer in time) or holds what Sluice cannot use.
+    #[error("Iceberg catalog {catalog}: {reason}")]
+    Catalog {
+        catalog: String,
+        reason: String,
+        retryable: bool,
+    },
+
     /// Data could not be encoded or decoded.
     #[error("encoding error: {0}")]
     Encoding(String),
@@ -66,7 +75,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Storage { source, .. } => !is_permanent(source),
-            Error::Kafka { retryable, .. } => *retryable,
+            Error::Kafka { retryable, .. } | Error::Catalog { retryable, .. } => *retryable,
             _ => false,
         }
     }

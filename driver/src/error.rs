@@ -52,14 +52,6 @@ pub enum DriverError {
     /// The election's store (etcd) failed or did not answer in time.
     #[error("etcd: {0}")]
     Election(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// An Iceberg catalog failed (`retryable`: it was busy or did not
-    /// answer in time) or holds what Sluice cannot use.
-    #[error("Iceberg catalog {catalog}: {reason}")]
-    Catalog {
-        catalog: String,
-        reason: String,
-        retryable: bool,
-    },
     #[error("gRPC transport: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error(transparent)]
@@ -75,7 +67,6 @@ impl DriverError {
             DriverError::Deposed { .. } | DriverError::Cancelled => true,
             DriverError::Io(_) | DriverError::Transport(_) | DriverError::Election(_) => true,
             DriverError::Common(e) => e.is_retryable(),
-            DriverError::Catalog { retryable, .. } => *retryable,
             _ => false,
         }
     }
@@ -104,9 +95,9 @@ impl From<DriverError> for tonic::Status {
             DriverError::Starting => Code::Unavailable,
             DriverError::Deposed { .. } | DriverError::Cancelled => Code::Unavailable,
             DriverError::Config(_) => Code::Internal,
-            DriverError::Catalog {
+            DriverError::Common(CommonError::Catalog {
                 retryable: false, ..
-            } => Code::FailedPrecondition,
+            }) => Code::FailedPrecondition,
             DriverError::Common(CommonError::Corrupt { .. }) => Code::DataLoss,
             e if e.is_retryable() => Code::Unavailable,
             _ => Code::Internal,

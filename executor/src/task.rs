@@ -58,6 +58,9 @@ pub fn error_kind(err: &sluice_common::Error) -> ErrorKind {
         // A broker that is down is waited for, as storage is.
         E::Kafka { .. } if err.is_retryable() => ErrorKind::Storage,
         E::Kafka { .. } | E::DataLoss(_) => ErrorKind::Fatal,
+        // Tasks never call a catalog: the driver commits tables.
+        E::Catalog { .. } if err.is_retryable() => ErrorKind::Retryable,
+        E::Catalog { .. } => ErrorKind::Fatal,
         E::Conflict { .. }
         | E::Corrupt { .. }
         | E::InvalidSpec { .. }

@@ -61,8 +61,10 @@ async fn an_iceberg_table_holds_each_row_once_across_driver_and_executor_kills()
     let _second = cluster.start_executor(&drivers);
     let root = cluster.root().to_path_buf();
     let mut client = cluster.client(&drivers);
-    let compacting = spec("ice", &root, "events", SQL)
-        .replace("table: events}", "table: events, compact: {every_batches: 5}}");
+    let compacting = spec("ice", &root, "events", SQL).replace(
+        "table: events}",
+        "table: events, compact: {every_batches: 5}}",
+    );
     assert!(compacting.contains("compact"), "{compacting}");
     let id = client.submit(&compacting).await.expect("submit").id;
 
@@ -122,7 +124,11 @@ async fn an_iceberg_table_holds_each_row_once_across_driver_and_executor_kills()
         .map(|s| s["added-data-files"].parse::<usize>().unwrap())
         .sum();
     assert!(compactions >= 3, "{compactions} compactions");
-    assert!(read.files * 3 < written, "{} files of {written} written", read.files);
+    assert!(
+        read.files * 3 < written,
+        "{} files of {written} written",
+        read.files
+    );
     eprintln!(
         "{} batch snapshots, {compactions} compactions, {} data files of {written}, {} rows",
         batches.len(),

@@ -1,8 +1,8 @@
 //! Apache Iceberg tables (format version 2), as Sluice appends to them:
 //! the table's metadata file ([`metadata`]), its manifests and manifest
 //! lists ([`manifest`]), and its columns and the data files' schema
-//! ([`schema`]). The catalog that points at the current metadata file is
-//! the driver's.
+//! ([`schema`]), and the SQL catalog that names its current metadata file
+//! ([`catalog`]).
 //!
 //! ```text
 //! <location>/data/part-<batch>-<p>[-seq].<query>.parquet   data files (field ids)
@@ -11,6 +11,7 @@
 //! <location>/metadata/<version:05>-<uuid>.metadata.json    the table after it
 //! ```
 
+pub mod catalog;
 pub mod manifest;
 pub mod metadata;
 pub mod schema;

@@ -30,9 +30,9 @@ use sluice_common::storage::{Path, Storage, Stores};
 use sluice_common::time::now_ms;
 use tracing::{info, warn};
 
-use super::catalog::SqlTable;
 use super::table::{self, Loaded, create_new, manifests_of, read_at, write_snapshot};
 use crate::error::DriverError;
+use sluice_common::sink::iceberg::catalog::SqlTable;
 
 /// How many times other writers may move the table in a row before a
 /// compaction gives up until its next turn.

@@ -13,7 +13,6 @@
 //! the catalog moves the table only from the metadata file the append was
 //! built on (a compare-and-swap).
 
-mod catalog;
 mod compact;
 mod table;
 
@@ -40,7 +39,7 @@ use super::{Committed, Committer, Ended, Prepared, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
 use crate::error::DriverError;
 use crate::failpoint::Point;
-use catalog::SqlTable;
+use sluice_common::sink::iceberg::catalog::SqlTable;
 use table::{Append, Loaded};
 
 /// How many times a commit builds its snapshot again on a newer one after

@@ -16,8 +16,8 @@ use sluice_common::sink::iceberg::metadata::{
 use sluice_common::storage::{Created, Path, Storage, Stores};
 use sluice_common::time::now_ms;
 
-use super::catalog::SqlTable;
 use crate::error::DriverError;
+use sluice_common::sink::iceberg::catalog::SqlTable;
 
 /// A table's metadata and the file it was read from.
 #[derive(Debug, Clone)]

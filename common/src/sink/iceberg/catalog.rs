@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::error::DriverError;
+use crate::error::Result;
+
+use crate::error::Error;
 
 /// How long a call waits for the database's lock.
 const BUSY: Duration = Duration::from_secs(5);
@@ -66,7 +68,7 @@ impl SqlTable {
     }
 
     /// The table's current metadata file, if the catalog has the table.
-    pub async fn current(&self) -> Result<Option<String>, DriverError> {
+    pub async fn current(&self) -> Result<Option<String>> {
         self.call(|t, db| {
             db.query_row(
                 "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = ?1 \
@@ -84,7 +86,7 @@ impl SqlTable {
     /// Registers the table with its first metadata file `location`, and
     /// its namespace; `false` when another writer registered the table
     /// first.
-    pub async fn create(&self, location: String) -> Result<bool, DriverError> {
+    pub async fn create(&self, location: String) -> Result<bool> {
         self.call(move |t, db| {
             let tx = db.transaction()?;
             tx.execute(
@@ -104,7 +106,7 @@ impl SqlTable {
 
     /// Points the table at metadata file `new` if it still points at
     /// `old`; `false` when another writer moved it first.
-    pub async fn swap(&self, old: String, new: String) -> Result<bool, DriverError> {
+    pub async fn swap(&self, old: String, new: String) -> Result<bool> {
         self.call(move |t, db| {
             let changed = db.execute(
                 "UPDATE iceberg_tables SET metadata_location = ?1, \
@@ -121,7 +123,7 @@ impl SqlTable {
     async fn call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&SqlTable, &mut Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, DriverError> {
+    ) -> Result<T> {
         let table = self.clone();
         let run = tokio::task::spawn_blocking(move || {
             let mut db = Connection::open(&table.file)?;
@@ -129,16 +131,14 @@ impl SqlTable {
             db.execute_batch(SCHEMA)?;
             f(&table, &mut db)
         });
-        let failed = |reason: String, retryable: bool| DriverError::Catalog {
+        let failed = |reason: String, retryable: bool| Error::Catalog {
             catalog: self.describe(),
             reason,
             retryable,
         };
         match tokio::time::timeout(DEADLINE, run).await {
             Err(_) => Err(failed(format!("no answer within {DEADLINE:?}"), true)),
-            Ok(Err(e)) => Err(DriverError::Internal(format!(
-                "a catalog call panicked: {e}"
-            ))),
+            Ok(Err(e)) => Err(failed(format!("the call panicked: {e}"), false)),
             Ok(Ok(Err(e))) => {
                 let busy = matches!(
                     e.sqlite_error_code(),
