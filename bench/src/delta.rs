@@ -83,7 +83,7 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
 
 /// `rows` rows of the rate source, all available at once, in batches of
 /// at most `per_batch`, into Parquet (or a table).
-fn rate(name: String, partitions: u32, rows: u64, per_batch: u64) -> RateQuery {
+pub(crate) fn rate(name: String, partitions: u32, rows: u64, per_batch: u64) -> RateQuery {
     let mut q = cluster::unbounded_rate(name, partitions, rows, per_batch, "");
     q.format = "parquet";
     q
@@ -101,6 +101,15 @@ async fn run_once(
         let (seconds, table) = run_delta(q, compact, shutdown).await?;
         return Ok((seconds, table.rows));
     }
+    run_parquet(q, shutdown).await
+}
+
+/// One run of `q` into the Parquet file sink on a fresh cluster: its
+/// seconds from submit to the end, and the rows its sink holds (checked).
+pub(crate) async fn run_parquet(
+    q: &RateQuery,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(f64, u64)> {
     let (_dir, root, out) = workdir()?;
     let mut q = q.clone();
     q.sink = out.clone();

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{BenchArgs, cores, workdir};
 use crate::cluster;
+use crate::delta::{rate, run_parquet};
 
 /// Batches of a 1 s trigger in an hour.
 const BATCHES_PER_HOUR: u64 = 3600;
@@ -85,32 +86,6 @@ pub async fn run(args: &BenchArgs, shutdown: &CancellationToken) -> anyhow::Resu
         "exact": exact,
     });
     Ok((figures, u8::from(!exact)))
-}
-
-/// `rows` rows of the rate source, all available at once, in batches of
-/// at most `per_batch`, into Parquet (or a table).
-fn rate(name: String, partitions: u32, rows: u64, per_batch: u64) -> RateQuery {
-    let mut q = cluster::unbounded_rate(name, partitions, rows, per_batch, "");
-    q.format = "parquet";
-    q
-}
-
-/// One run into the Parquet file sink on a fresh cluster: its seconds
-/// from submit to the end, and the rows its sink holds (checked).
-async fn run_parquet(q: &RateQuery, shutdown: &CancellationToken) -> anyhow::Result<(f64, u64)> {
-    let (_dir, root, out) = workdir()?;
-    let mut q = q.clone();
-    q.sink = out.clone();
-    let (c, client) = cluster::start(&root, shutdown).await?;
-    let run = cluster::run_query(c, client, &q.name, &q.spec_text()).await?;
-    let total = q.total_rows.unwrap_or(0);
-    let report = verify::check_with(&verify::stores(), &out, Some(total)).await?;
-    let rows = if verify::exit_code(&report) == 0 {
-        total
-    } else {
-        0
-    };
-    Ok((run.seconds, rows))
 }
 
 async fn run_iceberg(

@@ -12,7 +12,6 @@ with the AWS_* variables of the environment (AWS_ENDPOINT_URL, keys,
 AWS_REGION, AWS_ALLOW_HTTP), as Sluice's nodes read them.
 """
 
-import glob
 import json
 import os
 import sys
@@ -21,25 +20,8 @@ import deltalake
 import duckdb
 import duckdb_extension_delta
 import duckdb_extension_httpfs
-import pyarrow as pa
 from urllib.parse import urlparse
-
-
-def rows(table):
-    columns = {}
-    for name in table.column_names:
-        column = table.column(name)
-        if pa.types.is_timestamp(column.type):
-            column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
-        columns[name] = column
-    return [json.dumps(r, default=str) for r in pa.table(columns).to_pylist()]
-
-
-def extension(package, name):
-    found = glob.glob(
-        os.path.join(os.path.dirname(package.__file__), "extensions", "*", f"{name}.duckdb_extension")
-    )
-    return found[0]
+from readers import extension, rows
 
 
 def duckdb_rows(path):

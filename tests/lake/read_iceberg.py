@@ -11,33 +11,14 @@ epoch. Runs offline: DuckDB loads the extensions duckdb-extension-iceberg
 and duckdb-extension-avro ship.
 """
 
-import glob
 import json
-import os
 import sys
 
 import duckdb
 import duckdb_extension_avro
 import duckdb_extension_iceberg
-import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
-
-
-def rows(table):
-    columns = {}
-    for name in table.column_names:
-        column = table.column(name)
-        if pa.types.is_timestamp(column.type):
-            column = column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64())
-        columns[name] = column
-    return [json.dumps(r, default=str) for r in pa.table(columns).to_pylist()]
-
-
-def extension(package, name):
-    found = glob.glob(
-        os.path.join(os.path.dirname(package.__file__), "extensions", "*", f"{name}.duckdb_extension")
-    )
-    return found[0]
+from readers import extension, rows
 
 
 def duckdb_rows(metadata_location):

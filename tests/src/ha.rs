@@ -140,6 +140,24 @@ pub async fn finish_and_check(
 }
 
 /// The comma-separated gRPC addresses of `drivers`.
+/// Waits until `query` has committed a batch after `batch`, read from the
+/// checkpoint under `root` (a paused leader may still hold its port, so a
+/// client could wait on it); panics after `within`.
+pub async fn wait_committed_past(root: &Path, query: &str, batch: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let last = crate::check::latest_entry(root, query, Log::Commits);
+        if last.is_some_and(|(b, _)| b > batch) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{query} did not commit past batch {batch} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub fn driver_list(drivers: &[Driver]) -> String {
     drivers
         .iter()

@@ -489,6 +489,32 @@ pub fn record(n: u64) -> Vec<u8> {
     format!(r#"{{"value":{n},"city":"{city}"}}"#).into_bytes()
 }
 
+/// The records `values` (see [`record`]) as the table `input` a query
+/// reads them into: `value` and `city`, for an oracle.
+pub fn records_table(values: std::ops::Range<u64>) -> arrow_array::RecordBatch {
+    use std::sync::Arc;
+    let cities: Vec<String> = values
+        .clone()
+        .map(|n| {
+            let v: serde_json::Value = serde_json::from_slice(&record(n)).expect("a record");
+            v["city"].as_str().expect("a city").to_string()
+        })
+        .collect();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("value", arrow_schema::DataType::Int64, true),
+        arrow_schema::Field::new("city", arrow_schema::DataType::Utf8, true),
+    ]));
+    let values: Vec<i64> = values.map(|n| n as i64).collect();
+    arrow_array::RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(arrow_array::Int64Array::from(values)),
+            Arc::new(arrow_array::StringArray::from(cities)),
+        ],
+    )
+    .expect("a batch of records")
+}
+
 /// The schema line of a spec for [`record`].
 pub const SCHEMA: &str = "[{name: value, type: bigint}, {name: city, type: string}]";
 

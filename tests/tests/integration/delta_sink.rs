@@ -384,25 +384,7 @@ async fn a_topic_into_a_delta_table_is_exactly_once_across_a_driver_kill() {
     kafka::wait_ends(&mut c.client, "events", 1000).await;
     c.client.stop("events").await.expect("stop");
 
-    let values: Vec<i64> = (0..1000).collect();
-    let cities: Vec<String> = (0..1000u64)
-        .map(|n| {
-            let v: serde_json::Value = serde_json::from_slice(&kafka::record(n)).unwrap();
-            v["city"].as_str().unwrap().to_string()
-        })
-        .collect();
-    let schema = std::sync::Arc::new(arrow_schema::Schema::new(vec![
-        arrow_schema::Field::new("value", arrow_schema::DataType::Int64, true),
-        arrow_schema::Field::new("city", arrow_schema::DataType::Utf8, true),
-    ]));
-    let input = arrow_array::RecordBatch::try_new(
-        schema,
-        vec![
-            std::sync::Arc::new(arrow_array::Int64Array::from(values)),
-            std::sync::Arc::new(arrow_array::StringArray::from(cities)),
-        ],
-    )
-    .unwrap();
+    let input = kafka::records_table(0..1000);
     let want = oracle_rows(&expected_batches_with(KAFKA_SQL, vec![input], &[]).await);
     let read = read_delta(&table, &id);
     read.assert_rows(&want);

@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-use sluice_common::checkpoint::Log;
-use sluice_tests::ha::{Ha, leader_and_epoch};
+use sluice_tests::ha::{Ha, leader_and_epoch, wait_committed_past};
 use sluice_tests::lake::{oracle_rows, read_iceberg};
 use sluice_tests::oracle::{expected_batches_with, rate_input, rate_start_ms};
 use sluice_tests::{Cluster, QueryState, TTL_MS};
@@ -52,18 +51,7 @@ async fn a_deposed_driver_never_appends_a_batch_again() {
     // held batch (read from the checkpoint: the paused leader still holds
     // its port, so a client may wait on it).
     let ckpt = cluster.checkpoint_root();
-    let deadline = std::time::Instant::now() + Duration::from_millis(TTL_MS * 10);
-    loop {
-        let last = sluice_tests::latest_entry(&ckpt, "deposed", Log::Commits);
-        if last.is_some_and(|(batch, _)| batch > held) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the standby did not commit past batch {held}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_committed_past(&ckpt, "deposed", held, Duration::from_millis(TTL_MS * 10)).await;
     old.resume();
     // Released, the old leader's batch goes on to the catalog's update,
     // built on the table as it was before the standby's snapshots.

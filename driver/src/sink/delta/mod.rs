@@ -338,14 +338,6 @@ impl Committer for Delta {
                 running.store(false, Ordering::Release);
             });
         }
-        let due = self
-            .cleaner
-            .lock()
-            .expect("the cleaner's lock is never poisoned: nothing panics holding it")
-            .due(std::time::Instant::now());
-        if due {
-            self.io
-                .spawn(cleanup::purge(self.files.clone(), Some(committed)));
-        }
+        cleanup::after_commit(&self.cleaner, &self.io, &self.files, committed);
     }
 }

@@ -39,6 +39,23 @@ impl Cleaner {
     }
 }
 
+/// After the commit of batch `committed`: purges `files` up to it in the
+/// background through `io`, if a purge is due.
+pub fn after_commit(
+    cleaner: &std::sync::Mutex<Cleaner>,
+    io: &crate::sink::SinkIo,
+    files: &FileSink,
+    committed: u64,
+) {
+    let due = cleaner
+        .lock()
+        .expect("the cleaner's lock is never poisoned: nothing panics holding it")
+        .due(Instant::now());
+    if due {
+        io.spawn(purge(files.clone(), Some(committed)));
+    }
+}
+
 /// Purges now; a failure is logged and left for the next purge.
 pub async fn purge(sink: FileSink, upto: Option<u64>) {
     match sink.purge_temp(upto).await {

@@ -13,7 +13,7 @@
 pub mod cleanup;
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use futures::future::BoxFuture;
@@ -180,15 +180,7 @@ impl Committer for Files {
             let (sink, retain) = (self.sink.clone(), config.retain_batches);
             self.io.spawn(purge_manifests(sink, committed, retain));
         }
-        let due = self
-            .cleaner
-            .lock()
-            .expect("the cleaner's lock is never poisoned: nothing panics holding it")
-            .due(Instant::now());
-        if due {
-            self.io
-                .spawn(cleanup::purge(self.sink.clone(), Some(committed)));
-        }
+        cleanup::after_commit(&self.cleaner, &self.io, &self.sink, committed);
     }
 }
 

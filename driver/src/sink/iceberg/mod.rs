@@ -367,14 +367,6 @@ impl Committer for Iceberg {
                 running.store(false, Ordering::Release);
             });
         }
-        let due = self
-            .cleaner
-            .lock()
-            .expect("the cleaner's lock is never poisoned: nothing panics holding it")
-            .due(std::time::Instant::now());
-        if due {
-            self.io
-                .spawn(cleanup::purge(self.data.clone(), Some(committed)));
-        }
+        cleanup::after_commit(&self.cleaner, &self.io, &self.data, committed);
     }
 }
