@@ -10,7 +10,7 @@
 use bytes::Bytes;
 
 use super::delta::{LOG_DIR, commit_name, txn_version, version_of};
-use super::delta_table::{TableMeta, metadata_of};
+use super::delta_table::{Protocol, TableMeta, metadata_of, protocol_of};
 use crate::error::{Error, Result};
 use crate::storage::{Created, Path, Storage};
 
@@ -83,21 +83,28 @@ pub async fn standing(storage: &Storage, app_id: &str) -> Result<Standing> {
     }
 }
 
-/// What the table's log says of it now (its newest `metaData`); `None`
-/// when there is no table.
-pub async fn table_meta(storage: &Storage) -> Result<Option<TableMeta>> {
+/// What the table's log says of it now (its newest `metaData` and its
+/// newest `protocol`); `None` when there is no table.
+pub async fn table_meta(storage: &Storage) -> Result<Option<(TableMeta, Protocol)>> {
     let versions = versions(storage).await?;
+    let (mut meta, mut protocol) = (None, None);
     for &version in versions.iter().rev() {
         let (bytes, what) = read_commit(storage, version).await?;
-        if let Some(meta) = metadata_of(&bytes, &what)? {
-            return Ok(Some(meta));
+        if meta.is_none() {
+            meta = metadata_of(&bytes, &what)?;
+        }
+        if protocol.is_none() {
+            protocol = protocol_of(&bytes, &what)?;
+        }
+        if let (Some(meta), Some(protocol)) = (&meta, &protocol) {
+            return Ok(Some((meta.clone(), protocol.clone())));
         }
     }
     match versions.first() {
         Some(&first) if first > 0 => Err(folded(storage, first)),
         Some(_) => Err(Error::Corrupt {
             path: storage.describe(&Path::from(commit_name(0))),
-            reason: "the table's first commit has no metaData".into(),
+            reason: "the table's first commit has no metaData or no protocol".into(),
         }),
         None => Ok(None),
     }

@@ -219,6 +219,65 @@ pub fn metadata_of(bytes: &[u8], what: &str) -> Result<Option<TableMeta>> {
     Ok(None)
 }
 
+/// A table's `protocol`: the reader and writer versions it asks for, and
+/// the table features it names (versions 3 and 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protocol {
+    pub reader: u64,
+    pub writer: u64,
+    pub features: Vec<String>,
+}
+
+impl Protocol {
+    /// Why Sluice may not append to a table of this protocol, if it may
+    /// not: it writes as a writer of version 2 (respecting `appendOnly`
+    /// by only appending) for readers of version 1, and knows no table
+    /// feature.
+    pub fn refusal(&self) -> Option<String> {
+        (self.reader > 1 || self.writer > 2).then(|| {
+            let features = match self.features.is_empty() {
+                true => String::new(),
+                false => format!(" (features: {})", self.features.join(", ")),
+            };
+            format!(
+                "asks for reader version {} and writer version {}{features}; Sluice appends \
+                 to tables of reader version 1 and writer version 2",
+                self.reader, self.writer
+            )
+        })
+    }
+}
+
+/// The `protocol` action of commit file `bytes` (named `what` in errors),
+/// if it has one.
+pub fn protocol_of(bytes: &[u8], what: &str) -> Result<Option<Protocol>> {
+    for (n, action) in actions(bytes, what)? {
+        let Some(p) = action.get("protocol") else {
+            continue;
+        };
+        let version = |key: &str| {
+            p.get(key)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| corrupt(what, n, format!("protocol without {key}")))
+        };
+        let mut features: Vec<String> = ["readerFeatures", "writerFeatures"]
+            .iter()
+            .filter_map(|k| p.get(*k).and_then(Value::as_array))
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        features.sort();
+        features.dedup();
+        return Ok(Some(Protocol {
+            reader: version("minReaderVersion")?,
+            writer: version("minWriterVersion")?,
+            features,
+        }));
+    }
+    Ok(None)
+}
+
 /// How a query's output (`ours`, a [`super::delta::schema_string`])
 /// differs from the table's schema (`table`), one line per column: a
 /// column only one has, one whose type differs, or one the table holds

@@ -169,3 +169,38 @@ fn naive_timestamps_are_taken_as_utc_and_only_change_unit() {
         same.as_ref()
     );
 }
+
+#[test]
+fn a_protocol_beyond_reader_1_and_writer_2_is_refused_naming_its_features() {
+    let commit = |p: &str| format!("{{\"commitInfo\":{{}}}}\n{{\"protocol\":{p}}}\n");
+    let plain = commit(r#"{"minReaderVersion":1,"minWriterVersion":2}"#);
+    let p = protocol_of(plain.as_bytes(), "v0")
+        .unwrap()
+        .expect("a protocol");
+    assert_eq!((p.reader, p.writer), (1, 2));
+    assert_eq!(p.refusal(), None);
+    let dv = commit(
+        r#"{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["deletionVectors"],"writerFeatures":["deletionVectors","appendOnly"]}"#,
+    );
+    let why = protocol_of(dv.as_bytes(), "v3")
+        .unwrap()
+        .unwrap()
+        .refusal()
+        .unwrap();
+    assert!(
+        why.contains("reader version 3 and writer version 7")
+            && why.contains("features: appendOnly, deletionVectors"),
+        "{why}"
+    );
+    let cdf = commit(r#"{"minReaderVersion":1,"minWriterVersion":4}"#);
+    assert!(
+        protocol_of(cdf.as_bytes(), "v1")
+            .unwrap()
+            .unwrap()
+            .refusal()
+            .is_some()
+    );
+    assert_eq!(protocol_of(b"{\"commitInfo\":{}}\n", "v2").unwrap(), None);
+    let e = protocol_of(b"{\"protocol\":{\"minReaderVersion\":1}}\n", "v5").unwrap_err();
+    assert!(e.to_string().contains("minWriterVersion"), "{e}");
+}

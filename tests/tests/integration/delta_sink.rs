@@ -131,9 +131,10 @@ async fn a_delta_table_holds_each_row_once_across_driver_and_executor_kills() {
     );
 }
 
-/// A query never changes a table's schema or partitioning, and never
-/// appends rows it may later change: each is refused at submit, naming
-/// the columns or the setting. (Two queries of one driver never share a
+/// A query never changes a table's schema or partitioning, never
+/// appends rows it may later change, and never writes a table whose
+/// protocol asks for features it does not know: each is refused at
+/// submit, naming the columns, the setting or the features. (Two queries of one driver never share a
 /// table: their sinks' paths may not overlap.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_that_would_change_the_table_is_refused_at_submit() {
@@ -217,6 +218,32 @@ async fn a_query_that_would_change_the_table_is_refused_at_submit() {
     let m = refused("SELECT value, 0.5 AS f FROM input", ", partition_by: [f]").await;
     assert!(
         m.contains("sink.delta.partition_by[0]") && m.contains("\"f\""),
+        "{m}"
+    );
+    // A table another writer upgraded to features Sluice does not write.
+    let upgraded = other.root().join("dv");
+    std::fs::create_dir_all(upgraded.join(LOG_DIR)).unwrap();
+    let log = concat!(
+        r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["deletionVectors"],"writerFeatures":["deletionVectors"]}}"#,
+        "\n",
+        r#"{"metaData":{"id":"x","format":{"provider":"parquet","options":{}},"schemaString":"{\"type\":\"struct\",\"fields\":[]}","partitionColumns":[],"configuration":{},"createdTime":0}}"#,
+        "\n"
+    );
+    std::fs::write(upgraded.join(LOG_DIR).join(format!("{:020}.json", 0)), log).unwrap();
+    let text = spec(
+        &upgraded,
+        "third",
+        "SELECT value, timestamp_ms FROM input",
+        "",
+    );
+    let e = other_client
+        .clone()
+        .submit(&text)
+        .await
+        .expect_err("refused");
+    let m = e.message();
+    assert!(
+        m.contains("writer version 7") && m.contains("deletionVectors"),
         "{m}"
     );
     // The table is as the first query left it.

@@ -114,10 +114,21 @@ impl SinkKind for Kind<'_> {
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {
             let storage = config.stores.open(&self.0.path)?;
-            let Some(meta) = delta_log::table_meta(&storage).await? else {
+            let Some((meta, protocol)) = delta_log::table_meta(&storage).await? else {
                 return Ok(());
             };
             let path = &self.0.path;
+            if let Some(why) = protocol.refusal() {
+                return Err(DriverError::Invalid(format!(
+                    "sink.delta: the table at {path} {why}"
+                )));
+            }
+            if meta.schema_string.contains("delta.invariants") {
+                return Err(DriverError::Invalid(format!(
+                    "sink.delta: the table at {path} has column invariants, which Sluice does \
+                     not check"
+                )));
+            }
             if meta.partition_columns != self.0.partition_by {
                 return Err(DriverError::Invalid(format!(
                     "sink.delta.partition_by: the table at {path} is partitioned by {:?}, not {:?}",
