@@ -322,6 +322,21 @@ impl QuerySpec {
         }
     }
 
+    /// A file the sink reads and writes beside its location, with its
+    /// field: an Iceberg SQL catalog's SQLite file.
+    pub fn sink_catalog_file(&self) -> Option<(&'static str, &str)> {
+        match &self.sink {
+            SinkSpec::Iceberg(i) => i
+                .sql()
+                .sqlite_path()
+                .ok()
+                .map(|p| ("sink.iceberg.catalog.sql.uri", p)),
+            SinkSpec::Files(_) | SinkSpec::Discard(_) | SinkSpec::Delta(_) | SinkSpec::Kafka(_) => {
+                None
+            }
+        }
+    }
+
     /// The security settings of a Kafka sink, with their field.
     pub fn sink_security(&self) -> Option<(&'static str, &KafkaSecurity)> {
         match &self.sink {

@@ -11,7 +11,7 @@
 //! [`check_secrets`] refuses a spec that names another, before any is read.
 
 use sluice_common::secrets::Secrets;
-use sluice_common::spec::{KafkaSecurity, QuerySpec, SinkSpec, SourceSpec};
+use sluice_common::spec::{KafkaSecurity, QuerySpec, SourceSpec};
 use sluice_common::storage::AllowedPaths;
 
 use crate::error::DriverError;
@@ -54,11 +54,9 @@ fn locations(spec: &QuerySpec) -> Vec<Named> {
             input: false,
         });
     }
-    if let SinkSpec::Iceberg(i) = &spec.sink
-        && let Ok(file) = i.sql().sqlite_path()
-    {
+    if let Some((field, file)) = spec.sink_catalog_file() {
         out.push(Named {
-            field: "sink.iceberg.catalog.sql.uri".into(),
+            field: field.into(),
             location: file.to_string(),
             input: false,
         });
@@ -120,6 +118,27 @@ pub fn check_secrets(secrets: &Secrets, spec: &QuerySpec) -> Result<(), DriverEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_iceberg_sinks_catalog_and_warehouse_must_both_be_allowed() {
+        let spec = |catalog: &str| {
+            let yaml = format!(
+                "name: q\nsource: {{rate: {{rows_per_second: 10, partitions: 1}}}}\n\
+                 sink: {{iceberg: {{catalog: {{sql: {{uri: 'sqlite://{catalog}'}}}}, \
+                 warehouse: /data/wh, namespace: n, table: t}}}}\n"
+            );
+            QuerySpec::parse(&yaml).unwrap()
+        };
+        let allowed = AllowedPaths::parse(&["/data"]).unwrap();
+        check(&allowed, &spec("/data/c.db"))
+            .await
+            .expect("both allowed");
+        let e = check(&allowed, &spec("/etc/c.db"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sink.iceberg.catalog.sql.uri"), "{e}");
+    }
 
     #[test]
     fn kafka_secrets_are_checked_by_their_field() {
