@@ -14,6 +14,7 @@
 //! [`SinkKind`], registered once in [`kind`], and its writer on the
 //! executor. A sink touches its query only through [`SinkIo`].
 
+mod compactions;
 pub mod delta;
 pub mod discard;
 pub mod files;

@@ -126,10 +126,11 @@ impl SqlTable {
     ) -> Result<T> {
         let table = self.clone();
         let run = tokio::task::spawn_blocking(move || {
-            let mut db = Connection::open(&table.file)?;
-            db.busy_timeout(BUSY)?;
-            db.execute_batch(SCHEMA)?;
-            f(&table, &mut db)
+            regular_or_absent(&table.file).map_err(|why| (why, false))?;
+            let mut db = Connection::open(&table.file).map_err(sql)?;
+            db.busy_timeout(BUSY).map_err(sql)?;
+            db.execute_batch(SCHEMA).map_err(sql)?;
+            f(&table, &mut db).map_err(sql)
         });
         let failed = |reason: String, retryable: bool| Error::Catalog {
             catalog: self.describe(),
@@ -139,15 +140,30 @@ impl SqlTable {
         match tokio::time::timeout(DEADLINE, run).await {
             Err(_) => Err(failed(format!("no answer within {DEADLINE:?}"), true)),
             Ok(Err(e)) => Err(failed(format!("the call panicked: {e}"), false)),
-            Ok(Ok(Err(e))) => {
-                let busy = matches!(
-                    e.sqlite_error_code(),
-                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-                );
-                Err(failed(e.to_string(), busy))
-            }
+            Ok(Ok(Err((reason, retryable)))) => Err(failed(reason, retryable)),
             Ok(Ok(Ok(v))) => Ok(v),
         }
+    }
+}
+
+/// A SQLite error as a reason, and whether it may pass (the database was
+/// busy or locked).
+fn sql(e: rusqlite::Error) -> (String, bool) {
+    let busy = matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    (e.to_string(), busy)
+}
+
+/// The catalog's file is a regular file, or not there yet (SQLite creates
+/// it): a directory, device or FIFO the spec names is never opened.
+fn regular_or_absent(file: &std::path::Path) -> std::result::Result<(), String> {
+    match std::fs::metadata(file) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(_) => Err("it is not a regular file".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -194,5 +210,9 @@ mod tests {
             e.contains("catalog.db") && e.contains("Iceberg catalog"),
             "{e}"
         );
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir(other.path().join("catalog.db")).unwrap();
+        let e = table(&other, "t").current().await.unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

@@ -143,6 +143,11 @@ impl TableMetadata {
         }
     }
 
+    /// Where the table's data files go: `<location>/data`.
+    pub fn data_dir(&self) -> String {
+        format!("{}/data", self.location)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).expect("table metadata encodes")
     }

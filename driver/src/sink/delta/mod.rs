@@ -14,8 +14,6 @@
 
 mod compact;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
@@ -34,6 +32,7 @@ use sluice_proto as pb;
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
+use super::compactions::Compactions;
 use super::files::{
     check_partition_by, check_place, check_rows_in_files, cleanup, files_written, probe,
 };
@@ -176,9 +175,8 @@ impl SinkKind for Kind<'_> {
                 table,
                 standing: Mutex::new(None),
                 cleaner: std::sync::Mutex::new(cleanup::Cleaner::default()),
-                compact_every: self.0.compact.as_ref().map(|c| c.every_batches()),
+                compactions: Compactions::new(self.0.compact.as_ref().map(|c| c.every_batches())),
                 target_file_bytes: self.0.target_file_bytes(),
-                compacting: Arc::new(AtomicBool::new(false)),
             };
             Ok(Box::new(committer) as Box<dyn Committer>)
         })
@@ -226,11 +224,9 @@ struct Delta {
     /// `None`: to be read from the log.
     standing: Mutex<Option<Standing>>,
     cleaner: std::sync::Mutex<cleanup::Cleaner>,
-    /// Compact after every this many batches (`sink.delta.compact`).
-    compact_every: Option<u64>,
     target_file_bytes: u64,
-    /// True while a compaction runs: one at a time.
-    compacting: Arc<AtomicBool>,
+    /// Its compactions (`sink.delta.compact`).
+    compactions: Compactions,
 }
 
 impl Delta {
@@ -336,17 +332,14 @@ impl Committer for Delta {
     /// Removes the temporary files of failed attempts when due, and
     /// compacts the table when due (see [`compact`]).
     fn after_commit(&self, committed: u64) {
-        let due = self
-            .compact_every
-            .is_some_and(|every| (committed + 1).is_multiple_of(every));
-        if due && !self.compacting.swap(true, Ordering::AcqRel) {
+        if let Some(turn) = self.compactions.due(committed) {
             let (storage, app) = (self.storage().clone(), self.io.query_id().to_string());
-            let (target, running) = (self.target_file_bytes, self.compacting.clone());
+            let target = self.target_file_bytes;
             self.io.spawn(async move {
+                let _turn = turn;
                 if let Err(e) = compact::compact(&storage, &app, target, committed).await {
                     tracing::warn!(error = %e, committed, "compacting the Delta table failed; it will try again");
                 }
-                running.store(false, Ordering::Release);
             });
         }
         cleanup::after_commit(&self.cleaner, &self.io, &self.files, committed);

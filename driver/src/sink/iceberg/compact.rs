@@ -30,7 +30,7 @@ use sluice_common::storage::{Path, Storage, Stores};
 use sluice_common::time::now_ms;
 use tracing::{info, warn};
 
-use super::table::{self, Loaded, create_new, manifests_of, read_at, write_snapshot};
+use super::table::{self, create_new, manifests_of, read_at, write_snapshot};
 use crate::error::DriverError;
 use sluice_common::sink::iceberg::catalog::SqlTable;
 
@@ -84,7 +84,7 @@ pub async fn compact(
             live.extend(entries.into_iter().filter(|e| e.status != Status::Deleted));
         }
     }
-    let prefix = format!("{}/data/", table.meta.location);
+    let prefix = format!("{}/", table.meta.data_dir());
     let files: Vec<AddFile> = live
         .iter()
         .filter_map(|e| {
@@ -180,16 +180,10 @@ pub async fn compact(
             );
             return Ok(done);
         }
-        table = reload(at).await?;
+        table = table::load_existing(at.stores, at.catalog).await?;
     }
     abandon(at.data, &added, batch).await;
     Ok(Compacted::default())
-}
-
-async fn reload(at: &Place<'_>) -> Result<Loaded, DriverError> {
-    table::load(at.stores, at.catalog).await?.ok_or_else(|| {
-        DriverError::FailedPrecondition(format!("{}: the table was dropped", at.catalog.describe()))
-    })
 }
 
 /// Deletes the files of a compaction that will not commit; a failure is

@@ -16,8 +16,6 @@
 mod compact;
 mod table;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arrow_schema::SchemaRef;
@@ -34,6 +32,7 @@ use sluice_proto as pb;
 use tokio::sync::Mutex;
 use tracing::debug;
 
+use super::compactions::Compactions;
 use super::files::{check_rows_in_files, cleanup, files_written, probe};
 use super::{Committed, Committer, Ended, Prepared, SinkIo, SinkKind, Written};
 use crate::config::DriverConfig;
@@ -160,18 +159,15 @@ impl SinkKind for Kind<'_> {
                 }
             };
             check_fits(&loaded, io.output())?;
-            let location = loaded.meta.location.clone();
-            let data = FileSink::open(stores, &format!("{location}/data"))?;
             Ok(Box::new(Iceberg {
                 io: io.clone(),
                 catalog,
-                storage: stores.open(&location)?,
-                data,
+                storage: stores.open(&loaded.meta.location)?,
+                data: FileSink::open(stores, &loaded.meta.data_dir())?,
                 table: Mutex::new(loaded),
                 target_file_bytes: self.0.target_file_bytes(),
                 cleaner: std::sync::Mutex::new(cleanup::Cleaner::default()),
-                compact_every: self.0.compact.as_ref().map(|c| c.every_batches()),
-                compacting: Arc::new(AtomicBool::new(false)),
+                compactions: Compactions::new(self.0.compact.as_ref().map(|c| c.every_batches())),
             }) as Box<dyn Committer>)
         })
     }
@@ -196,23 +192,22 @@ impl SinkKind for Kind<'_> {
         })
     }
 
-    /// Nothing of the query runs any more: its temporary files go.
+    /// Nothing of the query runs any more: its temporary files go. A
+    /// failure is logged: those files are in no manifest, so no reader
+    /// sees them.
     fn ended<'a>(&'a self, end: &'a Ended<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let Ok(Some(loaded)) = table::load(
-                &end.config.stores,
-                &match self.catalog() {
-                    Ok(c) => c,
-                    Err(_) => return,
-                },
-            )
-            .await
-            else {
-                return;
+            let stores = &end.config.stores;
+            let files = async {
+                let loaded = table::load_existing(stores, &self.catalog()?).await?;
+                Ok::<_, DriverError>(FileSink::open(stores, &loaded.meta.data_dir())?)
             };
-            let data = format!("{}/data", loaded.meta.location);
-            if let Ok(files) = FileSink::open(&end.config.stores, &data) {
-                cleanup::purge(files, None).await;
+            match files.await {
+                Ok(files) => cleanup::purge(files, None).await,
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "cannot remove the ended query's temporary Iceberg files"
+                ),
             }
         })
     }
@@ -230,34 +225,22 @@ struct Iceberg {
     table: Mutex<Loaded>,
     target_file_bytes: u64,
     cleaner: std::sync::Mutex<cleanup::Cleaner>,
-    /// Compact after every this many batches (`sink.iceberg.compact`).
-    compact_every: Option<u64>,
-    /// True while a compaction runs: one at a time.
-    compacting: Arc<AtomicBool>,
+    /// Its compactions (`sink.iceberg.compact`).
+    compactions: Compactions,
 }
 
 impl Iceberg {
     /// The batch's data files, with their full paths.
-    fn data_files(&self, location: &str, files: &[SinkFile]) -> Vec<DataFile> {
+    fn data_files(meta: &TableMetadata, files: &[SinkFile]) -> Vec<DataFile> {
+        let dir = meta.data_dir();
         files
             .iter()
             .map(|f| DataFile {
-                path: format!("{location}/data/{}", f.path),
+                path: format!("{dir}/{}", f.path),
                 records: f.rows,
                 bytes: f.bytes,
             })
             .collect()
-    }
-
-    /// The table as the catalog names it now.
-    async fn reload(&self) -> Result<Loaded, DriverError> {
-        let stores = &self.io.config().stores;
-        table::load(stores, &self.catalog).await?.ok_or_else(|| {
-            DriverError::FailedPrecondition(format!(
-                "{}: the table was dropped while the query wrote to it",
-                self.catalog.describe()
-            ))
-        })
     }
 }
 
@@ -271,7 +254,7 @@ impl Committer for Iceberg {
             .table
             .try_lock()
             .expect("no commit runs before the first task");
-        sink.path = format!("{}/data", table.meta.location);
+        sink.path = table.meta.data_dir();
         sink.target_file_bytes = self.target_file_bytes;
         sink.columns = table
             .meta
@@ -310,7 +293,7 @@ impl Committer for Iceberg {
             if written.files.is_empty() {
                 return Ok(Committed::default());
             }
-            let files = self.data_files(&table.meta.location, &written.files);
+            let files = Self::data_files(&table.meta, &written.files);
             let query = (io.query_id(), batch);
             let append = Append::prepare(&self.storage, &table, query, files).await?;
             for race in 0..MAX_RACES {
@@ -333,7 +316,7 @@ impl Committer for Iceberg {
                     return Ok(Committed::default());
                 }
                 // Another writer moved the table: build on what it wrote.
-                *table = self.reload().await?;
+                *table = table::load_existing(&io.config().stores, &self.catalog).await?;
             }
             Err(DriverError::Busy(format!(
                 "batch {batch}: other writers moved {} {MAX_RACES} times in a row",
@@ -345,16 +328,13 @@ impl Committer for Iceberg {
     /// Removes the temporary files of failed attempts when due, and
     /// compacts the table when due (see [`compact`]).
     fn after_commit(&self, committed: u64) {
-        let due = self
-            .compact_every
-            .is_some_and(|every| (committed + 1).is_multiple_of(every));
-        if due && !self.compacting.swap(true, Ordering::AcqRel) {
+        if let Some(turn) = self.compactions.due(committed) {
             let stores = self.io.config().stores.clone();
             let (catalog, storage) = (self.catalog.clone(), self.storage.clone());
             let data = self.data.storage().clone();
             let (query, target) = (self.io.query_id().to_string(), self.target_file_bytes);
-            let running = self.compacting.clone();
             self.io.spawn(async move {
+                let _turn = turn;
                 let at = compact::Place {
                     stores: &stores,
                     catalog: &catalog,
@@ -364,7 +344,6 @@ impl Committer for Iceberg {
                 if let Err(e) = compact::compact(&at, &query, target, committed).await {
                     tracing::warn!(error = %e, committed, "compacting the Iceberg table failed; it will try again");
                 }
-                running.store(false, Ordering::Release);
             });
         }
         cleanup::after_commit(&self.cleaner, &self.io, &self.data, committed);

@@ -64,6 +64,16 @@ pub async fn load(stores: &Stores, catalog: &SqlTable) -> Result<Option<Loaded>,
     Ok(Some(Loaded { file, meta }))
 }
 
+/// The table as its catalog names it now, which must have it.
+pub async fn load_existing(stores: &Stores, catalog: &SqlTable) -> Result<Loaded, DriverError> {
+    load(stores, catalog).await?.ok_or_else(|| {
+        DriverError::FailedPrecondition(format!(
+            "{}: the table was dropped while the query wrote to it",
+            catalog.describe()
+        ))
+    })
+}
+
 /// Creates the table `meta` describes in `catalog`, or loads the one
 /// another writer created first.
 pub async fn create(
