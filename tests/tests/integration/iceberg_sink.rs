@@ -19,6 +19,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use sluice_common::sink::iceberg::catalog::SqlTable;
 use sluice_tests::kafka::{self, KafkaCluster};
 use sluice_tests::lake::{append_iceberg, oracle_rows, read_iceberg};
 use sluice_tests::oracle::{expected_batches_with, rate_input, rate_start_ms};
@@ -170,6 +171,24 @@ async fn a_query_that_does_not_fit_the_table_is_refused_at_submit() {
         .await
         .expect_err("update output is refused");
     assert!(e.message().contains("output_mode"), "{}", e.message());
+    // A catalog row another writer set, naming a metadata file outside the
+    // allowed paths: never read.
+    let elsewhere = SqlTable {
+        file: root.join("catalog.db"),
+        catalog: "default".into(),
+        namespace: "lake".into(),
+        table: "elsewhere".into(),
+    };
+    assert!(elsewhere.create("/etc/hostname".into()).await.unwrap());
+    let e = client
+        .submit(&spec("fifth", &root, "elsewhere", SQL))
+        .await
+        .expect_err("a metadata file outside the allowed paths is refused");
+    let m = e.message();
+    assert!(
+        m.contains("the metadata file") && m.contains("/etc/hostname"),
+        "{m}"
+    );
     let e = client
         .submit(&spec("fourth", &root, "t", SQL).replace("sqlite://", "sqlite:"))
         .await

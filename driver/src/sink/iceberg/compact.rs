@@ -26,7 +26,7 @@ use sluice_common::sink::iceberg::manifest::{
     DataFile, Entry, NewManifest, Status, encode_manifest, manifest_of, read_manifest,
 };
 use sluice_common::sink::iceberg::metadata::{QUERY_KEY, replace_summary};
-use sluice_common::storage::{Path, Storage, Stores};
+use sluice_common::storage::{AllowedPaths, Path, Storage, Stores};
 use sluice_common::time::now_ms;
 use tracing::{info, warn};
 
@@ -48,6 +48,7 @@ pub struct Compacted {
 /// Where the table is: its storage (the location) and data directory.
 pub struct Place<'a> {
     pub stores: &'a Stores,
+    pub allowed: &'a AllowedPaths,
     pub catalog: &'a SqlTable,
     pub storage: &'a Storage,
     pub data: &'a Storage,
@@ -61,7 +62,7 @@ pub async fn compact(
     target: u64,
     batch: u64,
 ) -> Result<Compacted, DriverError> {
-    let Some(mut table) = table::load(at.stores, at.catalog).await? else {
+    let Some(mut table) = table::load(at.stores, at.allowed, at.catalog).await? else {
         return Ok(Compacted::default());
     };
     let ours: HashSet<i64> = table
@@ -180,7 +181,7 @@ pub async fn compact(
             );
             return Ok(done);
         }
-        table = table::load_existing(at.stores, at.catalog).await?;
+        table = table::load_existing(at.stores, at.allowed, at.catalog).await?;
     }
     abandon(at.data, &added, batch).await;
     Ok(Compacted::default())

@@ -127,7 +127,7 @@ impl SinkKind for Kind<'_> {
         output: &'a SchemaRef,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {
-            match table::load(&config.stores, &self.catalog()?).await? {
+            match table::load(&config.stores, &config.allowed_paths, &self.catalog()?).await? {
                 Some(loaded) => check_fits(&loaded, output),
                 None => Ok(()),
             }
@@ -147,7 +147,8 @@ impl SinkKind for Kind<'_> {
         Box::pin(async move {
             let stores = &io.config().stores;
             let catalog = self.catalog()?;
-            let loaded = match table::load(stores, &catalog).await? {
+            let allowed = &io.config().allowed_paths;
+            let loaded = match table::load(stores, allowed, &catalog).await? {
                 Some(loaded) => loaded,
                 None => {
                     let meta = TableMetadata::create(
@@ -155,7 +156,7 @@ impl SinkKind for Kind<'_> {
                         columns_of(io.output())?,
                         now_ms(),
                     );
-                    table::create(stores, &catalog, meta).await?
+                    table::create(stores, allowed, &catalog, meta).await?
                 }
             };
             check_fits(&loaded, io.output())?;
@@ -183,7 +184,7 @@ impl SinkKind for Kind<'_> {
         Box::pin(async move {
             let (Some(meta), Some(loaded)) = (
                 qc.metadata().await?,
-                table::load(&config.stores, &self.catalog()?).await?,
+                table::load(&config.stores, &config.allowed_paths, &self.catalog()?).await?,
             ) else {
                 return Ok(false);
             };
@@ -199,7 +200,8 @@ impl SinkKind for Kind<'_> {
         Box::pin(async move {
             let stores = &end.config.stores;
             let files = async {
-                let loaded = table::load_existing(stores, &self.catalog()?).await?;
+                let allowed = &end.config.allowed_paths;
+                let loaded = table::load_existing(stores, allowed, &self.catalog()?).await?;
                 Ok::<_, DriverError>(FileSink::open(stores, &loaded.meta.data_dir())?)
             };
             match files.await {
@@ -316,7 +318,9 @@ impl Committer for Iceberg {
                     return Ok(Committed::default());
                 }
                 // Another writer moved the table: build on what it wrote.
-                *table = table::load_existing(&io.config().stores, &self.catalog).await?;
+                let config = io.config();
+                *table = table::load_existing(&config.stores, &config.allowed_paths, &self.catalog)
+                    .await?;
             }
             Err(DriverError::Busy(format!(
                 "batch {batch}: other writers moved {} {MAX_RACES} times in a row",
@@ -330,6 +334,7 @@ impl Committer for Iceberg {
     fn after_commit(&self, committed: u64) {
         if let Some(turn) = self.compactions.due(committed) {
             let stores = self.io.config().stores.clone();
+            let allowed = self.io.config().allowed_paths.clone();
             let (catalog, storage) = (self.catalog.clone(), self.storage.clone());
             let data = self.data.storage().clone();
             let (query, target) = (self.io.query_id().to_string(), self.target_file_bytes);
@@ -337,6 +342,7 @@ impl Committer for Iceberg {
                 let _turn = turn;
                 let at = compact::Place {
                     stores: &stores,
+                    allowed: &allowed,
                     catalog: &catalog,
                     storage: &storage,
                     data: &data,

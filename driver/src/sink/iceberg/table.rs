@@ -13,7 +13,7 @@ use sluice_common::sink::iceberg::manifest::{
 use sluice_common::sink::iceberg::metadata::{
     Snapshot, TableMetadata, next_metadata_name, summary,
 };
-use sluice_common::storage::{Created, Path, Storage, Stores};
+use sluice_common::storage::{AllowedPaths, Created, Path, Storage, Stores};
 use sluice_common::time::now_ms;
 
 use crate::error::DriverError;
@@ -54,19 +54,37 @@ pub async fn read_at(stores: &Stores, uri: &str) -> Result<Bytes, DriverError> {
     })
 }
 
-/// The table as its catalog names it now; `None` if it has no table.
-pub async fn load(stores: &Stores, catalog: &SqlTable) -> Result<Option<Loaded>, DriverError> {
+/// The table as its catalog names it now; `None` if it has no table. Its
+/// metadata file and its location, which another writer set, must lie in
+/// the driver's allowed paths, as the spec's own places do.
+pub async fn load(
+    stores: &Stores,
+    allowed: &AllowedPaths,
+    catalog: &SqlTable,
+) -> Result<Option<Loaded>, DriverError> {
     let Some(file) = catalog.current().await? else {
         return Ok(None);
     };
+    let confined = |what: &str, at: &str| {
+        let field = format!("sink.iceberg: {what} of {}", catalog.describe());
+        allowed
+            .check_resolved(&field, at)
+            .map_err(DriverError::Invalid)
+    };
+    confined("the metadata file", &file)?;
     let bytes = read_at(stores, &file).await?;
     let meta = TableMetadata::parse(&file, &bytes)?;
+    confined("the location", &meta.location)?;
     Ok(Some(Loaded { file, meta }))
 }
 
 /// The table as its catalog names it now, which must have it.
-pub async fn load_existing(stores: &Stores, catalog: &SqlTable) -> Result<Loaded, DriverError> {
-    load(stores, catalog).await?.ok_or_else(|| {
+pub async fn load_existing(
+    stores: &Stores,
+    allowed: &AllowedPaths,
+    catalog: &SqlTable,
+) -> Result<Loaded, DriverError> {
+    load(stores, allowed, catalog).await?.ok_or_else(|| {
         DriverError::FailedPrecondition(format!(
             "{}: the table was dropped while the query wrote to it",
             catalog.describe()
@@ -78,6 +96,7 @@ pub async fn load_existing(stores: &Stores, catalog: &SqlTable) -> Result<Loaded
 /// another writer created first.
 pub async fn create(
     stores: &Stores,
+    allowed: &AllowedPaths,
     catalog: &SqlTable,
     meta: TableMetadata,
 ) -> Result<Loaded, DriverError> {
@@ -89,7 +108,7 @@ pub async fn create(
         tracing::info!(table = %catalog.describe(), location = %meta.location, "Iceberg table created");
         return Ok(Loaded { file, meta });
     }
-    load(stores, catalog).await?.ok_or_else(|| {
+    load(stores, allowed, catalog).await?.ok_or_else(|| {
         DriverError::Internal(format!("{}: created and gone at once", catalog.describe()))
     })
 }
